@@ -1,0 +1,88 @@
+/// Everything Ferry knows about one table: its columns, keys and size.
+public struct TableSchema: Hashable, Sendable, Codable {
+    public var name: TableName
+    /// The driver that described it (`sqlite`, `postgres`, …). A driver may keep native
+    /// details (defaults, exact type text) when the target is the same engine.
+    public var engine: String
+    public var columns: [Column]
+    /// Primary key column names in key order; empty when the table has none.
+    public var primaryKey: [String]
+    /// Unique keys (constraints and full, non-partial unique indexes on plain columns), in key order.
+    public var uniqueKeys: [[String]]
+    /// Rows, exact or estimated by the engine; nil when unknown.
+    public var rowEstimate: Int64?
+
+    public init(
+        name: TableName, engine: String, columns: [Column], primaryKey: [String] = [],
+        uniqueKeys: [[String]] = [], rowEstimate: Int64? = nil
+    ) {
+        self.name = name
+        self.engine = engine
+        self.columns = columns
+        self.primaryKey = primaryKey
+        self.uniqueKeys = uniqueKeys
+        self.rowEstimate = rowEstimate
+    }
+
+    public func column(named name: String) -> Column? {
+        columns.first { $0.name == name }
+    }
+
+    /// The key keyed work uses: the primary key, else the first unique key whose columns are
+    /// all NOT NULL, else nil (the user may name one with `--key`).
+    public var preferredKey: TableKey? {
+        if !primaryKey.isEmpty { return TableKey(columns: primaryKey, origin: .primaryKey) }
+        for key in uniqueKeys where key.allSatisfy({ column(named: $0)?.isNullable == false }) {
+            return TableKey(columns: key, origin: .uniqueKey)
+        }
+        return nil
+    }
+
+    /// Columns Ferry cannot carry, with the reason each is skipped.
+    public var unsupportedColumns: [SkippedColumn] {
+        columns.compactMap { col in
+            if case .unsupported(let native) = col.logicalType {
+                return SkippedColumn(column: col.name, reason: "type \(native) has no portable form")
+            }
+            return nil
+        }
+    }
+}
+
+/// The columns that identify a row, and where they came from.
+public struct TableKey: Hashable, Sendable, Codable, CustomStringConvertible {
+    public enum Origin: String, Sendable, Codable {
+        case primaryKey = "primary key"
+        case uniqueKey = "unique key"
+        case user = "--key"
+    }
+    public var columns: [String]
+    public var origin: Origin
+
+    public init(columns: [String], origin: Origin) {
+        self.columns = columns
+        self.origin = origin
+    }
+
+    public var description: String { "\(origin.rawValue) (\(columns.joined(separator: ", ")))" }
+}
+
+/// A column the copy leaves out, and why.
+public struct SkippedColumn: Hashable, Sendable, Codable {
+    public var column: String
+    public var reason: String
+    public init(column: String, reason: String) {
+        self.column = column
+        self.reason = reason
+    }
+}
+
+/// A table as `listTables()` returns it.
+public struct TableInfo: Hashable, Sendable, Codable {
+    public var name: TableName
+    public var rowEstimate: Int64?
+    public init(name: TableName, rowEstimate: Int64?) {
+        self.name = name
+        self.rowEstimate = rowEstimate
+    }
+}

@@ -1,0 +1,62 @@
+/// An open session with one database. A connection is used from one thread at a time; the
+/// copy engine hands it from thread to thread, never shares it.
+///
+/// Transactions: `begin`/`commit`/`rollback` wrap a table load so that a failure leaves the
+/// target exactly as it was (where the engine's DDL is transactional; see `Dialect`).
+public protocol Connection: AnyObject {
+    /// The endpoint this connection was opened with (print it with `description`, never raw).
+    var endpoint: Endpoint { get }
+    /// Capabilities and naming rules of the engine.
+    var dialect: any Dialect { get }
+
+    /// User tables, excluding the engine's own and Ferry's bookkeeping tables.
+    func listTables() throws -> [TableInfo]
+    /// Exact row count.
+    func countRows(_ table: TableName) throws -> Int64
+    /// Columns, types, keys, serial columns and a row estimate. Throws `FerryError.tableNotFound`.
+    func describe(_ table: TableName) throws -> TableSchema
+    func tableExists(_ table: TableName) throws -> Bool
+
+    /// A reader over `columns` of `table` (a subset of its schema's columns, in that order),
+    /// optionally limited to a key range, delivering batches of at most `batchSize` rows.
+    /// Each batch holds one buffer per column, laid out for the column's logical type.
+    func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader
+
+    /// The DDL that creates a table of this schema named `name` on this engine, mapping logical
+    /// types to native ones. Throws `FerryError.unsupportedType` for a type the engine cannot hold.
+    func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String]
+    /// Runs `createTableStatements`.
+    func createTable(_ schema: TableSchema, named name: TableName) throws
+    func dropTable(_ name: TableName) throws
+    /// Replaces `target` by `staging` (dropping the old `target` if there is one) so that
+    /// readers see either the old or the new table, never neither.
+    func swapTable(_ staging: TableName, into target: TableName) throws
+
+    /// A writer inserting rows into `columns` of the existing table `table`.
+    func writer(table: TableName, columns: [Column]) throws -> any BatchWriter
+
+    func begin() throws
+    func commit() throws
+    func rollback() throws
+
+    /// Moves the serial counters of `table` past the largest values now in it, so the next
+    /// generated value is max + 1.
+    func resetSerial(_ table: TableName, schema: TableSchema) throws
+
+    func close()
+}
+
+/// Delivers a table's rows in batches.
+public protocol BatchReader: AnyObject {
+    /// The next batch, or nil at the end. Batches are never empty.
+    func next() throws -> RowBatch?
+    func close()
+}
+
+/// Writes batches into a table.
+public protocol BatchWriter: AnyObject {
+    /// Writes every row of `batch` (one buffer per column, in the writer's column order).
+    func write(_ batch: RowBatch) throws
+    /// Flushes whatever the writer buffers. The enclosing transaction is the caller's.
+    func finish() throws
+}

@@ -1,0 +1,24 @@
+/// What the copy engine needs to know about an engine's SQL and behaviour. Each driver
+/// conforms in its own file; the defaults describe a capable SQL engine.
+public protocol Dialect: Sendable {
+    /// Quotes an identifier by the engine's own rules (`"a""b"`, `` `a``b` ``).
+    func quote(_ identifier: String) -> String
+    /// Quotes a possibly schema-qualified table name.
+    func quote(_ table: TableName) -> String
+    /// True when CREATE/DROP/ALTER roll back with the transaction (SQLite, PostgreSQL).
+    var supportsTransactionalDDL: Bool { get }
+    /// True when several connections may load different tables at the same time.
+    var supportsConcurrentWriters: Bool { get }
+}
+
+extension Dialect {
+    public func quote(_ identifier: String) -> String {
+        "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+    }
+    public func quote(_ table: TableName) -> String {
+        if let schema = table.schema { return quote(schema) + "." + quote(table.name) }
+        return quote(table.name)
+    }
+    public var supportsTransactionalDDL: Bool { true }
+    public var supportsConcurrentWriters: Bool { true }
+}

@@ -1,0 +1,42 @@
+/// An engine Ferry can talk to. A driver is a small stateless factory: the registry maps URL
+/// schemes to drivers, and `connect` opens a `Connection`.
+public protocol Driver: Sendable {
+    /// A short stable name (`sqlite`, `postgres`, `mysql`, `http`), used in schemas and plans.
+    var name: String { get }
+    /// URL schemes served, lowercased and without the colon (`["postgres", "postgresql"]`).
+    var schemes: [String] { get }
+    /// Opens a connection. `role` says whether it will be read from or written to, so a
+    /// driver can open read-only, refuse a read-only target early, or create a missing file.
+    func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection
+}
+
+/// What a connection will be used for.
+public enum ConnectionRole: Sendable {
+    /// Only read: never create or modify anything.
+    case source
+    /// Read and written: the database may be created when the engine allows it.
+    case target
+}
+
+/// How the copy writes into a target table.
+public enum WriteMode: String, Sendable, Codable, CaseIterable {
+    /// Create the table; fail when it exists.
+    case create
+    /// Load into a staging table, then swap it in: the old table survives any failure.
+    case replace
+    /// Insert into the table (created when missing).
+    case append
+}
+
+/// A slice of a table by key, for chunked reads: rows whose key is > `after` (when set) and
+/// <= `upTo` (when set), compared as a tuple in key-column order.
+public struct KeyRange: Sendable, Hashable {
+    public var key: [String]
+    public var after: [Value]?
+    public var upTo: [Value]?
+    public init(key: [String], after: [Value]? = nil, upTo: [Value]? = nil) {
+        self.key = key
+        self.after = after
+        self.upTo = upTo
+    }
+}

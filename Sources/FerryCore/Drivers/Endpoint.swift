@@ -1,0 +1,194 @@
+import Foundation
+
+/// A parsed database URL: `sqlite:path/to/file.db`, `sqlite:///abs/path.db`,
+/// `postgres://user:pw@host:5432/db?sslmode=require`, `mysql://user@host:3306/db`,
+/// `http://:token@host:8080/`. The password is kept, but never printed: `description` and
+/// `redacted` mask it.
+public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
+    /// Lowercased scheme without the colon (`sqlite`, `postgres`, …).
+    public var scheme: String
+    public var user: String?
+    public var password: String?
+    public var host: String?
+    public var port: Int?
+    /// For sqlite: the file path. For servers: the path after the host, without its leading `/`
+    /// (the database name).
+    public var path: String
+    /// Query parameters in the order given.
+    public var parameters: [(String, String)] {
+        get { parameterPairs.map { ($0.name, $0.value) } }
+        set { parameterPairs = newValue.map { Parameter(name: $0.0, value: $0.1) } }
+    }
+    private var parameterPairs: [Parameter] = []
+
+    private struct Parameter: Hashable, Sendable {
+        var name: String
+        var value: String
+    }
+
+    public init(
+        scheme: String, user: String? = nil, password: String? = nil, host: String? = nil, port: Int? = nil,
+        path: String, parameters: [(String, String)] = []
+    ) {
+        self.scheme = scheme
+        self.user = user
+        self.password = password
+        self.host = host
+        self.port = port
+        self.path = path
+        self.parameters = parameters
+    }
+
+    /// The first value of query parameter `name`.
+    public func parameter(_ name: String) -> String? {
+        parameterPairs.first { $0.name == name }?.value
+    }
+
+    /// Parses a URL as users write them. Throws `FerryError.invalidEndpoint` with the text
+    /// redacted.
+    public init(parsing text: String) throws {
+        let trimmed = text.trimmingCharacters(in: .whitespaces)
+        guard let colon = trimmed.firstIndex(of: ":"), colon != trimmed.startIndex else {
+            throw FerryError.invalidEndpoint(
+                text: Endpoint.redact(trimmed),
+                reason: "no scheme; write sqlite:\(trimmed) for a SQLite file or a full URL for a server")
+        }
+        let scheme = trimmed[..<colon].lowercased()
+        guard scheme.allSatisfy({ $0.isLetter || $0.isNumber || $0 == "+" || $0 == "-" || $0 == "." }),
+              scheme.first?.isLetter == true
+        else {
+            throw FerryError.invalidEndpoint(text: Endpoint.redact(trimmed), reason: "'\(scheme)' is not a URL scheme")
+        }
+        let rest = trimmed[trimmed.index(after: colon)...]
+        if scheme == "sqlite" || scheme == "file" {
+            // sqlite:relative/path, sqlite:/abs, sqlite:///abs, sqlite://relative (host-less forms)
+            var path = String(rest)
+            if path.hasPrefix("///") { path.removeFirst(2) } else if path.hasPrefix("//") { path.removeFirst(2) }
+            var params: [(String, String)] = []
+            if let q = path.firstIndex(of: "?") {
+                params = Endpoint.parseQuery(String(path[path.index(after: q)...]))
+                path = String(path[..<q])
+            }
+            path = path.removingPercentEncoding ?? path
+            guard !path.isEmpty else {
+                throw FerryError.invalidEndpoint(text: trimmed, reason: "no file path after 'sqlite:'")
+            }
+            self.init(scheme: "sqlite", path: path, parameters: params)
+            return
+        }
+        guard rest.hasPrefix("//") else {
+            throw FerryError.invalidEndpoint(
+                text: Endpoint.redact(trimmed), reason: "expected \(scheme)://host after the scheme")
+        }
+        var remainder = String(rest.dropFirst(2))
+        var params: [(String, String)] = []
+        if let q = remainder.firstIndex(of: "?") {
+            params = Endpoint.parseQuery(String(remainder[remainder.index(after: q)...]))
+            remainder = String(remainder[..<q])
+        }
+        var authority = remainder
+        var path = ""
+        if let slash = remainder.firstIndex(of: "/") {
+            authority = String(remainder[..<slash])
+            path = String(remainder[remainder.index(after: slash)...])
+        }
+        var user: String?
+        var password: String?
+        var hostPort = authority
+        if let at = authority.lastIndex(of: "@") {
+            let userInfo = authority[..<at]
+            hostPort = String(authority[authority.index(after: at)...])
+            if let c = userInfo.firstIndex(of: ":") {
+                user = String(userInfo[..<c]).removingPercentEncoding
+                password = String(userInfo[userInfo.index(after: c)...]).removingPercentEncoding
+            } else {
+                user = String(userInfo).removingPercentEncoding
+            }
+            if user == "" { user = nil }
+        }
+        var host = hostPort
+        var port: Int?
+        if hostPort.hasPrefix("[") {  // [::1]:5432
+            guard let close = hostPort.firstIndex(of: "]") else {
+                throw FerryError.invalidEndpoint(text: Endpoint.redact(trimmed), reason: "unclosed '[' in the host")
+            }
+            host = String(hostPort[hostPort.index(after: hostPort.startIndex)..<close])
+            let after = hostPort[hostPort.index(after: close)...]
+            if after.hasPrefix(":") {
+                guard let p = Int(after.dropFirst()), (1...65535).contains(p) else {
+                    throw FerryError.invalidEndpoint(text: Endpoint.redact(trimmed), reason: "the port must be a number from 1 to 65535")
+                }
+                port = p
+            }
+        } else if let c = hostPort.lastIndex(of: ":") {
+            host = String(hostPort[..<c])
+            let portText = hostPort[hostPort.index(after: c)...]
+            if !portText.isEmpty {
+                guard let p = Int(portText), (1...65535).contains(p) else {
+                    throw FerryError.invalidEndpoint(
+                        text: Endpoint.redact(trimmed), reason: "the port '\(portText)' must be a number from 1 to 65535")
+                }
+                port = p
+            }
+        }
+        self.init(
+            scheme: scheme, user: user, password: password, host: host.isEmpty ? nil : host.removingPercentEncoding,
+            port: port, path: path.removingPercentEncoding ?? path, parameters: params)
+    }
+
+    private static func parseQuery(_ q: String) -> [(String, String)] {
+        q.split(separator: "&").map { pair in
+            let parts = pair.split(separator: "=", maxSplits: 1)
+            let name = String(parts[0]).removingPercentEncoding ?? String(parts[0])
+            let value = parts.count > 1 ? (String(parts[1]).removingPercentEncoding ?? String(parts[1])) : ""
+            return (name, value)
+        }
+    }
+
+    /// Masks a password in URL text that may not even parse (for error messages).
+    public static func redact(_ text: String) -> String {
+        guard let schemeEnd = text.range(of: "://") else { return text }
+        let afterScheme = text[schemeEnd.upperBound...]
+        let authorityEnd = afterScheme.firstIndex(where: { $0 == "/" || $0 == "?" }) ?? afterScheme.endIndex
+        let authority = afterScheme[..<authorityEnd]
+        guard let at = authority.lastIndex(of: "@"), let colon = authority[..<at].firstIndex(of: ":") else { return text }
+        return String(text[..<authority.index(after: colon)]) + "****" + String(text[at...])
+    }
+
+    /// The URL with the password replaced by `****`: the only form Ferry ever prints.
+    public var redacted: String {
+        if scheme == "sqlite" {
+            let q = parameterPairs.isEmpty ? "" : "?" + parameterPairs.map { "\($0.name)=\($0.value)" }.joined(separator: "&")
+            return "sqlite:" + path + q
+        }
+        var s = scheme + "://"
+        if user != nil || password != nil {
+            s += user ?? ""
+            if password != nil { s += ":****" }
+            s += "@"
+        }
+        if let host { s += host.contains(":") ? "[\(host)]" : host }
+        if let port { s += ":\(port)" }
+        s += "/" + path
+        let visible = parameterPairs.map { p -> String in
+            let secret = ["password", "sslpassword", "token"].contains(p.name.lowercased())
+            return "\(p.name)=\(secret ? "****" : p.value)"
+        }
+        if !visible.isEmpty { s += "?" + visible.joined(separator: "&") }
+        return s
+    }
+
+    public var description: String { redacted }
+
+    public static func == (a: Endpoint, b: Endpoint) -> Bool {
+        a.scheme == b.scheme && a.user == b.user && a.password == b.password && a.host == b.host
+            && a.port == b.port && a.path == b.path && a.parameterPairs == b.parameterPairs
+    }
+
+    public func hash(into hasher: inout Hasher) {
+        hasher.combine(scheme)
+        hasher.combine(host)
+        hasher.combine(port)
+        hasher.combine(path)
+    }
+}

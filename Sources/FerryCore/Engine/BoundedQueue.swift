@@ -1,0 +1,85 @@
+import Foundation
+
+/// A blocking FIFO of at most `capacity` items between one producer and one consumer thread.
+/// It keeps memory flat: the producer waits while the consumer is behind.
+final class BoundedQueue<Element: Sendable>: @unchecked Sendable {
+    private let condition = NSCondition()
+    private var items: [Element] = []
+    private let capacity: Int
+    private var finished = false
+    private var failure: (any Error)?
+    private var cancelled = false
+
+    init(capacity: Int) {
+        self.capacity = max(1, capacity)
+    }
+
+    /// Adds an item, waiting for room. Returns false when the consumer cancelled.
+    func put(_ item: Element) -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        while items.count >= capacity && !cancelled { condition.wait() }
+        if cancelled { return false }
+        items.append(item)
+        condition.broadcast()
+        return true
+    }
+
+    /// The producer is done; `error` when it stopped because of one.
+    func finish(error: (any Error)? = nil) {
+        condition.lock()
+        finished = true
+        failure = error
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    /// The next item; nil at the end. Rethrows the producer's error once the items before it are taken.
+    func take() throws -> Element? {
+        condition.lock()
+        defer { condition.unlock() }
+        while items.isEmpty && !finished { condition.wait() }
+        if !items.isEmpty {
+            let item = items.removeFirst()
+            condition.broadcast()
+            return item
+        }
+        if let failure { throw failure }
+        return nil
+    }
+
+    /// The consumer gives up: the producer's next `put` returns false.
+    func cancel() {
+        condition.lock()
+        cancelled = true
+        items.removeAll()
+        condition.broadcast()
+        condition.unlock()
+    }
+}
+
+/// Carries a value that is not `Sendable` (a C-backed connection) to another thread. Safe only
+/// when the sender stops using it until the receiver is done, which the engine guarantees by
+/// joining the thread before touching the value again.
+final class Handoff<T>: @unchecked Sendable {
+    var value: T
+    init(_ value: T) { self.value = value }
+}
+
+/// Runs `body` on a new thread and returns a handle to wait for it.
+final class Worker: @unchecked Sendable {
+    private let done = DispatchSemaphore(value: 0)
+
+    init(name: String, _ body: @escaping @Sendable () -> Void) {
+        let done = self.done
+        let thread = Thread {
+            body()
+            done.signal()
+        }
+        thread.name = name
+        thread.stackSize = 4 << 20
+        thread.start()
+    }
+
+    func join() { done.wait() }
+}

@@ -1,0 +1,316 @@
+import Foundation
+
+/// Copies tables from one database to another: plan → run → summary.
+///
+/// Each table is loaded inside one target transaction (create or stage, insert, move serial
+/// counters, swap), so a failure leaves the target as it was. Within a table a reader thread
+/// and the writer are joined by a bounded queue of batches; `jobs` tables run at once when
+/// the target allows concurrent writers.
+public struct CopyEngine: Sendable {
+    public let registry: DriverRegistry
+
+    /// Prefix of tables Ferry creates for its own use (staging tables, bookkeeping).
+    public static let internalPrefix = "_ferry_"
+
+    public init(registry: DriverRegistry) {
+        self.registry = registry
+    }
+
+    // MARK: Planning
+
+    /// Describes the source tables and decides, for each, what the target gets. Touches nothing.
+    public func plan(source: any Connection, target: any Connection, options: CopyOptions) throws -> CopyPlan {
+        var warnings: [String] = []
+        let available = try source.listTables().map(\.name)
+        var chosen: [TableName] = []
+        if options.tables.isEmpty {
+            chosen = available
+        } else {
+            for wanted in options.tables {
+                let hits = available.filter { $0.matches(wanted) }
+                guard !hits.isEmpty else { throw FerryError.tableNotFound(table: wanted, endpoint: source.endpoint.redacted) }
+                for h in hits where !chosen.contains(h) { chosen.append(h) }
+            }
+        }
+        for ex in options.exclude where !available.contains(where: { $0.matches(ex) }) {
+            warnings.append("--exclude \(ex) matches no table in \(source.endpoint.redacted)")
+        }
+        chosen.removeAll { t in options.exclude.contains { t.matches($0) } }
+        for (t, _) in options.keys where !chosen.contains(where: { $0.matches(t) }) {
+            warnings.append("--key \(t)=… names a table that is not being copied")
+        }
+
+        var tables: [TablePlan] = []
+        for name in chosen {
+            let schema = try source.describe(name)
+            var skipped = schema.unsupportedColumns
+            for c in schema.columns where c.generated {
+                skipped.append(SkippedColumn(column: c.name, reason: "generated column: the source computes it"))
+            }
+            let skippedNames = Set(skipped.map(\.column))
+            let carried = schema.columns.filter { !skippedNames.contains($0.name) }
+            if carried.isEmpty {
+                warnings.append("table \(name): every column is skipped; the table is not copied")
+                continue
+            }
+
+            var key = schema.preferredKey
+            if let user = options.keys.first(where: { name.matches($0.key) })?.value {
+                for c in user where schema.column(named: c) == nil {
+                    throw FerryError.columnNotFound(table: name, column: c)
+                }
+                key = TableKey(columns: user, origin: .user)
+            }
+
+            let carriedNames = Set(carried.map(\.name))
+            let targetName = name.unqualified
+            var targetSchema = schema
+            targetSchema.name = targetName
+            targetSchema.columns = carried
+            targetSchema.primaryKey = schema.primaryKey.allSatisfy(carriedNames.contains) ? schema.primaryKey : []
+            targetSchema.uniqueKeys = schema.uniqueKeys.filter { $0.allSatisfy(carriedNames.contains) }
+            if schema.primaryKey != targetSchema.primaryKey {
+                warnings.append("table \(name): the primary key uses a skipped column; the target gets none")
+            }
+
+            let exists = try target.tableExists(targetName)
+            if exists && options.mode == .create {
+                throw FerryError.targetTableExists(table: targetName, endpoint: target.endpoint.redacted)
+            }
+            let ddl = try target.createTableStatements(for: targetSchema, named: targetName)
+            tables.append(
+                TablePlan(
+                    sourceSchema: schema, targetSchema: targetSchema, columns: carried, skipped: skipped,
+                    key: key, ddl: ddl, targetExists: exists))
+        }
+        return CopyPlan(
+            source: source.endpoint.redacted, target: target.endpoint.redacted, mode: options.mode,
+            tables: tables, warnings: warnings)
+    }
+
+    // MARK: Running
+
+    /// Runs a plan. `connect` opens fresh connections for extra jobs; the given ones serve the first.
+    public func run(
+        _ plan: CopyPlan, source: any Connection, target: any Connection, options: CopyOptions,
+        progress: ProgressReporter
+    ) -> CopySummary {
+        let started = Date()
+        for w in plan.warnings { progress.note("warning: \(w)") }
+        for t in plan.tables {
+            for s in t.skipped { progress.note("warning: \(t.source): skipping column \(s.column): \(s.reason)") }
+        }
+        let jobs = target.dialect.supportsConcurrentWriters ? max(1, min(options.jobs, plan.tables.count)) : 1
+        let results = ResultBox(count: plan.tables.count)
+        let nextIndex = Counter()
+        let sourceEndpoint = source.endpoint
+        let targetEndpoint = target.endpoint
+
+        let first = Handoff((source, target))
+        var workers: [Worker] = []
+        for j in 0..<jobs {
+            let engine = self
+            workers.append(
+                Worker(name: "ferry-job-\(j)") {
+                    var connections: (any Connection, any Connection)?
+                    var openError: String?
+                    if j == 0 {
+                        connections = first.value
+                    } else {
+                        do {
+                            let s = try engine.registry.connect(sourceEndpoint, role: .source)
+                            let t = try engine.registry.connect(targetEndpoint, role: .target)
+                            connections = (s, t)
+                        } catch {
+                            openError = "\(error)"
+                        }
+                    }
+                    while let i = nextIndex.next(below: plan.tables.count) {
+                        let table = plan.tables[i]
+                        guard let (s, t) = connections else {
+                            results.set(i, engine.failed(table, error: openError ?? "no connection", rows: 0, seconds: 0))
+                            continue
+                        }
+                        results.set(i, engine.copyTable(table, source: s, target: t, options: options, mode: plan.mode, progress: progress))
+                    }
+                    if j != 0, let (s, t) = connections {
+                        s.close()
+                        t.close()
+                    }
+                })
+        }
+        for w in workers { w.join() }
+        return CopySummary(
+            source: plan.source, target: plan.target, mode: plan.mode, tables: results.values.compactMap { $0 },
+            seconds: Date().timeIntervalSince(started), warnings: plan.warnings)
+    }
+
+    private func failed(_ table: TablePlan, error: String, rows: Int64, seconds: Double) -> CopySummary.Table {
+        CopySummary.Table(
+            source: table.source.description, target: table.target.description, rows: rows, seconds: seconds,
+            rowsPerSecond: 0, skippedColumns: table.skipped, status: "failed", error: error)
+    }
+
+    /// Loads one table in one target transaction.
+    func copyTable(
+        _ table: TablePlan, source: any Connection, target: any Connection, options: CopyOptions, mode: WriteMode,
+        progress: ProgressReporter
+    ) -> CopySummary.Table {
+        let label = table.source.description
+        let started = Date()
+        var rows: Int64 = 0
+        var created: TableName?
+        progress.started(label, estimate: table.sourceSchema.rowEstimate)
+        do {
+            try target.begin()
+            let loadName: TableName
+            switch mode {
+            case .create:
+                if try target.tableExists(table.target) {
+                    throw FerryError.targetTableExists(table: table.target, endpoint: target.endpoint.redacted)
+                }
+                try target.createTable(table.targetSchema, named: table.target)
+                created = table.target
+                loadName = table.target
+            case .replace:
+                loadName = TableName(schema: table.target.schema, Self.internalPrefix + "staging_" + table.target.name)
+                if try target.tableExists(loadName) { try target.dropTable(loadName) }
+                try target.createTable(table.targetSchema, named: loadName)
+                created = loadName
+            case .append:
+                if try !target.tableExists(table.target) {
+                    try target.createTable(table.targetSchema, named: table.target)
+                    created = table.target
+                }
+                loadName = table.target
+            }
+
+            rows = try pump(table, source: source, target: target, into: loadName, options: options, progress: progress)
+
+            if mode != .append {
+                let landed = try target.countRows(loadName)
+                guard landed == rows else {
+                    throw FerryError.copyFailed(
+                        table: table.source, endpoint: target.endpoint.redacted,
+                        reason: "\(rows) rows were read but the target table holds \(landed)")
+                }
+            }
+            if table.targetSchema.columns.contains(where: \.isSerial) {
+                try target.resetSerial(loadName, schema: table.targetSchema)
+            }
+            if mode == .replace {
+                try target.swapTable(loadName, into: table.target)
+            }
+            try target.commit()
+            let seconds = Date().timeIntervalSince(started)
+            progress.finished(label, rows: rows, seconds: seconds, error: nil)
+            return CopySummary.Table(
+                source: label, target: table.target.description, rows: rows, seconds: seconds,
+                rowsPerSecond: seconds > 0 ? Double(rows) / seconds : 0, skippedColumns: table.skipped,
+                status: "ok", error: nil)
+        } catch {
+            try? target.rollback()
+            if !target.dialect.supportsTransactionalDDL, let created {
+                try? target.dropTable(created)
+            }
+            let seconds = Date().timeIntervalSince(started)
+            let message = Self.describe(error, table: table.source)
+            progress.finished(label, rows: rows, seconds: seconds, error: message)
+            return failed(table, error: message, rows: rows, seconds: seconds)
+        }
+    }
+
+    /// Streams batches from a reader thread through a bounded queue into the writer.
+    private func pump(
+        _ table: TablePlan, source: any Connection, target: any Connection, into loadName: TableName,
+        options: CopyOptions, progress: ProgressReporter
+    ) throws -> Int64 {
+        let reader = Handoff(try source.reader(
+            table: table.sourceSchema, columns: table.columns, keyRange: nil, batchSize: max(1, options.batchSize)))
+        let writer = try target.writer(table: loadName, columns: table.targetSchema.columns)
+        let queue = BoundedQueue<RowBatch>(capacity: options.queueDepth)
+        let producer = Worker(name: "ferry-read-\(table.source.name)") {
+            do {
+                while let batch = try reader.value.next() {
+                    if !queue.put(batch) { break }
+                }
+                queue.finish()
+            } catch {
+                queue.finish(error: error)
+            }
+        }
+        var rows: Int64 = 0
+        do {
+            while let batch = try queue.take() {
+                do {
+                    try writer.write(batch)
+                } catch let e as BatchRowError {
+                    throw e.error.adding(
+                        table: table.source, key: keyDescription(table, batch: batch, row: e.row))
+                }
+                rows += Int64(batch.count)
+                progress.advanced(table.source.description, by: batch.count)
+            }
+            try writer.finish()
+        } catch {
+            queue.cancel()
+            producer.join()
+            reader.value.close()
+            throw error
+        }
+        producer.join()
+        reader.value.close()
+        return rows
+    }
+
+    /// `(id=5)` for row `row` of a batch, using the plan's key (or every column when none).
+    func keyDescription(_ table: TablePlan, batch: RowBatch, row: Int) -> String {
+        let keyColumns = table.key?.columns ?? []
+        var parts: [String] = []
+        for name in keyColumns {
+            guard let i = table.columns.firstIndex(where: { $0.name == name }) else { continue }
+            parts.append("\(name)=\(Value(column: batch.columns[i], row: row, type: table.columns[i].logicalType))")
+        }
+        return parts.isEmpty ? "row \(row + 1) of its batch (the table has no key)" : "(" + parts.joined(separator: ", ") + ")"
+    }
+
+    static func describe(_ error: any Error, table: TableName) -> String {
+        if let e = error as? FerryError {
+            switch e {
+            case .invalidValue: return e.adding(table: table).description
+            default: return e.description
+            }
+        }
+        return "\(error)"
+    }
+}
+
+/// Slots for per-table results filled from several threads.
+private final class ResultBox: @unchecked Sendable {
+    private let lock = NSLock()
+    private var slots: [CopySummary.Table?]
+    init(count: Int) { slots = Array(repeating: nil, count: count) }
+    func set(_ i: Int, _ value: CopySummary.Table) {
+        lock.lock()
+        slots[i] = value
+        lock.unlock()
+    }
+    var values: [CopySummary.Table?] {
+        lock.lock()
+        defer { lock.unlock() }
+        return slots
+    }
+}
+
+/// Hands out table indexes to jobs.
+private final class Counter: @unchecked Sendable {
+    private let lock = NSLock()
+    private var value = 0
+    func next(below limit: Int) -> Int? {
+        lock.lock()
+        defer { lock.unlock() }
+        guard value < limit else { return nil }
+        value += 1
+        return value - 1
+    }
+}

@@ -1,0 +1,47 @@
+/// What a copy will do, table by table; printable with `--dry-run` before anything is touched.
+public struct CopyPlan: Sendable, Codable {
+    public var source: String
+    public var target: String
+    public var mode: WriteMode
+    public var tables: [TablePlan]
+    /// Tables named with --tables that do not exist, and other notes for the user.
+    public var warnings: [String]
+}
+
+/// One table's part of a plan.
+public struct TablePlan: Sendable, Codable {
+    /// The source table as its catalog describes it.
+    public var sourceSchema: TableSchema
+    /// The table to create or fill on the target: the source's carried columns, its keys.
+    public var targetSchema: TableSchema
+    /// Source columns that are read, in the order they are written.
+    public var columns: [Column]
+    /// Columns left out, each with its reason.
+    public var skipped: [SkippedColumn]
+    /// The key keyed work and error messages use; nil when the table has none.
+    public var key: TableKey?
+    /// DDL the target runs in create and replace modes (and in append when the table is missing).
+    public var ddl: [String]
+    /// True when the target table exists already (append writes into it; replace swaps it).
+    public var targetExists: Bool
+
+    public var source: TableName { sourceSchema.name }
+    public var target: TableName { targetSchema.name }
+}
+
+/// Options that shape a copy.
+public struct CopyOptions: Sendable {
+    /// Tables to copy (empty: all). Each entry is `name` or `schema.name`.
+    public var tables: [TableName] = []
+    public var exclude: [TableName] = []
+    public var mode: WriteMode = .create
+    /// `--key table=col1,col2` choices, for tables without a primary or unique key.
+    public var keys: [TableName: [String]] = [:]
+    /// Tables copied at once.
+    public var jobs: Int = 1
+    public var batchSize: Int = 10_000
+    /// Batches buffered between each table's reader and writer.
+    public var queueDepth: Int = 4
+
+    public init() {}
+}

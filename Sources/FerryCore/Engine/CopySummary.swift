@@ -1,0 +1,34 @@
+/// The outcome of a copy, printed at the end and as JSON with `--json`.
+public struct CopySummary: Sendable, Codable {
+    public struct Table: Sendable, Codable {
+        public var source: String
+        public var target: String
+        public var rows: Int64
+        public var seconds: Double
+        public var rowsPerSecond: Double
+        public var skippedColumns: [SkippedColumn]
+        /// "ok" or "failed".
+        public var status: String
+        public var error: String?
+    }
+
+    public var source: String
+    public var target: String
+    public var mode: WriteMode
+    public var tables: [Table]
+    public var seconds: Double
+    public var warnings: [String]
+
+    public var ok: Bool { tables.allSatisfy { $0.status == "ok" } }
+    public var totalRows: Int64 { tables.reduce(0) { $0 + $1.rows } }
+}
+
+/// A problem at one row of a batch, raised by a writer; the engine names the row by its key.
+public struct BatchRowError: Error, Sendable {
+    public var row: Int
+    public var error: FerryError
+    public init(row: Int, error: FerryError) {
+        self.row = row
+        self.error = error
+    }
+}

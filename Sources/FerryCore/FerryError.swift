@@ -1,0 +1,81 @@
+/// What can go wrong in Ferry's core, each case rendered as one line a user can act on:
+/// what happened, where (endpoint with the password masked, table, column, key), what to do.
+///
+/// Drivers throw their own error types (`SQLiteError`, …) for engine failures; the copy
+/// engine wraps them with the table they happened in.
+public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// A URL Ferry cannot parse (`text` is already redacted).
+    case invalidEndpoint(text: String, reason: String)
+    /// A URL whose scheme no registered driver serves.
+    case unknownScheme(scheme: String, known: [String])
+    /// A command-line option or argument that makes no sense.
+    case invalidOption(String)
+    /// Could not open the database at all.
+    case connectionFailed(endpoint: String, reason: String)
+    /// The target cannot be written to.
+    case readOnlyTarget(endpoint: String, reason: String)
+    case tableNotFound(table: TableName, endpoint: String)
+    /// `--mode create` and the table is already there.
+    case targetTableExists(table: TableName, endpoint: String)
+    /// Keyed work on a table that has no primary key, no usable unique key and no `--key`.
+    case noKey(table: TableName)
+    /// A column named by the user that the table does not have.
+    case columnNotFound(table: TableName, column: String)
+    /// A value that cannot travel as it is (narrowing, wrong storage class, bad text form).
+    case invalidValue(table: TableName?, column: String?, key: String?, message: String)
+    /// The target has no type for a column's logical type.
+    case unsupportedType(table: TableName, column: String, type: String, target: String)
+    /// A table's copy failed; `reason` is the driver's one-line message.
+    case copyFailed(table: TableName, endpoint: String, reason: String)
+    /// Several tables failed; each reason is one line.
+    case someTablesFailed(count: Int, total: Int)
+
+    /// True for mistakes in how Ferry was called (exit code 2), false for failures (exit code 1).
+    public var isUsage: Bool {
+        switch self {
+        case .invalidEndpoint, .unknownScheme, .invalidOption: return true
+        default: return false
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case let .invalidEndpoint(text, reason):
+            return "invalid database URL '\(text)': \(reason) (examples: sqlite:data/app.db, postgres://user@host:5432/db, mysql://user@host:3306/db)"
+        case let .unknownScheme(scheme, known):
+            return "unknown URL scheme '\(scheme):': Ferry knows \(known.map { $0 + ":" }.joined(separator: ", ")) (e.g. sqlite:path/to/file.db)"
+        case let .invalidOption(message):
+            return message
+        case let .connectionFailed(endpoint, reason):
+            return "cannot open \(endpoint): \(reason)"
+        case let .readOnlyTarget(endpoint, reason):
+            return "cannot write to \(endpoint): \(reason); check the file's permissions or choose another target"
+        case let .tableNotFound(table, endpoint):
+            return "table \(table) not found in \(endpoint); run `ferry tables \(endpoint)` to list the tables"
+        case let .targetTableExists(table, endpoint):
+            return "table \(table) already exists in \(endpoint); use --mode replace to overwrite it, --mode append to add rows, or --exclude \(table)"
+        case let .noKey(table):
+            return "table \(table) has no primary key and no unique key over NOT NULL columns; name one with --key \(table)=col1,col2"
+        case let .columnNotFound(table, column):
+            return "table \(table) has no column \(column)"
+        case let .invalidValue(table, column, key, message):
+            var place: [String] = []
+            if let table { place.append("table \(table)") }
+            if let column { place.append("column \(column)") }
+            if let key { place.append("key \(key)") }
+            return place.isEmpty ? message : place.joined(separator: ", ") + ": " + message
+        case let .unsupportedType(table, column, type, target):
+            return "table \(table), column \(column): \(target) has no type for \(type); skip the column or cast it"
+        case let .copyFailed(table, endpoint, reason):
+            return "copying \(table) to \(endpoint) failed: \(reason)"
+        case let .someTablesFailed(count, total):
+            return "\(count) of \(total) tables failed (see the messages above); tables that failed were left as they were"
+        }
+    }
+
+    /// Fills in table, column and key on an `invalidValue` raised where they were not known.
+    public func adding(table: TableName? = nil, column: String? = nil, key: String? = nil) -> FerryError {
+        guard case let .invalidValue(t, c, k, message) = self else { return self }
+        return .invalidValue(table: t ?? table, column: c ?? column, key: k ?? key, message: message)
+    }
+}

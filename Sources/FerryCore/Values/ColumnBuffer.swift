@@ -1,0 +1,129 @@
+/// The physical layout of a column inside a batch.
+public enum ColumnStorage: Sendable, Hashable {
+    /// Fixed-width Int64 values (integers, booleans as 0/1, dates, times, timestamps).
+    case int64
+    /// Fixed-width Double values (Float widened exactly).
+    case double
+    /// Variable-width values: UTF-8 text or raw bytes in one arena with offsets.
+    case bytes
+}
+
+/// One column of a `RowBatch`: a typed buffer, an arena for variable-width values and a
+/// null bitmap. Every row has a slot in the typed buffer (zero or empty for NULL), so row
+/// `i` is always at index `i`.
+public struct ColumnBuffer: Sendable {
+    public let storage: ColumnStorage
+    /// Values when `storage == .int64`.
+    public private(set) var ints: [Int64] = []
+    /// Values when `storage == .double`.
+    public private(set) var doubles: [Double] = []
+    /// Bytes of all values when `storage == .bytes`.
+    public private(set) var arena: [UInt8] = []
+    /// `offsets[i]..<offsets[i+1]` are row i's bytes in `arena` (count + 1 entries).
+    public private(set) var offsets: [Int] = [0]
+    /// Bit `i` set when row `i` is NULL.
+    private var nullBits: [UInt64] = []
+    public private(set) var count: Int = 0
+    public private(set) var nullCount: Int = 0
+
+    public init(storage: ColumnStorage, capacity: Int = 0) {
+        self.storage = storage
+        switch storage {
+        case .int64: ints.reserveCapacity(capacity)
+        case .double: doubles.reserveCapacity(capacity)
+        case .bytes:
+            offsets.reserveCapacity(capacity + 1)
+            arena.reserveCapacity(capacity * 16)
+        }
+        nullBits.reserveCapacity(capacity / 64 + 1)
+    }
+
+    @inline(__always)
+    private mutating func markRow(null: Bool) {
+        let word = count >> 6
+        if word == nullBits.count { nullBits.append(0) }
+        if null {
+            nullBits[word] |= (1 as UInt64) << UInt64(count & 63)
+            nullCount += 1
+        }
+        count += 1
+    }
+
+    @inline(__always)
+    public func isNull(_ row: Int) -> Bool {
+        (nullBits[row >> 6] >> UInt64(row & 63)) & 1 == 1
+    }
+
+    public mutating func appendNull() {
+        switch storage {
+        case .int64: ints.append(0)
+        case .double: doubles.append(0)
+        case .bytes: offsets.append(arena.count)
+        }
+        markRow(null: true)
+    }
+
+    @inline(__always)
+    public mutating func append(_ value: Int64) {
+        precondition(storage == .int64, "Int64 appended to a \(storage) column")
+        ints.append(value)
+        markRow(null: false)
+    }
+
+    @inline(__always)
+    public mutating func append(_ value: Double) {
+        precondition(storage == .double, "Double appended to a \(storage) column")
+        doubles.append(value)
+        markRow(null: false)
+    }
+
+    @inline(__always)
+    public mutating func append(bytes: UnsafeRawBufferPointer) {
+        precondition(storage == .bytes, "bytes appended to a \(storage) column")
+        arena.append(contentsOf: bytes)
+        offsets.append(arena.count)
+        markRow(null: false)
+    }
+
+    public mutating func append<S: Sequence>(bytes: S) where S.Element == UInt8 {
+        precondition(storage == .bytes, "bytes appended to a \(storage) column")
+        arena.append(contentsOf: bytes)
+        offsets.append(arena.count)
+        markRow(null: false)
+    }
+
+    public mutating func append(string: String) {
+        var s = string
+        s.withUTF8 { append(bytes: UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Row `i`'s byte range in `arena`.
+    @inline(__always)
+    public func range(_ row: Int) -> Range<Int> { offsets[row]..<offsets[row + 1] }
+
+    /// Row `i`'s bytes (a copy); for hot paths use `withUnsafeArena` and `range(_:)`.
+    public func bytes(_ row: Int) -> [UInt8] { Array(arena[range(row)]) }
+
+    /// Row `i` as a String (bytes are UTF-8).
+    public func string(_ row: Int) -> String {
+        arena.withUnsafeBufferPointer { buf in
+            String(decoding: UnsafeBufferPointer(rebasing: buf[range(row)]), as: UTF8.self)
+        }
+    }
+
+    public func withUnsafeArena<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        try arena.withUnsafeBytes(body)
+    }
+
+    /// Empties the column and keeps its capacity, so a reader can refill it.
+    public mutating func removeAll() {
+        ints.removeAll(keepingCapacity: true)
+        doubles.removeAll(keepingCapacity: true)
+        arena.removeAll(keepingCapacity: true)
+        offsets.removeAll(keepingCapacity: true)
+        offsets.append(0)
+        nullBits.removeAll(keepingCapacity: true)
+        count = 0
+        nullCount = 0
+    }
+}

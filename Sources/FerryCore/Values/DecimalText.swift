@@ -1,0 +1,65 @@
+/// Exact decimal text: validation and the plain (non-exponent) form of a Double.
+public enum DecimalText {
+    /// True for `[+-]digits[.digits]`, `[+-].digits`, and `NaN`/`Infinity`/`-Infinity`.
+    public static func isValid(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        var i = 0
+        let n = bytes.count
+        if n == 0 { return false }
+        if bytes[0] == 43 || bytes[0] == 45 { i = 1 }
+        let word = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[i...]), as: UTF8.self)
+        if word == "Infinity" || (word == "NaN" && i == 0) { return true }
+        var digits = 0
+        var dot = false
+        while i < n {
+            let c = bytes[i]
+            if c >= 48 && c <= 57 {
+                digits += 1
+            } else if c == 46 && !dot {
+                dot = true
+            } else {
+                return false
+            }
+            i += 1
+        }
+        return digits > 0
+    }
+
+    public static func isValid(_ text: String) -> Bool {
+        var t = text
+        return t.withUTF8 { isValid(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// The shortest decimal that reads back as `value`, written without an exponent
+    /// (`1e+20` becomes `100000000000000000000`, `1e-7` becomes `0.0000001`).
+    public static func exact(_ value: Double) -> String {
+        if value.isNaN { return "NaN" }
+        if value.isInfinite { return value < 0 ? "-Infinity" : "Infinity" }
+        let s = "\(value)"
+        guard let e = s.firstIndex(where: { $0 == "e" || $0 == "E" }) else {
+            return s.hasSuffix(".0") ? String(s.dropLast(2)) : s
+        }
+        var mantissa = String(s[..<e])
+        guard let exponent = Int(s[s.index(after: e)...]) else { return s }
+        let negative = mantissa.hasPrefix("-")
+        if negative { mantissa.removeFirst() }
+        var intPart = mantissa
+        var fracPart = ""
+        if let dot = mantissa.firstIndex(of: ".") {
+            intPart = String(mantissa[..<dot])
+            fracPart = String(mantissa[mantissa.index(after: dot)...])
+        }
+        var digits = intPart + fracPart
+        var point = intPart.count + exponent
+        if point <= 0 {
+            digits = String(repeating: "0", count: -point + 1) + digits
+            point = 1
+        } else if point > digits.count {
+            digits += String(repeating: "0", count: point - digits.count)
+        }
+        var whole = String(digits.prefix(point))
+        var frac = String(digits.dropFirst(point))
+        while frac.hasSuffix("0") { frac.removeLast() }
+        while whole.count > 1 && whole.hasPrefix("0") { whole.removeFirst() }
+        return (negative ? "-" : "") + whole + (frac.isEmpty ? "" : "." + frac)
+    }
+}

@@ -1,0 +1,44 @@
+/// A block of rows in columnar form: one `ColumnBuffer` per column, in the order of the
+/// reader's column list. Batches are values, so they cross threads freely.
+public struct RowBatch: Sendable {
+    public var columns: [ColumnBuffer]
+
+    public init(columns: [ColumnBuffer]) {
+        self.columns = columns
+    }
+
+    /// An empty batch laid out for these logical types.
+    public init(types: [LogicalType], capacity: Int) {
+        self.columns = types.map { ColumnBuffer(storage: $0.storage, capacity: capacity) }
+    }
+
+    /// Rows in the batch (every column has the same count).
+    public var count: Int { columns.first?.count ?? 0 }
+    public var isEmpty: Bool { count == 0 }
+
+    /// Approximate memory held, for bounding queues.
+    public var byteSize: Int {
+        columns.reduce(0) { $0 + $1.ints.count * 8 + $1.doubles.count * 8 + $1.arena.count + $1.offsets.count * 8 }
+    }
+
+    /// Row `row` as `Value`s, interpreted with these types (non-hot code: sync, tests, errors).
+    public func row(_ row: Int, types: [LogicalType]) -> [Value] {
+        zip(columns, types).map { Value(column: $0, row: row, type: $1) }
+    }
+
+    /// Builds a batch from `Value` rows (tests, sync, small writes). Throws when a value does
+    /// not fit its column's type.
+    public init(rows: [[Value]], types: [LogicalType]) throws {
+        self.init(types: types, capacity: rows.count)
+        for (r, values) in rows.enumerated() {
+            guard values.count == types.count else {
+                throw FerryError.invalidValue(
+                    table: nil, column: nil, key: nil,
+                    message: "row \(r) has \(values.count) values for \(types.count) columns")
+            }
+            for (i, value) in values.enumerated() {
+                try value.append(to: &columns[i], as: types[i])
+            }
+        }
+    }
+}

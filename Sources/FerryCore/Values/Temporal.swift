@@ -1,0 +1,248 @@
+/// Conversions between Ferry's canonical temporal forms (days since 1970-01-01, microseconds
+/// since midnight, microseconds since the epoch) and ISO-8601 text. Proleptic Gregorian
+/// calendar, any year Int64 can reach; no time zones beyond a numeric offset.
+public enum Temporal {
+    public static let microsPerSecond: Int64 = 1_000_000
+    public static let microsPerDay: Int64 = 86_400_000_000
+
+    /// Days since 1970-01-01 of a civil date (H. Hinnant's algorithm).
+    public static func days(year: Int64, month: Int64, day: Int64) -> Int64 {
+        let y = month <= 2 ? year - 1 : year
+        let era = (y >= 0 ? y : y - 399) / 400
+        let yoe = y - era * 400
+        let mp = (month + 9) % 12
+        let doy = (153 * mp + 2) / 5 + day - 1
+        let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy
+        return era * 146_097 + doe - 719_468
+    }
+
+    /// The civil date of a day number.
+    public static func civil(days: Int64) -> (year: Int64, month: Int64, day: Int64) {
+        let z = days + 719_468
+        let era = (z >= 0 ? z : z - 146_096) / 146_097
+        let doe = z - era * 146_097
+        let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365
+        let y = yoe + era * 400
+        let doy = doe - (365 * yoe + yoe / 4 - yoe / 100)
+        let mp = (5 * doy + 2) / 153
+        let d = doy - (153 * mp + 2) / 5 + 1
+        let m = mp < 10 ? mp + 3 : mp - 9
+        return (m <= 2 ? y + 1 : y, m, d)
+    }
+
+    // MARK: Formatting
+
+    @inline(__always)
+    private static func pad(_ v: Int64, _ width: Int, into out: inout [UInt8]) {
+        var digits: [UInt8] = []
+        var x = v
+        repeat {
+            digits.append(UInt8(48 + x % 10))
+            x /= 10
+        } while x > 0
+        if digits.count < width { out.append(contentsOf: repeatElement(48, count: width - digits.count)) }
+        out.append(contentsOf: digits.reversed())
+    }
+
+    private static func appendDate(_ days: Int64, into out: inout [UInt8]) {
+        let (y, m, d) = civil(days: days)
+        if y < 0 { out.append(45) }
+        pad(abs(y), 4, into: &out)
+        out.append(45)
+        pad(m, 2, into: &out)
+        out.append(45)
+        pad(d, 2, into: &out)
+    }
+
+    /// `fractionDigits` nil: the shortest exact form (no fraction when zero, trailing zeros trimmed);
+    /// 0...6: exactly that many digits (the value must not need more).
+    private static func appendTime(_ micros: Int64, fractionDigits: Int?, into out: inout [UInt8]) {
+        let secs = micros / microsPerSecond
+        let frac = micros % microsPerSecond
+        pad(secs / 3600, 2, into: &out)
+        out.append(58)
+        pad(secs / 60 % 60, 2, into: &out)
+        out.append(58)
+        pad(secs % 60, 2, into: &out)
+        var digits = 6
+        if let f = fractionDigits {
+            digits = max(f, 0)
+            // Never drop non-zero digits: widen until the value is exact.
+            var rest = frac
+            var needed = 6
+            while needed > 0 && rest % 10 == 0 { rest /= 10; needed -= 1 }
+            if frac == 0 { needed = 0 }
+            digits = max(digits, needed)
+        } else {
+            if frac == 0 { return }
+            var rest = frac
+            while digits > 0 && rest % 10 == 0 { rest /= 10; digits -= 1 }
+        }
+        if digits == 0 { return }
+        out.append(46)
+        var scaled = frac
+        for _ in 0..<(6 - digits) { scaled /= 10 }
+        pad(scaled, digits, into: &out)
+    }
+
+    /// `YYYY-MM-DD`.
+    public static func formatDate(_ days: Int64) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(10)
+        appendDate(days, into: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// `HH:MM:SS[.ffffff]`.
+    public static func formatTime(_ micros: Int64, fractionDigits: Int? = nil) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(15)
+        appendTime(micros, fractionDigits: fractionDigits, into: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// `YYYY-MM-DD HH:MM:SS[.ffffff]` followed by `utcSuffix` (e.g. `+00:00` or `Z`) when given.
+    public static func formatTimestamp(
+        _ micros: Int64, fractionDigits: Int? = nil, separator: UInt8 = 32, utcSuffix: String? = nil
+    ) -> String {
+        var days = micros / microsPerDay
+        var rest = micros % microsPerDay
+        if rest < 0 {
+            days -= 1
+            rest += microsPerDay
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        appendDate(days, into: &out)
+        out.append(separator)
+        appendTime(rest, fractionDigits: fractionDigits, into: &out)
+        if let utcSuffix { out.append(contentsOf: utcSuffix.utf8) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    // MARK: Parsing
+
+    /// What went wrong parsing temporal text; callers add table, column and key.
+    public struct ParseError: Error, CustomStringConvertible {
+        public var description: String
+    }
+
+    private struct Cursor {
+        let b: [UInt8]
+        var i = 0
+        var atEnd: Bool { i >= b.count }
+        var peek: UInt8? { i < b.count ? b[i] : nil }
+        mutating func digits(min: Int, max: Int) -> Int64? {
+            var v: Int64 = 0
+            var n = 0
+            while n < max, i < b.count, b[i] >= 48, b[i] <= 57 {
+                v = v * 10 + Int64(b[i] - 48)
+                i += 1
+                n += 1
+            }
+            return n >= min ? v : nil
+        }
+        mutating func eat(_ c: UInt8) -> Bool {
+            if peek == c { i += 1; return true }
+            return false
+        }
+    }
+
+    private static func parseDatePart(_ c: inout Cursor, _ text: String) throws -> Int64 {
+        let negative = c.eat(45)
+        guard let y = c.digits(min: 4, max: 9), c.eat(45), let m = c.digits(min: 1, max: 2), c.eat(45),
+              let d = c.digits(min: 1, max: 2)
+        else { throw ParseError(description: "'\(text)' is not a date of the form YYYY-MM-DD") }
+        let year = negative ? -y : y
+        guard (1...12).contains(m), d >= 1, d <= daysIn(month: m, year: year) else {
+            throw ParseError(description: "'\(text)' is not a valid calendar date")
+        }
+        return days(year: year, month: m, day: d)
+    }
+
+    private static func daysIn(month: Int64, year: Int64) -> Int64 {
+        switch month {
+        case 2: return (year % 4 == 0 && year % 100 != 0) || year % 400 == 0 ? 29 : 28
+        case 4, 6, 9, 11: return 30
+        default: return 31
+        }
+    }
+
+    private static func parseTimePart(_ c: inout Cursor, _ text: String, allow24: Bool) throws -> Int64 {
+        guard let h = c.digits(min: 1, max: 2), c.eat(58), let mi = c.digits(min: 2, max: 2) else {
+            throw ParseError(description: "'\(text)' is not a time of the form HH:MM:SS[.ffffff]")
+        }
+        var s: Int64 = 0
+        var micros: Int64 = 0
+        if c.eat(58) {
+            guard let sv = c.digits(min: 2, max: 2) else {
+                throw ParseError(description: "'\(text)' is not a time of the form HH:MM:SS[.ffffff]")
+            }
+            s = sv
+            if c.eat(46) {
+                var n = 0
+                while let ch = c.peek, ch >= 48, ch <= 57 {
+                    c.i += 1
+                    if n < 6 {
+                        micros = micros * 10 + Int64(ch - 48)
+                    } else if ch != 48 {
+                        throw ParseError(description: "'\(text)' has more than 6 fractional digits (Ferry carries microseconds)")
+                    }
+                    n += 1
+                }
+                guard n > 0 else { throw ParseError(description: "'\(text)' has an empty fraction") }
+                if n < 6 { for _ in n..<6 { micros *= 10 } }
+            }
+        }
+        let total = ((h * 60 + mi) * 60 + s) * microsPerSecond + micros
+        guard mi < 60, s < 60, h < 24 || (allow24 && total == microsPerDay) else {
+            throw ParseError(description: "'\(text)' is not a valid time of day")
+        }
+        return total
+    }
+
+    /// Parses `YYYY-MM-DD`.
+    public static func parseDate(_ text: String) throws -> Int64 {
+        var c = Cursor(b: Array(text.utf8))
+        let d = try parseDatePart(&c, text)
+        guard c.atEnd else { throw ParseError(description: "'\(text)' is not a date of the form YYYY-MM-DD") }
+        return d
+    }
+
+    /// Parses `HH:MM[:SS[.ffffff]]` (24:00:00 allowed, as PostgreSQL and MySQL allow it).
+    public static func parseTime(_ text: String) throws -> Int64 {
+        var c = Cursor(b: Array(text.utf8))
+        let t = try parseTimePart(&c, text, allow24: true)
+        guard c.atEnd else { throw ParseError(description: "'\(text)' is not a time of the form HH:MM:SS[.ffffff]") }
+        return t
+    }
+
+    /// Parses `YYYY-MM-DD[( |T)HH:MM[:SS[.ffffff]]][Z|±HH[:MM]]`; an offset is applied, so the
+    /// result is UTC when one is present. `hadOffset` tells whether the text carried one.
+    public static func parseTimestamp(_ text: String) throws -> (micros: Int64, hadOffset: Bool) {
+        var c = Cursor(b: Array(text.utf8))
+        let d = try parseDatePart(&c, text)
+        var micros: Int64 = 0
+        if c.eat(32) || c.eat(84) {
+            micros = try parseTimePart(&c, text, allow24: false)
+        }
+        var hadOffset = false
+        if c.eat(90) {
+            hadOffset = true
+        } else if let sign = c.peek, sign == 43 || sign == 45 {
+            c.i += 1
+            guard let oh = c.digits(min: 2, max: 2) else {
+                throw ParseError(description: "'\(text)' has a malformed UTC offset")
+            }
+            _ = c.eat(58)
+            let om = c.digits(min: 2, max: 2) ?? 0
+            let offset = (oh * 60 + om) * 60 * microsPerSecond
+            micros -= sign == 43 ? offset : -offset
+            hadOffset = true
+        }
+        guard c.atEnd else { throw ParseError(description: "'\(text)' is not a timestamp of the form YYYY-MM-DD HH:MM:SS[.ffffff]") }
+        let (r, overflow) = d.multipliedReportingOverflow(by: microsPerDay)
+        guard !overflow else { throw ParseError(description: "'\(text)' is out of range") }
+        return (r + micros, hadOffset)
+    }
+}

@@ -1,0 +1,171 @@
+import Foundation
+
+/// One value in its canonical form, for code where convenience matters more than speed
+/// (sync, errors, tests, small writes). Batches hold the same data column by column.
+///
+/// Equality is exact: doubles compare by bit pattern (so -0.0 ≠ 0.0 and NaN == NaN),
+/// decimals and text by their exact characters.
+public enum Value: Sendable, Hashable, CustomStringConvertible {
+    case null
+    case bool(Bool)
+    case int(Int64)
+    case double(Double)
+    /// Exact decimal text (`-12.30`, `NaN`, `Infinity`).
+    case decimal(String)
+    case text(String)
+    case binary([UInt8])
+    /// Days since 1970-01-01.
+    case date(Int64)
+    /// Microseconds since midnight.
+    case time(Int64)
+    /// Microseconds since the epoch.
+    case timestamp(Int64)
+    /// 16 bytes.
+    case uuid([UInt8])
+    case json(String)
+
+    public static func == (a: Value, b: Value) -> Bool {
+        switch (a, b) {
+        case (.null, .null): return true
+        case let (.bool(x), .bool(y)): return x == y
+        case let (.int(x), .int(y)): return x == y
+        case let (.double(x), .double(y)): return x.bitPattern == y.bitPattern
+        case let (.decimal(x), .decimal(y)): return x == y
+        case let (.text(x), .text(y)): return x.utf8.elementsEqual(y.utf8)
+        case let (.binary(x), .binary(y)): return x == y
+        case let (.date(x), .date(y)): return x == y
+        case let (.time(x), .time(y)): return x == y
+        case let (.timestamp(x), .timestamp(y)): return x == y
+        case let (.uuid(x), .uuid(y)): return x == y
+        case let (.json(x), .json(y)): return x.utf8.elementsEqual(y.utf8)
+        default: return false
+        }
+    }
+
+    public func hash(into h: inout Hasher) {
+        switch self {
+        case .null: h.combine(0)
+        case .bool(let v): h.combine(v)
+        case .int(let v): h.combine(v)
+        case .double(let v): h.combine(v.bitPattern)
+        case .decimal(let v), .text(let v), .json(let v): h.combine(Array(v.utf8))
+        case .binary(let v), .uuid(let v): h.combine(v)
+        case .date(let v), .time(let v), .timestamp(let v): h.combine(v)
+        }
+    }
+
+    public var isNull: Bool { if case .null = self { return true } else { return false } }
+
+    /// The value in one line, for messages: text quoted and cut at 60 characters, binary as hex.
+    public var description: String {
+        switch self {
+        case .null: return "NULL"
+        case .bool(let v): return v ? "true" : "false"
+        case .int(let v): return String(v)
+        case .double(let v): return String(v)
+        case .decimal(let v): return v
+        case .text(let v), .json(let v):
+            let cut = v.count > 60 ? String(v.prefix(60)) + "…" : v
+            return "'" + cut.replacingOccurrences(of: "'", with: "''") + "'"
+        case .binary(let v):
+            let hex = v.prefix(32).map { String(format: "%02x", $0) }.joined()
+            return "x'" + hex + (v.count > 32 ? "…" : "") + "'"
+        case .date(let v): return Temporal.formatDate(v)
+        case .time(let v): return Temporal.formatTime(v)
+        case .timestamp(let v): return Temporal.formatTimestamp(v)
+        case .uuid(let v): return UUIDText.format(v)
+        }
+    }
+
+    /// Reads row `row` of `column`, interpreting it as `type`.
+    public init(column: ColumnBuffer, row: Int, type: LogicalType) {
+        if column.isNull(row) {
+            self = .null
+            return
+        }
+        switch type {
+        case .boolean: self = .bool(column.ints[row] != 0)
+        case .int16, .int32, .int64: self = .int(column.ints[row])
+        case .date: self = .date(column.ints[row])
+        case .time: self = .time(column.ints[row])
+        case .timestamp: self = .timestamp(column.ints[row])
+        case .float32, .float64: self = .double(column.doubles[row])
+        case .decimal: self = .decimal(column.string(row))
+        case .text, .enumeration, .unsupported: self = .text(column.string(row))
+        case .binary: self = .binary(column.bytes(row))
+        case .uuid: self = .uuid(column.bytes(row))
+        case .json: self = .json(column.string(row))
+        }
+    }
+
+    /// Appends the value to `column` as `type`, refusing values that do not fit.
+    public func append(to column: inout ColumnBuffer, as type: LogicalType) throws {
+        func mismatch() -> FerryError {
+            FerryError.invalidValue(table: nil, column: nil, key: nil, message: "\(self) is not a \(type) value")
+        }
+        if case .null = self {
+            column.appendNull()
+            return
+        }
+        switch (type, self) {
+        case (.boolean, .bool(let v)): column.append(Int64(v ? 1 : 0))
+        case (.int16, .int(let v)), (.int32, .int(let v)), (.int64, .int(let v)):
+            guard let range = type.integerRange, range.contains(v) else {
+                throw FerryError.invalidValue(table: nil, column: nil, key: nil, message: "\(v) does not fit \(type)")
+            }
+            column.append(v)
+        case (.date, .date(let v)), (.time, .time(let v)), (.timestamp, .timestamp(let v)): column.append(v)
+        case (.float32, .double(let v)), (.float64, .double(let v)): column.append(v)
+        case (.decimal, .decimal(let v)): column.append(string: v)
+        case (.decimal, .int(let v)): column.append(string: String(v))
+        case (.text, .text(let v)), (.enumeration, .text(let v)), (.unsupported, .text(let v)), (.json, .json(let v)):
+            column.append(string: v)
+        case (.json, .text(let v)): column.append(string: v)
+        case (.binary, .binary(let v)): column.append(bytes: v)
+        case (.uuid, .uuid(let v)):
+            guard v.count == 16 else { throw mismatch() }
+            column.append(bytes: v)
+        default: throw mismatch()
+        }
+    }
+}
+
+/// The 8-4-4-4-12 lowercase hex form of a UUID.
+public enum UUIDText {
+    private static let hex = Array("0123456789abcdef".utf8)
+
+    public static func format<C: Collection>(_ bytes: C) -> String where C.Element == UInt8 {
+        var out: [UInt8] = []
+        out.reserveCapacity(36)
+        for (i, b) in bytes.enumerated() {
+            if i == 4 || i == 6 || i == 8 || i == 10 { out.append(45) }
+            out.append(hex[Int(b >> 4)])
+            out.append(hex[Int(b & 15)])
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Parses hex with or without hyphens and braces; nil when it is not 16 bytes of hex.
+    public static func parse(_ text: String) -> [UInt8]? {
+        var out: [UInt8] = []
+        out.reserveCapacity(16)
+        var high: UInt8?
+        for c in text.utf8 {
+            let v: UInt8
+            switch c {
+            case 48...57: v = c - 48
+            case 97...102: v = c - 87
+            case 65...70: v = c - 55
+            case 45, 123, 125: continue
+            default: return nil
+            }
+            if let h = high {
+                out.append(h << 4 | v)
+                high = nil
+            } else {
+                high = v
+            }
+        }
+        return out.count == 16 && high == nil ? out : nil
+    }
+}

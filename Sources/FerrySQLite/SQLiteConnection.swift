@@ -1,0 +1,206 @@
+import CSQLite
+import FerryCore
+import Foundation
+
+/// One open SQLite database file. Sources are opened read-only and must exist; targets are
+/// created when missing and refused when they cannot be written.
+public final class SQLiteConnection: Connection {
+    public let endpoint: Endpoint
+    public let dialect: any Dialect = SQLiteDialect()
+    let db: OpaquePointer
+    private var statementCache: [String: SQLiteStatement] = [:]
+
+    public init(endpoint: Endpoint, role: ConnectionRole) throws {
+        self.endpoint = endpoint
+        let path = endpoint.path
+        let shown = endpoint.redacted
+        let fm = FileManager.default
+        var isDir: ObjCBool = false
+        let exists = fm.fileExists(atPath: path, isDirectory: &isDir)
+        if path != ":memory:" {
+            if exists && isDir.boolValue {
+                throw FerryError.connectionFailed(endpoint: shown, reason: "\(path) is a directory, not a SQLite file")
+            }
+            if role == .source && !exists {
+                throw FerryError.connectionFailed(endpoint: shown, reason: "no such file \(path)")
+            }
+            if role == .target {
+                let dir = (path as NSString).deletingLastPathComponent
+                let folder = dir.isEmpty ? "." : dir
+                if !fm.fileExists(atPath: folder) {
+                    throw FerryError.connectionFailed(endpoint: shown, reason: "folder \(folder) does not exist")
+                }
+                if !fm.isWritableFile(atPath: folder) {
+                    throw FerryError.readOnlyTarget(endpoint: shown, reason: "folder \(folder) is not writable (SQLite needs it for its journal)")
+                }
+                if exists && !fm.isWritableFile(atPath: path) {
+                    throw FerryError.readOnlyTarget(endpoint: shown, reason: "file \(path) is read-only")
+                }
+            }
+        }
+        var handle: OpaquePointer?
+        let flags = (role == .source ? SQLITE_OPEN_READONLY : SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE)
+            | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI
+        let rc = sqlite3_open_v2(path, &handle, flags, nil)
+        guard rc == SQLITE_OK, let handle else {
+            let message = handle.map { String(cString: sqlite3_errmsg($0)) } ?? String(cString: sqlite3_errstr(rc))
+            sqlite3_close_v2(handle)
+            throw FerryError.connectionFailed(endpoint: shown, reason: message)
+        }
+        self.db = handle
+        sqlite3_extended_result_codes(db, 1)
+        sqlite3_busy_timeout(db, 10_000)
+        do {
+            // Touch the schema: a file that is not a database fails here, not mid-copy.
+            _ = try prepare("SELECT count(*) FROM sqlite_schema").step()
+        } catch let e as SQLiteError {
+            statementCache.removeAll()
+            sqlite3_close_v2(db)
+            let hint = e.code & 0xff == SQLITE_NOTADB ? "\(path) is not a SQLite database" : e.message
+            throw FerryError.connectionFailed(endpoint: shown, reason: hint)
+        }
+        if role == .target && sqlite3_db_readonly(db, "main") == 1 {
+            statementCache.removeAll()
+            sqlite3_close_v2(db)
+            throw FerryError.readOnlyTarget(endpoint: shown, reason: "SQLite opened it read-only")
+        }
+    }
+
+    deinit { close() }
+
+    private var closed = false
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        statementCache.removeAll()
+        sqlite3_close_v2(db)
+    }
+
+    func error(_ rc: Int32, sql: String?) -> SQLiteError {
+        SQLiteError(db: db, code: rc, sql: sql, endpoint: endpoint.redacted)
+    }
+
+    /// A prepared statement, reused when the same SQL comes again (reset before reuse).
+    func prepare(_ sql: String) throws -> SQLiteStatement {
+        if let st = statementCache[sql] {
+            st.reset()
+            sqlite3_clear_bindings(st.handle)
+            return st
+        }
+        let st = try SQLiteStatement(self, sql)
+        statementCache[sql] = st
+        return st
+    }
+
+    /// Runs statements without results.
+    func execute(_ sql: String) throws {
+        var err: UnsafeMutablePointer<CChar>?
+        let rc = sqlite3_exec(db, sql, nil, nil, &err)
+        if rc != SQLITE_OK {
+            let message = err.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(rc))
+            sqlite3_free(err)
+            throw SQLiteError(code: rc, message: message, sql: sql, endpoint: endpoint.redacted)
+        }
+    }
+
+    // MARK: Transactions
+
+    public func begin() throws { try execute("BEGIN IMMEDIATE") }
+    public func commit() throws { try execute("COMMIT") }
+    public func rollback() throws {
+        if sqlite3_get_autocommit(db) == 0 { try execute("ROLLBACK") }
+    }
+
+    // MARK: DDL
+
+    public func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String] {
+        let sameEngine = schema.engine == SQLiteDriver.name
+        let q = { (s: String) in self.dialect.quote(s) }
+        // A single integer serial primary key becomes SQLite's own serial: INTEGER PRIMARY KEY.
+        var inlinePK: String?
+        if schema.primaryKey.count == 1, let c = schema.column(named: schema.primaryKey[0]), let serial = c.serial,
+           [.int16, .int32, .int64].contains(c.logicalType)
+        {
+            inlinePK = c.name
+            _ = serial
+        }
+        var parts: [String] = []
+        for c in schema.columns {
+            var def = q(c.name) + " "
+            if c.name == inlinePK {
+                def += "INTEGER PRIMARY KEY" + (c.serial == .rowid ? "" : " AUTOINCREMENT")
+                parts.append(def)
+                continue
+            }
+            if sameEngine {
+                def += c.nativeType
+            } else {
+                guard let declared = SQLiteTypeMap.declaredType(for: c.logicalType) else {
+                    throw FerryError.unsupportedType(
+                        table: schema.name, column: c.name, type: c.logicalType.description, target: endpoint.redacted)
+                }
+                def += declared
+            }
+            if !c.isNullable { def += " NOT NULL" }
+            if sameEngine, let d = c.defaultExpression { def += " DEFAULT (\(d))" }
+            if case .enumeration(let labels) = c.logicalType {
+                let list = labels.map { "'" + $0.replacingOccurrences(of: "'", with: "''") + "'" }.joined(separator: ", ")
+                def += " CHECK (\(q(c.name)) IN (\(list)))"
+            }
+            parts.append(def.trimmingCharacters(in: .whitespaces))
+        }
+        if inlinePK == nil && !schema.primaryKey.isEmpty {
+            parts.append("PRIMARY KEY (" + schema.primaryKey.map(q).joined(separator: ", ") + ")")
+        }
+        for key in schema.uniqueKeys {
+            parts.append("UNIQUE (" + key.map(q).joined(separator: ", ") + ")")
+        }
+        return ["CREATE TABLE \(dialect.quote(qualified(name))) (\n  " + parts.joined(separator: ",\n  ") + "\n)"]
+    }
+
+    public func createTable(_ schema: TableSchema, named name: TableName) throws {
+        for sql in try createTableStatements(for: schema, named: name) { try execute(sql) }
+    }
+
+    public func dropTable(_ name: TableName) throws {
+        try execute("DROP TABLE IF EXISTS \(dialect.quote(qualified(name)))")
+    }
+
+    public func swapTable(_ staging: TableName, into target: TableName) throws {
+        // Inside the load's transaction: readers see the old table until COMMIT.
+        try dropTable(target)
+        try execute("ALTER TABLE \(dialect.quote(qualified(staging))) RENAME TO \(dialect.quote(target.name))")
+    }
+
+    public func resetSerial(_ table: TableName, schema: TableSchema) throws {
+        // A rowid alias needs nothing (SQLite uses max(rowid) + 1). AUTOINCREMENT keeps its
+        // counter in sqlite_sequence, which must never move backwards.
+        let sqlSt = try prepare(
+            "SELECT sql FROM \(dialect.quote(schemaName(table))).sqlite_schema WHERE type = 'table' AND name = ?1")
+        try sqlSt.bind([.text(table.name)])
+        guard try sqlSt.step(), Self.containsKeyword(sqlSt.columnText(0) ?? "", "AUTOINCREMENT") else { return }
+        let seq = "\(dialect.quote(schemaName(table))).sqlite_sequence"
+        let maxSt = try prepare("SELECT max(rowid) FROM \(dialect.quote(qualified(table)))")
+        _ = try maxSt.step()
+        guard sqlite3_column_type(maxSt.handle, 0) != SQLITE_NULL else { return }
+        let maxValue = maxSt.columnInt(0)
+        let update = try prepare("UPDATE \(seq) SET seq = max(seq, ?2) WHERE name = ?1")
+        try update.bind([.text(table.name), .int(maxValue)])
+        _ = try update.step()
+        if sqlite3_changes(db) == 0 {
+            let insert = try prepare("INSERT INTO \(seq) (name, seq) VALUES (?1, ?2)")
+            try insert.bind([.text(table.name), .int(maxValue)])
+            _ = try insert.step()
+        }
+    }
+
+    // MARK: Reading and writing
+
+    public func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader {
+        try SQLiteReader(connection: self, table: table, columns: columns, keyRange: keyRange, batchSize: batchSize)
+    }
+
+    public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
+        try SQLiteWriter(connection: self, table: table, columns: columns)
+    }
+}

@@ -1,0 +1,13 @@
+import FerryCore
+
+/// The SQLite driver (scheme `sqlite:`), on the system's libsqlite3.
+public struct SQLiteDriver: Driver {
+    public static let name = "sqlite"
+    public init() {}
+    public var name: String { Self.name }
+    public var schemes: [String] { ["sqlite"] }
+
+    public func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection {
+        try SQLiteConnection(endpoint: endpoint, role: role)
+    }
+}

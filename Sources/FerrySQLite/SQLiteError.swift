@@ -1,0 +1,36 @@
+import CSQLite
+import FerryCore
+
+/// A failure reported by SQLite, with the context Ferry adds: where (the file) and, for
+/// statements, which SQL (never bound values).
+public struct SQLiteError: Error, Sendable, CustomStringConvertible {
+    /// SQLite's extended result code.
+    public var code: Int32
+    public var message: String
+    public var sql: String?
+    public var endpoint: String
+
+    public init(code: Int32, message: String, sql: String? = nil, endpoint: String) {
+        self.code = code
+        self.message = message
+        self.sql = sql
+        self.endpoint = endpoint
+    }
+
+    init(db: OpaquePointer?, code: Int32, sql: String?, endpoint: String) {
+        let message = db.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(code))
+        self.init(code: code, message: message, sql: sql, endpoint: endpoint)
+    }
+
+    public var description: String {
+        var s = "SQLite error \(code & 0xff): \(message) in \(endpoint)"
+        if let sql {
+            let oneLine = sql.split(whereSeparator: \.isNewline).joined(separator: " ")
+            s += " - while executing `\(oneLine.count > 160 ? String(oneLine.prefix(160)) + "…" : oneLine)`"
+        }
+        return s
+    }
+
+    /// True for constraint violations (UNIQUE, NOT NULL, CHECK, …).
+    public var isConstraint: Bool { code & 0xff == SQLITE_CONSTRAINT }
+}

@@ -1,0 +1,191 @@
+import CSQLite
+import FerryCore
+
+/// Steps one prepared SELECT into batches. Each value's storage class is checked against the
+/// column's logical type: what can be carried exactly is converted (an INTEGER in a REAL
+/// column, a REAL in a NUMERIC column as its exact decimal text), anything else is an error
+/// naming table, column and key — never a silent change.
+final class SQLiteReader: BatchReader {
+    private let statement: SQLiteStatement
+    private let types: [LogicalType]
+    private let columns: [Column]
+    private let table: TableName
+    private let batchSize: Int
+    private let keyIndexes: [(name: String, index: Int32)]
+    private var done = false
+
+    init(connection: SQLiteConnection, table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws {
+        let d = connection.dialect
+        var sql = "SELECT " + columns.map { d.quote($0.name) }.joined(separator: ", ")
+            + " FROM " + d.quote(connection.qualified(table.name))
+        var binds: [Value] = []
+        if let range = keyRange, !range.key.isEmpty {
+            let tuple = "(" + range.key.map { d.quote($0) }.joined(separator: ", ") + ")"
+            let marks = "(" + range.key.map { _ in "?" }.joined(separator: ", ") + ")"
+            var conditions: [String] = []
+            if let after = range.after {
+                conditions.append("\(tuple) > \(marks)")
+                binds += after
+            }
+            if let upTo = range.upTo {
+                conditions.append("\(tuple) <= \(marks)")
+                binds += upTo
+            }
+            if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
+            sql += " ORDER BY " + range.key.map { d.quote($0) }.joined(separator: ", ")
+        }
+        // A dedicated statement (not the connection's cache): a reader lives as long as the copy.
+        statement = try SQLiteStatement(connection, sql)
+        try statement.bind(binds)
+        self.columns = columns
+        self.types = columns.map(\.logicalType)
+        self.table = table.name
+        self.batchSize = batchSize
+        let key = table.preferredKey?.columns ?? []
+        self.keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k }.map { (k, Int32($0)) } }
+    }
+
+    func close() {}
+
+    func next() throws -> RowBatch? {
+        guard !done else { return nil }
+        var batch = RowBatch(types: types, capacity: batchSize)
+        let st = statement.handle
+        var n = 0
+        while n < batchSize {
+            guard try statement.step() else {
+                done = true
+                break
+            }
+            for i in 0..<types.count {
+                try read(st, Int32(i), into: &batch.columns[i], type: types[i])
+            }
+            n += 1
+        }
+        return n == 0 ? nil : batch
+    }
+
+    private func problem(_ column: Int32, _ message: String) -> FerryError {
+        var key: String?
+        if !keyIndexes.isEmpty {
+            key = "(" + keyIndexes.map { "\($0.name)=\(statement.columnText($0.index) ?? "NULL")" }.joined(separator: ", ") + ")"
+        }
+        return .invalidValue(table: table, column: columns[Int(column)].name, key: key, message: message)
+    }
+
+    private func storageName(_ t: Int32) -> String {
+        switch t {
+        case SQLITE_INTEGER: return "an INTEGER"
+        case SQLITE_FLOAT: return "a REAL"
+        case SQLITE_TEXT: return "a TEXT"
+        case SQLITE_BLOB: return "a BLOB"
+        default: return "a NULL"
+        }
+    }
+
+    private func mismatch(_ st: OpaquePointer, _ i: Int32, _ storage: Int32, _ type: LogicalType, hint: String = "") -> FerryError {
+        let shown = storageName(storage)
+        let sample = storage == SQLITE_BLOB ? "" : " '" + String((statement.columnText(i) ?? "").prefix(40)) + "'"
+        return problem(
+            i,
+            "\(shown) value\(sample) in a column declared \(columns[Int(i)].nativeType.isEmpty ? "without a type" : columns[Int(i)].nativeType) (read as \(type)) cannot be carried exactly\(hint)")
+    }
+
+    @inline(__always)
+    private func text(_ st: OpaquePointer, _ i: Int32) -> UnsafeRawBufferPointer {
+        let p = sqlite3_column_text(st, i)
+        let n = Int(sqlite3_column_bytes(st, i))
+        return UnsafeRawBufferPointer(start: p, count: n)
+    }
+
+    @inline(__always)
+    private func blob(_ st: OpaquePointer, _ i: Int32) -> UnsafeRawBufferPointer {
+        let p = sqlite3_column_blob(st, i)
+        let n = Int(sqlite3_column_bytes(st, i))
+        return UnsafeRawBufferPointer(start: p, count: n)
+    }
+
+    @inline(__always)
+    private func read(_ st: OpaquePointer, _ i: Int32, into col: inout ColumnBuffer, type: LogicalType) throws {
+        let storage = sqlite3_column_type(st, i)
+        if storage == SQLITE_NULL {
+            col.appendNull()
+            return
+        }
+        switch type {
+        case .int16, .int32, .int64, .boolean:
+            switch storage {
+            case SQLITE_INTEGER:
+                let v = sqlite3_column_int64(st, i)
+                if case .boolean = type, v != 0 && v != 1 {
+                    throw problem(i, "\(v) in a boolean column is neither 0 nor 1")
+                }
+                col.append(v)
+            default: throw mismatch(st, i, storage, type)
+            }
+        case .float32, .float64:
+            switch storage {
+            case SQLITE_FLOAT: col.append(sqlite3_column_double(st, i))
+            case SQLITE_INTEGER:
+                let v = sqlite3_column_int64(st, i)
+                guard let d = Double(exactly: v) else {
+                    throw problem(i, "the integer \(v) has no exact floating-point form")
+                }
+                col.append(d)
+            default: throw mismatch(st, i, storage, type)
+            }
+        case .decimal:
+            switch storage {
+            case SQLITE_INTEGER: col.append(string: String(sqlite3_column_int64(st, i)))
+            case SQLITE_FLOAT: col.append(string: DecimalText.exact(sqlite3_column_double(st, i)))
+            case SQLITE_TEXT:
+                let bytes = text(st, i)
+                guard DecimalText.isValid(bytes) else {
+                    throw mismatch(st, i, storage, type, hint: ": it is not a decimal number")
+                }
+                col.append(bytes: bytes)
+            default: throw mismatch(st, i, storage, type)
+            }
+        case .text, .enumeration, .json:
+            switch storage {
+            case SQLITE_TEXT: col.append(bytes: text(st, i))
+            // A number in a text column (NUMERIC-affinity names like STRING): carried as its text.
+            case SQLITE_INTEGER: col.append(string: String(sqlite3_column_int64(st, i)))
+            case SQLITE_FLOAT: col.append(string: DecimalText.exact(sqlite3_column_double(st, i)))
+            default: throw mismatch(st, i, storage, type)
+            }
+        case .binary:
+            switch storage {
+            case SQLITE_BLOB: col.append(bytes: blob(st, i))
+            case SQLITE_TEXT: col.append(bytes: text(st, i))
+            default: throw mismatch(st, i, storage, type)
+            }
+        case .uuid:
+            switch storage {
+            case SQLITE_BLOB where sqlite3_column_bytes(st, i) == 16: col.append(bytes: blob(st, i))
+            case SQLITE_TEXT:
+                guard let bytes = UUIDText.parse(statement.columnText(i) ?? "") else {
+                    throw mismatch(st, i, storage, type, hint: ": it is not a UUID")
+                }
+                col.append(bytes: bytes)
+            default: throw mismatch(st, i, storage, type)
+            }
+        case .date, .time, .timestamp:
+            guard storage == SQLITE_TEXT else {
+                throw mismatch(st, i, storage, type, hint: ": Ferry reads SQLite dates and times as ISO-8601 text")
+            }
+            let s = String(decoding: text(st, i), as: UTF8.self)
+            do {
+                switch type {
+                case .date: col.append(try Temporal.parseDate(s))
+                case .time: col.append(try Temporal.parseTime(s))
+                default: col.append(try Temporal.parseTimestamp(s).micros)
+                }
+            } catch let e as Temporal.ParseError {
+                throw problem(i, e.description)
+            }
+        case .unsupported:
+            throw problem(i, "type \(columns[Int(i)].nativeType) cannot be read")
+        }
+    }
+}

@@ -1,0 +1,117 @@
+import FerryCore
+
+/// Ferry's SQLite type conventions, both ways, in one place (documented in
+/// docs/type-mapping.md).
+///
+/// SQLite stores any value in any column; the declared type only sets an *affinity*. Ferry
+/// reads the declared type as the logical type (common names first, then SQLite's own affinity
+/// rules), and when it creates tables it picks declared types that keep values exact:
+/// decimals and JSON get TEXT affinity (`DECIMAL TEXT(p,s)`, `JSON TEXT`), because NUMERIC
+/// affinity would turn `12.30` into the REAL 12.3.
+public enum SQLiteTypeMap {
+    /// SQLite's column affinity (https://sqlite.org/datatype3.html §3.1).
+    public enum Affinity: String, Sendable {
+        case integer, text, blob, real, numeric
+    }
+
+    /// The affinity SQLite gives a declared type.
+    public static func affinity(of declared: String) -> Affinity {
+        let t = declared.uppercased()
+        if t.contains("INT") { return .integer }
+        if t.contains("CHAR") || t.contains("CLOB") || t.contains("TEXT") { return .text }
+        if t.contains("BLOB") || t.trimmingCharacters(in: .whitespaces).isEmpty { return .blob }
+        if t.contains("REAL") || t.contains("FLOA") || t.contains("DOUB") { return .real }
+        return .numeric
+    }
+
+    /// Declared type names Ferry recognises, before the affinity fallback. The key is the type
+    /// name upper-cased with its `(…)` arguments removed and spaces folded.
+    static let byName: [String: @Sendable (_ args: [Int]) -> LogicalType] = {
+        var m: [String: @Sendable (_ args: [Int]) -> LogicalType] = [:]
+        func add(_ names: [String], _ f: @escaping @Sendable (_ args: [Int]) -> LogicalType) { for n in names { m[n] = f } }
+        add(["BOOLEAN", "BOOL"]) { _ in .boolean }
+        add(["TINYINT", "SMALLINT", "INT2"]) { _ in .int16 }
+        add(["MEDIUMINT", "INT", "INT4"]) { _ in .int32 }
+        add(["INTEGER", "BIGINT", "INT8", "UNSIGNED BIG INT"]) { _ in .int64 }
+        add(["REAL", "DOUBLE", "DOUBLE PRECISION", "FLOAT", "FLOAT8"]) { _ in .float64 }
+        add(["FLOAT4"]) { _ in .float32 }
+        add(["DECIMAL", "NUMERIC", "DEC", "DECIMAL TEXT", "NUMERIC TEXT", "NUMBER"]) { a in
+            .decimal(precision: a.first, scale: a.count > 1 ? a[1] : (a.isEmpty ? nil : 0))
+        }
+        add(["CHAR", "CHARACTER", "NCHAR", "NATIVE CHARACTER"]) { a in
+            a.first.map { .text(maxLength: $0, fixed: true) } ?? .text
+        }
+        add(["VARCHAR", "NVARCHAR", "VARYING CHARACTER", "CHARACTER VARYING", "TEXT", "CLOB", "STRING", "NTEXT"]) { a in
+            .text(maxLength: a.first, fixed: false)
+        }
+        add(["BLOB", "BINARY", "VARBINARY", "BYTEA"]) { a in .binary(maxLength: a.first) }
+        add(["DATE"]) { _ in .date }
+        add(["TIME"]) { a in .time(precision: a.first) }
+        add(["DATETIME", "TIMESTAMP"]) { a in .timestamp(precision: a.first, timeZone: false) }
+        add(["TIMESTAMPTZ", "TIMESTAMP WITH TIME ZONE", "DATETIMEOFFSET"]) { a in
+            .timestamp(precision: a.first, timeZone: true)
+        }
+        add(["UUID", "GUID", "UNIQUEIDENTIFIER"]) { _ in .uuid }
+        add(["JSON", "JSONB", "JSON TEXT"]) { _ in .json }
+        return m
+    }()
+
+    /// Splits `NUMERIC(10, 2)` into (`NUMERIC`, [10, 2]).
+    static func split(_ declared: String) -> (name: String, args: [Int]) {
+        var name = declared
+        var args: [Int] = []
+        if let open = declared.firstIndex(of: "("), let close = declared.lastIndex(of: ")"), open < close {
+            name = String(declared[..<open]) + String(declared[declared.index(after: close)...])
+            args = declared[declared.index(after: open)..<close].split(separator: ",").compactMap {
+                Int($0.trimmingCharacters(in: .whitespaces))
+            }
+        }
+        let words = name.uppercased().split(whereSeparator: { $0 == " " || $0 == "\t" || $0 == "\n" })
+            .filter { $0 != "UNSIGNED" || name.uppercased().contains("BIG INT") }
+        return (words.joined(separator: " "), args)
+    }
+
+    /// The logical type of a declared column type.
+    public static func logicalType(declared: String) -> LogicalType {
+        let (name, args) = split(declared)
+        if let f = byName[name] { return f(args) }
+        switch affinity(of: declared) {
+        case .integer: return .int64
+        case .text: return .text(maxLength: args.first, fixed: false)
+        case .blob: return .binary(maxLength: nil)
+        case .real: return .float64
+        case .numeric: return .decimal(precision: args.first, scale: args.count > 1 ? args[1] : nil)
+        }
+    }
+
+    /// The declared type Ferry gives a column of `type` in a table it creates.
+    /// Throws for types that have no SQLite form (`unsupported`).
+    public static func declaredType(for type: LogicalType) -> String? {
+        func p(_ v: Int?) -> String { v.map { "(\($0))" } ?? "" }
+        switch type {
+        case .boolean: return "BOOLEAN"
+        case .int16: return "SMALLINT"
+        case .int32: return "INT"
+        case .int64: return "BIGINT"
+        case .decimal(let precision, let scale):
+            switch (precision, scale) {
+            case (let pr?, let sc?): return "DECIMAL TEXT(\(pr),\(sc))"
+            case (let pr?, nil): return "DECIMAL TEXT(\(pr))"
+            default: return "DECIMAL TEXT"
+            }
+        case .float32: return "FLOAT4"
+        case .float64: return "REAL"
+        case .text(let n, let fixed):
+            if fixed { return "CHAR" + p(n) }
+            return n.map { "VARCHAR(\($0))" } ?? "TEXT"
+        case .binary(let n): return n.map { "VARBINARY(\($0))" } ?? "BLOB"
+        case .date: return "DATE"
+        case .time(let n): return "TIME" + p(n)
+        case .timestamp(let n, let tz): return (tz ? "TIMESTAMPTZ" : "DATETIME") + p(n)
+        case .uuid: return "UUID"
+        case .json: return "JSON TEXT"
+        case .enumeration: return "TEXT"
+        case .unsupported: return nil
+        }
+    }
+}
