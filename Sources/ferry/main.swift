@@ -1,1 +1,4 @@
-print("x")
+import FerryCommands
+import Foundation
+
+exit(Ferry.run(arguments: Array(CommandLine.arguments.dropFirst())))

@@ -1,0 +1,9 @@
+import FerryCore
+import FerrySQLite
+
+extension DriverRegistry {
+    /// Every driver compiled into Ferry: the one place that lists them.
+    public static var builtIn: DriverRegistry {
+        DriverRegistry([SQLiteDriver()])
+    }
+}

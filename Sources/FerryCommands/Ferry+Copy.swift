@@ -1,0 +1,158 @@
+import ArgumentParser
+import FerryCore
+import Foundation
+
+extension WriteMode: ExpressibleByArgument {}
+
+extension Ferry {
+    /// `ferry copy SOURCE TARGET`: plan, then copy table by table.
+    struct Copy: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Copy tables from one database to another.",
+            discussion: """
+                Each table is loaded in one transaction on the target: if anything fails, the
+                target table is left exactly as it was. Types are mapped engine to engine;
+                columns whose type Ferry cannot carry are skipped and reported.
+
+                Modes:
+                  create   (default) create each table; fail if it already exists
+                  replace  load into a staging table, then swap it in (the old table survives any failure)
+                  append   insert into the table, creating it when it is missing
+
+                Examples:
+                  ferry copy sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db
+                  ferry copy sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db --mode replace --tables Artist,Album
+                  ferry copy sqlite:app.db sqlite:backup.db --exclude audit_log --dry-run
+                  ferry copy sqlite:app.db sqlite:backup.db --json --quiet
+                """)
+
+        @Argument(help: "The database to read from (URL).")
+        var source: String
+
+        @Argument(help: "The database to write to (URL); a SQLite file is created when missing.")
+        var target: String
+
+        @Option(name: .long, parsing: .upToNextOption, help: "Tables to copy, comma-separated or repeated (default: all).")
+        var tables: [String] = []
+
+        @Option(name: .long, parsing: .upToNextOption, help: "Tables to leave out, comma-separated or repeated.")
+        var exclude: [String] = []
+
+        @Option(name: .long, help: "create, replace or append.")
+        var mode: WriteMode = .create
+
+        @Option(name: .long, help: "The key of a table without one: TABLE=COL1,COL2 (repeatable).")
+        var key: [String] = []
+
+        @Option(name: .long, help: "Tables copied at the same time (targets that take one writer at a time use 1).")
+        var jobs: Int = 2
+
+        @Option(name: .long, help: "Rows per batch.")
+        var batchSize: Int = 10_000
+
+        @Flag(name: .long, help: "Print the plan (tables, keys, columns, skipped columns, DDL) and touch nothing.")
+        var dryRun = false
+
+        @Flag(name: .shortAndLong, help: "No progress on stderr.")
+        var quiet = false
+
+        @OptionGroup var output: OutputOptions
+
+        func validate() throws {
+            guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be between 1 and 64, not \(jobs)") }
+            guard batchSize >= 1 && batchSize <= 1_000_000 else {
+                throw ValidationError("--batch-size must be between 1 and 1000000, not \(batchSize)")
+            }
+            for k in key where parseKey(k) == nil {
+                throw ValidationError("--key '\(k)' must look like TABLE=COL1,COL2")
+            }
+        }
+
+        private func parseKey(_ text: String) -> (TableName, [String])? {
+            guard let eq = text.lastIndex(of: "=") else { return nil }
+            let table = String(text[..<eq]).trimmingCharacters(in: .whitespaces)
+            let cols = text[text.index(after: eq)...].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+            guard !table.isEmpty, !cols.isEmpty, !cols.contains(where: \.isEmpty) else { return nil }
+            return (TableName(parsing: table), cols)
+        }
+
+        private func names(_ list: [String]) -> [TableName] {
+            list.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+                .filter { !$0.isEmpty }.map { TableName(parsing: $0) }
+        }
+
+        func run() throws {
+            var options = CopyOptions()
+            options.tables = names(tables)
+            options.exclude = names(exclude)
+            options.mode = mode
+            options.jobs = jobs
+            options.batchSize = batchSize
+            for k in key { if let (t, cols) = parseKey(k) { options.keys[t] = cols } }
+
+            let registry = Ferry.registry
+            let sourceEndpoint = try Endpoint(parsing: source)
+            let targetEndpoint = try Endpoint(parsing: target)
+            _ = try registry.driver(for: sourceEndpoint)
+            _ = try registry.driver(for: targetEndpoint)
+            let src = try registry.connect(sourceEndpoint, role: .source)
+            defer { src.close() }
+            let dst = try registry.connect(targetEndpoint, role: .target)
+            defer { dst.close() }
+
+            let engine = CopyEngine(registry: registry)
+            let plan = try engine.plan(source: src, target: dst, options: options)
+            if dryRun {
+                if output.json { try Console.json(plan) } else { Console.out(render(plan)) }
+                return
+            }
+            if plan.tables.isEmpty {
+                Console.error("ferry: nothing to copy: no tables matched in \(src.endpoint)")
+            }
+            let progress = ProgressReporter(quiet: quiet || output.json && isatty(2) == 0)
+            let summary = engine.run(plan, source: src, target: dst, options: options, progress: progress)
+            if output.json {
+                struct Out: Encodable {
+                    var ok: Bool
+                    var rows: Int64
+                    var summary: CopySummary
+                }
+                try Console.json(Out(ok: summary.ok, rows: summary.totalRows, summary: summary))
+            } else if !quiet {
+                let rate = summary.seconds > 0 ? Double(summary.totalRows) / summary.seconds : 0
+                Console.error(
+                    "copied \(summary.tables.filter { $0.status == "ok" }.count) of \(summary.tables.count) tables, "
+                        + "\(summary.totalRows) rows in \(String(format: "%.2f", summary.seconds))s "
+                        + "(\(String(format: "%.0f", rate)) rows/s) from \(summary.source) to \(summary.target)")
+            }
+            let failures = summary.tables.filter { $0.status != "ok" }
+            if !failures.isEmpty {
+                if quiet || output.json {
+                    for f in failures { Console.error("ferry: error: \(f.error ?? "failed")") }
+                }
+                throw FerryError.someTablesFailed(count: failures.count, total: summary.tables.count)
+            }
+        }
+
+        func render(_ plan: CopyPlan) -> String {
+            var lines = ["plan: copy \(plan.source) -> \(plan.target), mode \(plan.mode.rawValue), \(plan.tables.count) tables"]
+            for w in plan.warnings { lines.append("warning: \(w)") }
+            for t in plan.tables {
+                var head = "\n\(t.source) -> \(t.target)"
+                if let n = t.sourceSchema.rowEstimate { head += " (\(n) rows)" }
+                if t.targetExists { head += plan.mode == .replace ? " [replaces the existing table]" : " [appends to the existing table]" }
+                lines.append(head)
+                lines.append("  key: " + (t.key?.description ?? "none"))
+                for c in t.columns {
+                    lines.append("  column \(c.name): \(c.nativeType.isEmpty ? "(none)" : c.nativeType) -> \(c.logicalType)"
+                        + (c.serial.map { " [\($0.rawValue)]" } ?? ""))
+                }
+                for s in t.skipped { lines.append("  skip \(s.column): \(s.reason)") }
+                if !(t.targetExists && plan.mode == .append) {
+                    for sql in t.ddl { lines.append(sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n")) }
+                }
+            }
+            return lines.joined(separator: "\n")
+        }
+    }
+}

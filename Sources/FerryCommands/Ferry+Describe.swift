@@ -1,0 +1,70 @@
+import ArgumentParser
+import FerryCore
+
+extension Ferry {
+    /// `ferry describe URL TABLE`: columns, types, keys, serial columns and skipped columns.
+    struct Describe: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show a table's columns, native and logical types, keys and serial columns.",
+            discussion: """
+                Columns whose type Ferry cannot carry are listed with the reason they would be skipped.
+
+                Examples:
+                  ferry describe sqlite:samples/chinook.sqlite Track
+                  ferry describe --json sqlite:samples/chinook.sqlite Invoice
+                """)
+
+        @Argument(help: "The database URL.")
+        var url: String
+
+        @Argument(help: "The table, as `name` or `schema.name`.")
+        var table: TableName
+
+        @OptionGroup var output: OutputOptions
+
+        func run() throws {
+            let connection = try Ferry.registry.connect(url, role: .source)
+            defer { connection.close() }
+            let schema = try connection.describe(resolve(table, in: connection))
+            var skipped = schema.unsupportedColumns
+            for c in schema.columns where c.generated {
+                skipped.append(SkippedColumn(column: c.name, reason: "generated column: the source computes it"))
+            }
+            if output.json {
+                struct Out: Encodable {
+                    var schema: TableSchema
+                    var key: TableKey?
+                    var skippedColumns: [SkippedColumn]
+                }
+                try Console.json(Out(schema: schema, key: schema.preferredKey, skippedColumns: skipped))
+                return
+            }
+            Console.out("table \(schema.name) in \(connection.endpoint)" + (schema.rowEstimate.map { ", \($0) rows" } ?? ""))
+            let rows = schema.columns.map { c in
+                [c.name, c.nativeType.isEmpty ? "(none)" : c.nativeType, c.logicalType.description,
+                 c.isNullable ? "yes" : "no", c.defaultExpression ?? "", c.serial?.rawValue ?? (c.generated ? "generated" : "")]
+            }
+            Console.out(renderColumns(["COLUMN", "NATIVE", "LOGICAL", "NULL", "DEFAULT", "SERIAL"], rows))
+            Console.out("primary key: " + (schema.primaryKey.isEmpty ? "none" : "(" + schema.primaryKey.joined(separator: ", ") + ")"))
+            for key in schema.uniqueKeys { Console.out("unique key: (" + key.joined(separator: ", ") + ")") }
+            Console.out("key for keyed work: " + (schema.preferredKey?.description ?? "none (name one with --key \(schema.name)=col1,col2)"))
+            if skipped.isEmpty {
+                Console.out("skipped columns: none")
+            } else {
+                for s in skipped { Console.out("skipped column \(s.column): \(s.reason)") }
+            }
+        }
+    }
+}
+
+/// Finds the table the user meant: exact name first, then a unique case-insensitive match.
+func resolve(_ wanted: TableName, in connection: any Connection) throws -> TableName {
+    if try connection.tableExists(wanted) { return wanted }
+    let all = try connection.listTables().map(\.name)
+    let hits = all.filter {
+        $0.name.lowercased() == wanted.name.lowercased()
+            && (wanted.schema == nil || $0.schema?.lowercased() == wanted.schema?.lowercased())
+    }
+    if hits.count == 1 { return hits[0] }
+    throw FerryError.tableNotFound(table: wanted, endpoint: connection.endpoint.redacted)
+}

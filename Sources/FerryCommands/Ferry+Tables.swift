@@ -1,0 +1,36 @@
+import ArgumentParser
+import FerryCore
+
+extension Ferry {
+    /// `ferry tables URL`: the tables of a database with their row counts.
+    struct Tables: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List the tables of a database with their row counts.",
+            discussion: """
+                Examples:
+                  ferry tables sqlite:samples/chinook.sqlite
+                  ferry tables --json sqlite:samples/chinook.sqlite
+                """)
+
+        @Argument(help: "The database URL (sqlite:file.db, postgres://…, mysql://…).")
+        var url: String
+
+        @OptionGroup var output: OutputOptions
+
+        func run() throws {
+            let connection = try Ferry.registry.connect(url, role: .source)
+            defer { connection.close() }
+            let tables = try connection.listTables()
+            if output.json {
+                struct Row: Encodable { var table: String; var rows: Int64? }
+                try Console.json(tables.map { Row(table: $0.name.description, rows: $0.rowEstimate) })
+                return
+            }
+            if tables.isEmpty {
+                Console.out("no tables in \(connection.endpoint)")
+                return
+            }
+            Console.out(renderColumns(["TABLE", "ROWS"], tables.map { [$0.name.description, $0.rowEstimate.map(String.init) ?? "?"] }))
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import ArgumentParser
+import FerryCore
+import Foundation
+
+/// The `ferry` command: copies tables between SQLite, PostgreSQL, MySQL/MariaDB and Ferry's
+/// XML service. Subcommands live in `Ferry+<Name>.swift`.
+public struct Ferry: ParsableCommand {
+    public static let configuration = CommandConfiguration(
+        commandName: "ferry",
+        abstract: "Copy tables between databases, exactly.",
+        discussion: """
+            A database is named by a URL:
+              sqlite:path/to/file.db   sqlite:///absolute/path.db
+              postgres://user@host:5432/db   mysql://user@host:3306/db   http://host:8080/
+
+            Examples:
+              ferry tables sqlite:samples/chinook.sqlite
+              ferry describe sqlite:samples/chinook.sqlite Track
+              ferry copy sqlite:samples/chinook.sqlite sqlite:/tmp/chinook-copy.db
+
+            Exit codes: 0 success, 1 failure, 2 usage error.
+            """,
+        version: "0.1.0",
+        subcommands: [Tables.self, Describe.self, Copy.self]
+    )
+
+    public init() {}
+
+    /// The drivers commands use; tests may swap in another registry.
+    nonisolated(unsafe) public static var registry: DriverRegistry = .builtIn
+
+    /// Parses and runs `arguments`, printing errors as one line on stderr, and returns the
+    /// exit code: 0 success, 1 failure, 2 usage.
+    public static func run(arguments: [String]) -> Int32 {
+        do {
+            var command = try parseAsRoot(arguments)
+            try command.run()
+            return 0
+        } catch let error as FerryError {
+            Console.error("ferry: error: \(error)")
+            return error.isUsage ? 2 : 1
+        } catch let code as ExitCode {
+            return code.rawValue
+        } catch {
+            let code = exitCode(for: error)
+            if code == .success {
+                Console.out(fullMessage(for: error))
+                return 0
+            }
+            if code == .validationFailure {
+                Console.error(fullMessage(for: error))
+                return 2
+            }
+            let message = fullMessage(for: error)
+            Console.error(message.hasPrefix("Error:") || message.hasPrefix("ferry:") ? message : "ferry: error: \(message)")
+            return 1
+        }
+    }
+}
+
+/// Writing to stdout and stderr without buffering surprises.
+enum Console {
+    static func out(_ text: String) {
+        FileHandle.standardOutput.write(Data((text + "\n").utf8))
+    }
+    static func error(_ text: String) {
+        FileHandle.standardError.write(Data((text + "\n").utf8))
+    }
+    static func json<T: Encodable>(_ value: T) throws {
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
+        let data = try encoder.encode(value)
+        out(String(decoding: data, as: UTF8.self))
+    }
+}
+
+/// Options every command that prints results shares.
+struct OutputOptions: ParsableArguments {
+    @Flag(name: .long, help: "Print machine-readable JSON on stdout.")
+    var json = false
+}
+
+extension TableName: ExpressibleByArgument {
+    public init?(argument: String) {
+        guard !argument.isEmpty else { return nil }
+        self.init(parsing: argument)
+    }
+}
+
+/// Renders rows as aligned columns.
+func renderColumns(_ header: [String], _ rows: [[String]]) -> String {
+    var widths = header.map(\.count)
+    for r in rows { for (i, c) in r.enumerated() where i < widths.count { widths[i] = max(widths[i], c.count) } }
+    func line(_ cells: [String]) -> String {
+        cells.enumerated().map { i, c in i == cells.count - 1 ? c : c.padding(toLength: widths[i], withPad: " ", startingAt: 0) }
+            .joined(separator: "  ")
+    }
+    return ([line(header)] + rows.map(line)).joined(separator: "\n")
+}
