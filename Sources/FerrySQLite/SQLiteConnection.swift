@@ -94,6 +94,8 @@ public final class SQLiteConnection: Connection {
 
     /// Runs statements without results.
     func execute(_ sql: String) throws {
+        // A cached statement left on a row holds a read lock that DDL (DROP, RENAME) trips on.
+        for st in statementCache.values { st.reset() }
         var err: UnsafeMutablePointer<CChar>?
         let rc = sqlite3_exec(db, sql, nil, nil, &err)
         if rc != SQLITE_OK {

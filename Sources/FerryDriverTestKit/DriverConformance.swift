@@ -1,0 +1,342 @@
+import FerryCore
+import Foundation
+
+/// The conformance suite every driver's tests run against a live database, in the spirit of
+/// sql-kit's `SQLBenchmarker`: catalog listing, describe with keys and serial columns, every
+/// logical type written and read back exactly, NULLs, empty tables, quoted identifiers,
+/// create/replace/append through the copy engine, serial counters after a load, and errors for
+/// missing tables.
+///
+/// ```swift
+/// let kit = DriverConformance(freshDatabase: { try makeEmptyDatabase() })
+/// for check in kit.checks { XCTAssertNoThrow(try check.run(), check.name) }
+/// ```
+public struct DriverConformance {
+    /// A check that throws `ConformanceFailure` on the first thing that is wrong.
+    public struct Check {
+        public let name: String
+        public let run: () throws -> Void
+    }
+
+    /// Opens a connection (role target) to a new, empty database each call.
+    public let freshDatabase: () throws -> any Connection
+    /// What the engine may refuse instead of storing exactly (e.g. SQLite and -0.0).
+    public var options: Options
+
+    public struct Options {
+        /// The engine stores -0.0 with its sign in a float column Ferry creates.
+        public var keepsNegativeZero = true
+        /// The engine stores NaN in a float column.
+        public var keepsNaN = true
+        public init() {}
+    }
+
+    public init(options: Options = Options(), freshDatabase: @escaping () throws -> any Connection) {
+        self.freshDatabase = freshDatabase
+        self.options = options
+    }
+
+    public var checks: [Check] {
+        [
+            Check(name: "every logical type round-trips exactly", run: everyTypeRoundTrips),
+            Check(name: "describe finds keys and serial columns", run: describeFindsKeys),
+            Check(name: "NULL and empty values stay apart", run: nullsAndEmpties),
+            Check(name: "empty tables read as no batches", run: emptyTable),
+            Check(name: "identifiers are quoted", run: quotedIdentifiers),
+            Check(name: "create, replace and append modes", run: writeModes),
+            Check(name: "serial counter moves past the copied maximum", run: serialCounter),
+            Check(name: "missing tables are clear errors", run: missingTable),
+            Check(name: "key ranges read slices in key order", run: keyRanges),
+        ]
+    }
+
+    // MARK: Fixtures
+
+    /// A column per logical type, with the values each must carry.
+    public static let typeSamples: [(name: String, type: LogicalType, values: [Value])] = {
+        let big = String(repeating: "Ferry ✓ 😀 ", count: 80_000)
+        return [
+            ("c_bool", .boolean, [.bool(true), .bool(false)]),
+            ("c_i16", .int16, [.int(Int64(Int16.min)), .int(Int64(Int16.max))]),
+            ("c_i32", .int32, [.int(Int64(Int32.min)), .int(Int64(Int32.max))]),
+            ("c_i64", .int64, [.int(Int64.min), .int(Int64.max)]),
+            ("c_dec", .decimal(precision: 38, scale: 10),
+             [.decimal("1234567890123456789012345678.0123456789"), .decimal("-0.0000000001")]),
+            ("c_f32", .float32, [.double(Double(Float.greatestFiniteMagnitude)), .double(Double(Float.leastNonzeroMagnitude))]),
+            ("c_f64", .float64, [.double(.infinity), .double(5e-324)]),
+            ("c_f64b", .float64, [.double(-.infinity), .double(.greatestFiniteMagnitude)]),
+            ("c_text", .text, [.text("& < > ' \" \\ \t\r\n é 中文 😀 \u{1}\u{7f}"), .text(big)]),
+            ("c_vchar", .text(maxLength: 40, fixed: false), [.text("Ünïcødé"), .text("]]> &amp; <v>")]),
+            ("c_bin", .binary(maxLength: nil), [.binary([0, 1, 0, 255, 0]), .binary(Array(repeating: 0, count: 70_000))]),
+            ("c_date", .date, [.date(Temporal.days(year: 1, month: 1, day: 1)), .date(Temporal.days(year: 9999, month: 12, day: 31))]),
+            ("c_time", .time(precision: 6), [.time(0), .time(Temporal.microsPerDay - 1)]),
+            ("c_ts", .timestamp(precision: 6, timeZone: false),
+             [.timestamp(-2_208_988_800_000_001), .timestamp(4_102_444_800_123_456)]),
+            ("c_tstz", .timestamp(precision: 6, timeZone: true), [.timestamp(0), .timestamp(1_700_000_000_000_001)]),
+            ("c_uuid", .uuid, [.uuid(Array(0..<16)), .uuid(Array(repeating: 255, count: 16))]),
+            ("c_json", .json, [.json("{\"a\": [1, 2.50, {\"b\": \"é😀\"}], \"c\": null}"), .json("12.30")]),
+            ("c_enum", .enumeration(labels: ["small", "medium", "large"]), [.text("small"), .text("large")]),
+        ]
+    }()
+
+    func makeSchema(_ name: String, columns: [Column], primaryKey: [String] = [], uniqueKeys: [[String]] = []) -> TableSchema {
+        TableSchema(name: TableName(name), engine: "conformance", columns: columns, primaryKey: primaryKey, uniqueKeys: uniqueKeys)
+    }
+
+    func col(_ name: String, _ type: LogicalType, nullable: Bool = true, serial: SerialKind? = nil) -> Column {
+        Column(name: name, nativeType: type.description, logicalType: type, isNullable: nullable, serial: serial)
+    }
+
+    /// Creates `schema` in `db` and writes `rows` in one transaction.
+    func load(_ db: any Connection, _ schema: TableSchema, _ rows: [[Value]]) throws {
+        try db.begin()
+        do {
+            try db.createTable(schema, named: schema.name)
+            let writer = try db.writer(table: schema.name, columns: schema.columns)
+            if !rows.isEmpty {
+                try writer.write(RowBatch(rows: rows, types: schema.columns.map(\.logicalType)))
+            }
+            try writer.finish()
+            try db.commit()
+        } catch {
+            try? db.rollback()
+            throw error
+        }
+    }
+
+    /// Reads every row of `table` back as values, for the given columns.
+    public static func readAll(_ db: any Connection, _ table: TableName, columns: [Column]? = nil, keyRange: KeyRange? = nil, batchSize: Int = 1000) throws -> [[Value]] {
+        let schema = try db.describe(table)
+        let cols = columns ?? schema.columns
+        let reader = try db.reader(table: schema, columns: cols, keyRange: keyRange, batchSize: batchSize)
+        defer { reader.close() }
+        var rows: [[Value]] = []
+        let types = cols.map(\.logicalType)
+        while let batch = try reader.next() {
+            guard !batch.isEmpty else { throw ConformanceFailure("reader returned an empty batch") }
+            for r in 0..<batch.count { rows.append(batch.row(r, types: types)) }
+        }
+        return rows
+    }
+
+    func expectEqual(_ got: [[Value]], _ want: [[Value]], _ what: String, names: [String]) throws {
+        guard got.count == want.count else { throw ConformanceFailure("\(what): \(got.count) rows read, \(want.count) written") }
+        for (r, (g, w)) in zip(got, want).enumerated() {
+            for (c, (gv, wv)) in zip(g, w).enumerated() where gv != wv {
+                throw ConformanceFailure("\(what): row \(r) column \(names[c]): wrote \(wv), read \(gv)")
+            }
+        }
+    }
+
+    // MARK: Checks
+
+    func everyTypeRoundTrips() throws {
+        let db = try freshDatabase()
+        defer { db.close() }
+        var samples = Self.typeSamples
+        if options.keepsNegativeZero { samples.append(("c_negzero", .float64, [.double(-0.0), .double(0.0)])) }
+        if options.keepsNaN { samples.append(("c_nan", .float64, [.double(.nan), .double(1)])) }
+        let columns = [col("id", .int64, nullable: false)] + samples.map { col($0.name, $0.type) }
+        let schema = makeSchema("types", columns: columns, primaryKey: ["id"])
+        var rows: [[Value]] = []
+        for i in 0..<2 { rows.append([.int(Int64(i))] + samples.map { $0.values[i] }) }
+        rows.append([.int(2)] + samples.map { _ in .null })
+        try load(db, schema, rows)
+        let got = try Self.readAll(db, schema.name, columns: columns).sorted { $0[0].description < $1[0].description }
+        try expectEqual(got, rows, "types", names: columns.map(\.name))
+        // The driver must say what it would refuse rather than change it.
+        if !options.keepsNegativeZero || !options.keepsNaN {
+            for (label, value, kept) in [("-0.0", Value.double(-0.0), options.keepsNegativeZero), ("NaN", .double(.nan), options.keepsNaN)] where !kept {
+                let s = makeSchema("refused", columns: [col("f", .float64)])
+                do {
+                    try load(db, s, [[value]])
+                    throw ConformanceFailure("\(label) was accepted although the driver says it cannot keep it")
+                } catch is ConformanceFailure {
+                    throw ConformanceFailure("\(label) was accepted although the driver says it cannot keep it")
+                } catch {
+                    if try db.tableExists(s.name) { throw ConformanceFailure("a failed load left table 'refused' behind") }
+                }
+            }
+        }
+    }
+
+    func describeFindsKeys() throws {
+        let db = try freshDatabase()
+        defer { db.close() }
+        let schema = makeSchema(
+            "keyed",
+            columns: [col("id", .int64, nullable: false, serial: .autoincrement), col("code", .text(maxLength: 20, fixed: false), nullable: false),
+                      col("a", .int32, nullable: false), col("b", .int32, nullable: false), col("note", .text)],
+            primaryKey: ["id"], uniqueKeys: [["code"], ["b", "a"]])
+        try load(db, schema, [])
+        let listed = try db.listTables().map(\.name.name)
+        guard listed.contains("keyed") else { throw ConformanceFailure("listTables() does not list 'keyed': \(listed)") }
+        let d = try db.describe(TableName("keyed"))
+        guard d.primaryKey == ["id"] else { throw ConformanceFailure("primary key \(d.primaryKey), expected [id]") }
+        guard Set(d.uniqueKeys) == Set([["code"], ["b", "a"]]) else {
+            throw ConformanceFailure("unique keys \(d.uniqueKeys), expected [code] and [b, a] in that column order")
+        }
+        guard d.column(named: "id")?.isSerial == true else { throw ConformanceFailure("column id is not reported as serial") }
+        guard d.column(named: "code")?.isNullable == false, d.column(named: "note")?.isNullable == true else {
+            throw ConformanceFailure("nullability not reported")
+        }
+        guard d.columns.map(\.name) == ["id", "code", "a", "b", "note"] else {
+            throw ConformanceFailure("columns \(d.columns.map(\.name)) not in declared order")
+        }
+        guard d.preferredKey?.columns == ["id"] else { throw ConformanceFailure("preferred key \(String(describing: d.preferredKey))") }
+    }
+
+    func nullsAndEmpties() throws {
+        let db = try freshDatabase()
+        defer { db.close() }
+        let columns = [col("id", .int64, nullable: false), col("t", .text), col("b", .binary(maxLength: nil))]
+        let schema = makeSchema("empties", columns: columns, primaryKey: ["id"])
+        let rows: [[Value]] = [[.int(1), .text(""), .binary([])], [.int(2), .null, .null], [.int(3), .text(" "), .binary([0])]]
+        try load(db, schema, rows)
+        let got = try Self.readAll(db, schema.name).sorted { $0[0].description < $1[0].description }
+        try expectEqual(got, rows, "empties", names: columns.map(\.name))
+    }
+
+    func emptyTable() throws {
+        let db = try freshDatabase()
+        defer { db.close() }
+        let schema = makeSchema("nothing", columns: [col("id", .int64)])
+        try load(db, schema, [])
+        let reader = try db.reader(table: try db.describe(schema.name), columns: schema.columns, keyRange: nil, batchSize: 10)
+        if try reader.next() != nil { throw ConformanceFailure("an empty table produced a batch") }
+        guard try db.countRows(schema.name) == 0 else { throw ConformanceFailure("countRows of an empty table is not 0") }
+    }
+
+    func quotedIdentifiers() throws {
+        let db = try freshDatabase()
+        defer { db.close() }
+        let names = ["select", "a b", "q\"uote", "it's", "naïve.dot", "MixedCase", "`tick`", "[br]"]
+        let columns = names.map { col($0, .text) }
+        let schema = makeSchema("we\"ird tab.le; drop", columns: columns, primaryKey: ["select"])
+        let rows: [[Value]] = [names.map { .text("v-" + $0) }]
+        try load(db, schema, rows)
+        let d = try db.describe(schema.name)
+        guard d.columns.map(\.name) == names else { throw ConformanceFailure("column names came back as \(d.columns.map(\.name))") }
+        guard d.primaryKey == ["select"] else { throw ConformanceFailure("primary key came back as \(d.primaryKey)") }
+        try expectEqual(try Self.readAll(db, schema.name), rows, "quoted", names: names)
+    }
+
+    func writeModes() throws {
+        let src = try freshDatabase()
+        defer { src.close() }
+        let dst = try freshDatabase()
+        defer { dst.close() }
+        let columns = [col("id", .int64, nullable: false), col("name", .text)]
+        let schema = makeSchema("modes", columns: columns, primaryKey: ["id"])
+        let first: [[Value]] = [[.int(1), .text("one")], [.int(2), .text("two")]]
+        try load(src, schema, first)
+        let engine = CopyEngine(registry: DriverRegistry())
+        let quiet = ProgressReporter(style: .quiet) { _ in }
+
+        func copy(_ mode: WriteMode) throws -> CopySummary {
+            var o = CopyOptions()
+            o.mode = mode
+            o.tables = [TableName("modes")]
+            o.batchSize = 1
+            let plan = try engine.plan(source: src, target: dst, options: o)
+            return engine.run(plan, source: src, target: dst, options: o, progress: quiet)
+        }
+        func target() throws -> [[Value]] {
+            try Self.readAll(dst, TableName("modes")).sorted { $0[0].description < $1[0].description }
+        }
+
+        guard try copy(.create).ok else { throw ConformanceFailure("create failed") }
+        try expectEqual(try target(), first, "create", names: ["id", "name"])
+        do {
+            _ = try copy(.create)
+            throw ConformanceFailure("create into an existing table did not fail")
+        } catch let e as FerryError {
+            guard case .targetTableExists = e else { throw ConformanceFailure("create into an existing table: \(e)") }
+        }
+        try expectEqual(try target(), first, "after refused create", names: ["id", "name"])
+
+        // append: duplicates of the primary key fail and leave the target as it was.
+        let failed = try copy(.append)
+        guard !failed.ok, let message = failed.tables.first?.error else {
+            throw ConformanceFailure("append of duplicate keys did not fail")
+        }
+        guard message.contains("modes") else { throw ConformanceFailure("the error does not name the table: \(message)") }
+        try expectEqual(try target(), first, "after failed append", names: ["id", "name"])
+
+        // replace: the target becomes the source's new content.
+        let second: [[Value]] = [[.int(3), .text("three")]]
+        try src.begin()
+        try src.dropTable(TableName("modes"))
+        try src.commit()
+        try load(src, schema, second)
+        guard try copy(.replace).ok else { throw ConformanceFailure("replace failed") }
+        try expectEqual(try target(), second, "replace", names: ["id", "name"])
+        let leftovers = try dst.listTables().map(\.name.name).filter { $0 != "modes" }
+        guard leftovers.isEmpty else { throw ConformanceFailure("replace left tables behind: \(leftovers)") }
+
+        // append: new keys are added.
+        try src.begin()
+        try src.dropTable(TableName("modes"))
+        try src.commit()
+        try load(src, schema, first)
+        guard try copy(.append).ok else { throw ConformanceFailure("append failed") }
+        try expectEqual(try target(), first + second, "append", names: ["id", "name"])
+    }
+
+    func serialCounter() throws {
+        let src = try freshDatabase()
+        defer { src.close() }
+        let dst = try freshDatabase()
+        defer { dst.close() }
+        let columns = [col("id", .int64, nullable: false, serial: .autoincrement), col("name", .text)]
+        let schema = makeSchema("counted", columns: columns, primaryKey: ["id"])
+        try load(src, schema, [[.int(1), .text("a")], [.int(2), .text("b")], [.int(41), .text("c")]])
+        let engine = CopyEngine(registry: DriverRegistry())
+        var o = CopyOptions()
+        o.tables = [TableName("counted")]
+        let plan = try engine.plan(source: src, target: dst, options: o)
+        let summary = engine.run(plan, source: src, target: dst, options: o, progress: ProgressReporter(style: .quiet) { _ in })
+        guard summary.ok else { throw ConformanceFailure("copy failed: \(summary.tables.first?.error ?? "")") }
+        // Insert without the key: the target's own counter must give 42.
+        try dst.begin()
+        let w = try dst.writer(table: TableName("counted"), columns: [columns[1]])
+        try w.write(RowBatch(rows: [[.text("next")]], types: [.text]))
+        try w.finish()
+        try dst.commit()
+        let rows = try Self.readAll(dst, TableName("counted"))
+        guard let next = rows.first(where: { $0[1] == .text("next") }) else { throw ConformanceFailure("inserted row not found") }
+        guard next[0] == .int(42) else { throw ConformanceFailure("the next generated key is \(next[0]), expected 42") }
+    }
+
+    func missingTable() throws {
+        let db = try freshDatabase()
+        defer { db.close() }
+        do {
+            _ = try db.describe(TableName("no_such_table"))
+            throw ConformanceFailure("describe of a missing table did not fail")
+        } catch let e as FerryError {
+            guard case .tableNotFound = e else { throw ConformanceFailure("describe of a missing table: \(e)") }
+            guard e.description.contains("no_such_table") else { throw ConformanceFailure("the error does not name the table: \(e)") }
+        }
+        guard try !db.tableExists(TableName("no_such_table")) else { throw ConformanceFailure("tableExists says yes") }
+    }
+
+    func keyRanges() throws {
+        let db = try freshDatabase()
+        defer { db.close() }
+        let columns = [col("k1", .int32, nullable: false), col("k2", .text(maxLength: 10, fixed: false), nullable: false), col("v", .float64)]
+        let schema = makeSchema("ranged", columns: columns, primaryKey: ["k1", "k2"])
+        var rows: [[Value]] = []
+        for i in 0..<5 { for s in ["a", "b"] { rows.append([.int(Int64(i)), .text(s), .double(Double(i) + 0.5)]) } }
+        try load(db, schema, rows.reversed())
+        let range = KeyRange(key: ["k1", "k2"], after: [.int(1), .text("a")], upTo: [.int(3), .text("a")])
+        let got = try Self.readAll(db, schema.name, keyRange: range, batchSize: 2)
+        try expectEqual(got, Array(rows[3...6]), "key range (1,a) < key <= (3,a)", names: columns.map(\.name))
+    }
+}
+
+/// What a conformance check found wrong.
+public struct ConformanceFailure: Error, CustomStringConvertible {
+    public var description: String
+    public init(_ description: String) { self.description = description }
+}
