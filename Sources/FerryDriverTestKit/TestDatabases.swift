@@ -50,3 +50,44 @@ public final class TemporaryFolder {
 
     deinit { try? FileManager.default.removeItem(at: url) }
 }
+
+/// Value-by-value comparison of tables in two databases, for copy tests.
+public enum TableComparison {
+    /// Differences between `table` in `a` and `b` (empty when equal): row counts, then the first
+    /// rows that differ, column by column. Rows are compared as sets ordered by their values.
+    public static func differences(_ a: any Connection, _ b: any Connection, table: TableName, targetTable: TableName? = nil) throws -> [String] {
+        let sa = try a.describe(table)
+        let sb = try b.describe(targetTable ?? table.unqualified)
+        let carried = sa.columns.filter { $0.logicalType.isSupported && !$0.generated }
+        var problems: [String] = []
+        let namesA = carried.map(\.name)
+        let namesB = sb.columns.map(\.name)
+        if namesA != namesB { problems.append("\(table): columns \(namesA) became \(namesB)") }
+        let colsB = carried.compactMap { c in sb.column(named: c.name).map { col -> Column in
+            var x = col
+            x.logicalType = c.logicalType  // compare under the source's logical types
+            return x
+        } }
+        let rowsA = try DriverConformance.readAll(a, sa.name, columns: carried).map(\.description).sorted()
+        let rowsB = try DriverConformance.readAll(b, sb.name, columns: colsB).map(\.description).sorted()
+        if rowsA.count != rowsB.count { problems.append("\(table): \(rowsA.count) rows in the source, \(rowsB.count) in the target") }
+        for (ra, rb) in zip(rowsA, rowsB) where ra != rb {
+            problems.append("\(table): source row \(ra.prefix(300)) became \(rb.prefix(300))")
+            if problems.count > 5 { break }
+        }
+        return problems
+    }
+}
+
+extension Array where Element == Value {
+    /// Exact text of a row (doubles by bit pattern), for ordering and comparing rows.
+    var description: String {
+        map { v -> String in
+            if case .double(let d) = v { return "d\(d.bitPattern)" }
+            if case .text(let t) = v { return "t" + t.debugDescription }
+            if case .decimal(let t) = v { return "n" + t }
+            if case .json(let t) = v { return "j" + t.debugDescription }
+            return "\(v)"
+        }.joined(separator: "|")
+    }
+}

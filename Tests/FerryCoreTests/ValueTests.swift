@@ -1,0 +1,98 @@
+import FerryCore
+import XCTest
+
+final class ValueTests: XCTestCase {
+    func testTemporalRoundTrips() throws {
+        XCTAssertEqual(Temporal.days(year: 1970, month: 1, day: 1), 0)
+        XCTAssertEqual(Temporal.formatDate(-1), "1969-12-31")
+        XCTAssertEqual(Temporal.formatDate(Temporal.days(year: 1, month: 1, day: 1)), "0001-01-01")
+        for d in stride(from: Int64(-800_000), through: 3_000_000, by: 997) {
+            XCTAssertEqual(try Temporal.parseDate(Temporal.formatDate(d)), d)
+        }
+        XCTAssertEqual(try Temporal.parseDate("2024-02-29"), Temporal.days(year: 2024, month: 2, day: 29))
+        XCTAssertThrowsError(try Temporal.parseDate("2023-02-29"))
+        XCTAssertThrowsError(try Temporal.parseDate("2023-13-01"))
+
+        XCTAssertEqual(Temporal.formatTime(0), "00:00:00")
+        XCTAssertEqual(Temporal.formatTime(1_500_000), "00:00:01.5")
+        XCTAssertEqual(Temporal.formatTime(Temporal.microsPerDay - 1), "23:59:59.999999")
+        XCTAssertEqual(try Temporal.parseTime("23:59:59.999999"), Temporal.microsPerDay - 1)
+        XCTAssertEqual(try Temporal.parseTime("24:00:00"), Temporal.microsPerDay)
+        XCTAssertEqual(try Temporal.parseTime("10:30"), 37_800_000_000)
+        XCTAssertEqual(try Temporal.parseTime("00:00:00.1234560"), 123_456)
+        XCTAssertThrowsError(try Temporal.parseTime("00:00:00.1234567")) { e in
+            XCTAssertTrue("\(e)".contains("more than 6 fractional digits"))
+        }
+
+        let ts: Int64 = -2_208_988_800_000_001  // 1899-12-31 23:59:59.999999
+        XCTAssertEqual(Temporal.formatTimestamp(ts), "1899-12-31 23:59:59.999999")
+        XCTAssertEqual(try Temporal.parseTimestamp("1899-12-31 23:59:59.999999").micros, ts)
+        XCTAssertEqual(try Temporal.parseTimestamp("1970-01-01T01:00:00+01:00").micros, 0)
+        XCTAssertEqual(try Temporal.parseTimestamp("1970-01-01 00:00:00Z").hadOffset, true)
+        XCTAssertEqual(try Temporal.parseTimestamp("2000-01-01").micros, 946_684_800_000_000)
+        XCTAssertEqual(Temporal.formatTimestamp(0, utcSuffix: "+00:00"), "1970-01-01 00:00:00+00:00")
+        XCTAssertThrowsError(try Temporal.parseTimestamp("yesterday"))
+    }
+
+    func testDecimalText() {
+        XCTAssertEqual(DecimalText.exact(0.99), "0.99")
+        XCTAssertEqual(DecimalText.exact(1.0), "1")
+        XCTAssertEqual(DecimalText.exact(-2.5), "-2.5")
+        XCTAssertEqual(DecimalText.exact(1e20), "100000000000000000000")
+        XCTAssertEqual(DecimalText.exact(1.5e-7), "0.00000015")
+        XCTAssertEqual(DecimalText.exact(-1.25e-5), "-0.0000125")
+        XCTAssertEqual(Double(DecimalText.exact(123456.789e10)), 123456.789e10)
+        for text in ["0", "-12.30", ".5", "+1", "1234567890123456789012345678.0123456789", "NaN", "-Infinity"] {
+            XCTAssertTrue(DecimalText.isValid(text), text)
+        }
+        for text in ["", "-", "1e5", "1.2.3", "abc", " 1", "-NaN"] {
+            XCTAssertFalse(DecimalText.isValid(text), text)
+        }
+    }
+
+    func testUUIDText() {
+        let bytes: [UInt8] = Array(0..<16)
+        let text = UUIDText.format(bytes)
+        XCTAssertEqual(text, "00010203-0405-0607-0809-0a0b0c0d0e0f")
+        XCTAssertEqual(UUIDText.parse(text), bytes)
+        XCTAssertEqual(UUIDText.parse("{00010203-0405-0607-0809-0A0B0C0D0E0F}"), bytes)
+        XCTAssertNil(UUIDText.parse("0001"))
+    }
+
+    func testBatchesKeepEveryValue() throws {
+        let types: [LogicalType] = [.int64, .float64, .text, .binary(maxLength: nil), .boolean]
+        let rows: [[Value]] = [
+            [.int(.min), .double(-0.0), .text(""), .binary([]), .bool(true)],
+            [.null, .null, .null, .null, .null],
+            [.int(.max), .double(.nan), .text("é😀\u{0}"), .binary([0, 0]), .bool(false)],
+        ]
+        let batch = try RowBatch(rows: rows, types: types)
+        XCTAssertEqual(batch.count, 3)
+        for (i, row) in rows.enumerated() {
+            XCTAssertEqual(batch.row(i, types: types), row)
+        }
+        XCTAssertEqual(batch.columns[2].nullCount, 1)
+        XCTAssertNotEqual(Value.double(0.0), Value.double(-0.0))
+        XCTAssertEqual(Value.double(.nan), Value.double(.nan))
+        XCTAssertThrowsError(try RowBatch(rows: [[.int(70_000)]], types: [.int16])) { e in
+            XCTAssertTrue("\(e)".contains("does not fit int16"), "\(e)")
+        }
+        // A large batch spans many bitmap words.
+        var col = ColumnBuffer(storage: .int64)
+        for i in 0..<1000 { if i % 3 == 0 { col.appendNull() } else { col.append(Int64(i)) } }
+        XCTAssertEqual(col.nullCount, 334)
+        XCTAssertTrue(col.isNull(999))
+        XCTAssertFalse(col.isNull(998))
+    }
+
+    func testLogicalTypeJSONRoundTrip() throws {
+        let types: [LogicalType] = [
+            .boolean, .int16, .decimal(precision: 10, scale: 2), .decimal(precision: nil, scale: nil), .text(maxLength: 5, fixed: true),
+            .binary(maxLength: nil), .time(precision: 3), .timestamp(precision: 6, timeZone: true), .uuid, .json,
+            .enumeration(labels: ["a", "b'c"]), .unsupported(native: "tsvector"),
+        ]
+        let data = try JSONEncoder().encode(types)
+        XCTAssertEqual(try JSONDecoder().decode([LogicalType].self, from: data), types)
+        XCTAssertEqual(LogicalType.enumeration(labels: ["a", "b'c"]).description, "enum('a','b''c')")
+    }
+}

@@ -1,0 +1,257 @@
+import FerryCore
+import FerryDriverTestKit
+@testable import FerrySQLite
+import XCTest
+
+final class SQLiteDriverTests: XCTestCase {
+    var folder: TemporaryFolder!
+
+    override func setUpWithError() throws {
+        folder = try TemporaryFolder()
+    }
+
+    func open(_ name: String, role: ConnectionRole = .target) throws -> SQLiteConnection {
+        try SQLiteConnection(endpoint: Endpoint(parsing: "sqlite:" + folder.path(name)), role: role)
+    }
+
+    func chinook() throws -> URL {
+        guard let datasets = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
+        return datasets.appendingPathComponent("chinook")
+    }
+
+    /// Copies every table with the engine and returns the summary.
+    func copy(_ src: any Connection, _ dst: any Connection, mode: WriteMode = .create, tables: [String] = [], batchSize: Int = 500) throws -> CopySummary {
+        let engine = CopyEngine(registry: DriverRegistry([SQLiteDriver()]))
+        var o = CopyOptions()
+        o.mode = mode
+        o.tables = tables.map { TableName(parsing: $0) }
+        o.batchSize = batchSize
+        let plan = try engine.plan(source: src, target: dst, options: o)
+        return engine.run(plan, source: src, target: dst, options: o, progress: ProgressReporter(style: .quiet) { _ in })
+    }
+
+    func assertSame(_ a: any Connection, _ b: any Connection, file: StaticString = #filePath, line: UInt = #line) throws {
+        for t in try a.listTables() {
+            XCTAssertEqual(try TableComparison.differences(a, b, table: t.name), [], file: file, line: line)
+        }
+    }
+
+    /// Every value and its storage class, straight from SQLite, in rowid order.
+    func raw(_ db: SQLiteConnection, _ table: String) throws -> [[String?]] {
+        let cols = try db.describe(TableName(table)).columns.map { db.dialect.quote($0.name) }
+        let sel = cols.map { "typeof(\($0)) || ':' || quote(\($0))" }.joined(separator: ", ")
+        return try db.prepare("SELECT \(sel) FROM \(db.dialect.quote(table)) ORDER BY rowid").rows()
+    }
+
+    func testChinookCatalog() throws {
+        let db = try SQLiteConnection(
+            endpoint: Endpoint(parsing: "sqlite:" + chinook().appendingPathComponent("Chinook_Sqlite.sqlite").path), role: .source)
+        let tables = try db.listTables()
+        XCTAssertEqual(tables.map(\.name.name), ["Album", "Artist", "Customer", "Employee", "Genre", "Invoice", "InvoiceLine",
+                                                  "MediaType", "Playlist", "PlaylistTrack", "Track"])
+        XCTAssertEqual(tables.first { $0.name.name == "Track" }?.rowEstimate, 3503)
+        let track = try db.describe(TableName("Track"))
+        XCTAssertEqual(track.primaryKey, ["TrackId"])
+        XCTAssertEqual(track.column(named: "TrackId")?.serial, .rowid)
+        XCTAssertEqual(track.column(named: "Name")?.logicalType, .text(maxLength: 200, fixed: false))
+        XCTAssertEqual(track.column(named: "UnitPrice")?.logicalType, .decimal(precision: 10, scale: 2))
+        XCTAssertEqual(track.column(named: "Composer")?.isNullable, true)
+        let pt = try db.describe(TableName("PlaylistTrack"))
+        XCTAssertEqual(pt.primaryKey, ["PlaylistId", "TrackId"])
+        XCTAssertNil(pt.column(named: "TrackId")?.serial)
+        XCTAssertEqual(try db.describe(TableName("Invoice")).column(named: "InvoiceDate")?.logicalType,
+                       .timestamp(precision: nil, timeZone: false))
+    }
+
+    func testChinookCopiesIdentically() throws {
+        let src = try SQLiteConnection(
+            endpoint: Endpoint(parsing: "sqlite:" + chinook().appendingPathComponent("Chinook_Sqlite.sqlite").path), role: .source)
+        let dst = try open("copy.db")
+        let summary = try copy(src, dst)
+        XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))")
+        XCTAssertEqual(summary.totalRows, 15607)
+        try assertSame(src, dst)
+        for t in try src.listTables() {
+            XCTAssertEqual(try raw(src, t.name.name), try raw(dst, t.name.name), "storage classes of \(t.name)")
+        }
+        // The copy is a new SQLite database with the same keys.
+        XCTAssertEqual(try dst.describe(TableName("Track")).column(named: "TrackId")?.serial, .rowid)
+    }
+
+    func testChinookAutoincrementScript() throws {
+        let script = try String(contentsOf: chinook().appendingPathComponent("Chinook_Sqlite_AutoIncrementPKs.sql"), encoding: .utf8)
+        let src = try open("auto.db")
+        try src.execute(script)
+        let album = try src.describe(TableName("Album"))
+        XCTAssertEqual(album.column(named: "AlbumId")?.serial, .autoincrement)
+        let dst = try open("auto-copy.db")
+        XCTAssertTrue(try copy(src, dst, batchSize: 100).ok)
+        try assertSame(src, dst)
+        XCTAssertEqual(try dst.describe(TableName("Album")).column(named: "AlbumId")?.serial, .autoincrement)
+        // The counter moved past the copied maximum: the next insert gets max + 1.
+        try dst.execute("INSERT INTO Album (Title, ArtistId) VALUES ('new', 1)")
+        XCTAssertEqual(try dst.prepare("SELECT max(AlbumId) FROM Album").rows(), [["348"]])
+        XCTAssertEqual(try dst.prepare("SELECT seq FROM sqlite_sequence WHERE name = 'Album'").rows(), [["348"]])
+    }
+
+    func testEdgeCasesSurviveACopy() throws {
+        let src = try open("edge.db")
+        try src.execute("""
+            CREATE TABLE "odd ""name"".x; select" (
+              "id" INTEGER PRIMARY KEY, "select" TEXT, "a b" BLOB, "r" REAL, "i" BIGINT, "d" DECIMAL(38,10),
+              "when" DATETIME, "flag" BOOLEAN, "u" UUID, "j" JSON);
+            CREATE TABLE nokey (t TEXT, n INT);
+            CREATE TABLE empty (a TEXT PRIMARY KEY, b INT UNIQUE);
+            INSERT INTO nokey VALUES ('x', 1), ('x', 1), (NULL, NULL);
+            """)
+        let big = String(repeating: "ab\u{0}c", count: 262_144)  // 1 MB with NULs
+        let ins = try src.prepare("INSERT INTO \"odd \"\"name\"\".x; select\" VALUES (?,?,?,?,?,?,?,?,?,?)")
+        let rows: [[Value]] = [
+            [.int(1), .text(""), .binary([0, 0, 1, 0]), .double(.infinity), .int(.min), .text("1234567890123456789012345678.0123456789"),
+             .text("2024-02-29 23:59:59.123456"), .int(1), .text("00010203-0405-0607-0809-0a0b0c0d0e0f"), .text("{\"k\":\"é😀\"}")],
+            [.int(2), .null, .null, .null, .null, .null, .null, .null, .null, .null],
+            [.int(3), .text("& < > ' \" é 中文 😀 \u{1}\t\r\n"), .binary([]), .double(-.infinity), .int(.max), .int(42),
+             .text("1899-12-31 00:00:00"), .int(0), .null, .text("12.30")],
+            [.int(4), .text(big), .binary(Array(repeating: 0, count: 1000)), .double(5e-324), .int(0), .double(0.1),
+             .text("2100-01-01 00:00:00"), .null, .null, .text("[]")],
+            [.int(5), .text(" "), .null, .double(-1.7976931348623157e308), .int(-1), .text("-0.0000000001"), .null, .null, .null, .null],
+        ]
+        for r in rows {
+            ins.reset()
+            try ins.bind(r)
+            _ = try ins.step()
+        }
+        let dst = try open("edge-copy.db")
+        let summary = try copy(src, dst, batchSize: 2)
+        XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))")
+        try assertSame(src, dst)
+        for t in ["odd \"name\".x; select", "nokey", "empty"] {
+            XCTAssertEqual(try raw(src, t), try raw(dst, t), t)
+        }
+        XCTAssertEqual(try dst.countRows(TableName("nokey")), 3)
+        XCTAssertEqual(try dst.describe(TableName("empty")).uniqueKeys, [["b"]])
+        XCTAssertEqual(try dst.describe(TableName("empty")).primaryKey, ["a"])
+    }
+
+    func testCrossEngineDDLKeepsValuesExact() throws {
+        // A schema described by another engine gets Ferry's SQLite conventions (TEXT affinity for
+        // decimals and JSON), so values are kept to the last digit.
+        let db = try open("conv.db")
+        let schema = TableSchema(
+            name: TableName("t"), engine: "postgres",
+            columns: [
+                Column(name: "d", nativeType: "numeric(40,20)", logicalType: .decimal(precision: 40, scale: 20)),
+                Column(name: "j", nativeType: "jsonb", logicalType: .json),
+                Column(name: "ts", nativeType: "timestamptz", logicalType: .timestamp(precision: 6, timeZone: true)),
+                Column(name: "e", nativeType: "mood", logicalType: .enumeration(labels: ["ok", "it's bad"])),
+            ])
+        let ddl = try db.createTableStatements(for: schema, named: TableName("t"))
+        XCTAssertTrue(ddl[0].contains("\"d\" DECIMAL TEXT(40,20)"), ddl[0])
+        XCTAssertTrue(ddl[0].contains("\"j\" JSON TEXT"), ddl[0])
+        XCTAssertTrue(ddl[0].contains("CHECK (\"e\" IN ('ok', 'it''s bad'))"), ddl[0])
+        try db.createTable(schema, named: TableName("t"))
+        let w = try db.writer(table: TableName("t"), columns: schema.columns)
+        try w.write(RowBatch(rows: [[.decimal("12.30000000000000000000"), .json("12.30"), .timestamp(1), .text("it's bad")]],
+                             types: schema.columns.map(\.logicalType)))
+        XCTAssertEqual(try raw(db, "t"), [["text:'12.30000000000000000000'", "text:'12.30'", "text:'1970-01-01 00:00:00.000001+00:00'", "text:'it''s bad'"]])
+        XCTAssertEqual(try db.describe(TableName("t")).columns.map(\.logicalType),
+                       [.decimal(precision: 40, scale: 20), .json, .timestamp(precision: 6, timeZone: true), .text])
+        let bad = try db.writer(table: TableName("t"), columns: [schema.columns[3]])
+        XCTAssertThrowsError(try bad.write(RowBatch(rows: [[.text("nope")]], types: [schema.columns[3].logicalType])))
+    }
+
+    func testMismatchedStorageIsReportedWithTheKey() throws {
+        let src = try open("mismatch.db")
+        try src.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, n INTEGER, d DATE); INSERT INTO m VALUES (1, 5, '2020-01-01'), (7, 'seven', '2020-01-02')")
+        let dst = try open("mismatch-copy.db")
+        let summary = try copy(src, dst)
+        XCTAssertFalse(summary.ok)
+        let message = summary.tables[0].error ?? ""
+        XCTAssertTrue(message.contains("table m, column n, key (id=7)"), message)
+        XCTAssertTrue(message.contains("a TEXT value 'seven'"), message)
+        XCTAssertFalse(try dst.tableExists(TableName("m")), "a failed create must leave no table behind")
+
+        try src.execute("CREATE TABLE dates (id INTEGER PRIMARY KEY, d DATE); INSERT INTO dates VALUES (3, 20200101)")
+        let s2 = try copy(src, dst, tables: ["dates"])
+        XCTAssertTrue(s2.tables[0].error?.contains("key (id=3)") == true, "\(s2.tables[0].error ?? "")")
+        XCTAssertTrue(s2.tables[0].error?.contains("ISO-8601") == true)
+    }
+
+    func testReplaceKeepsTheOldTableOnFailure() throws {
+        let src = try open("r-src.db")
+        let dst = try open("r-dst.db")
+        try src.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER); INSERT INTO t VALUES (1, 1), (2, 2)")
+        XCTAssertTrue(try copy(src, dst).ok)
+        let before = try raw(dst, "t")
+        // The new source has a value that cannot be read exactly: the replace must fail whole.
+        try src.execute("INSERT INTO t VALUES (3, 3); INSERT INTO t VALUES (4, 'four')")
+        let failed = try copy(src, dst, mode: .replace, batchSize: 1)
+        XCTAssertFalse(failed.ok)
+        XCTAssertEqual(try raw(dst, "t"), before)
+        XCTAssertEqual(try dst.listTables().map(\.name.name), ["t"], "no staging table left behind")
+        try src.execute("DELETE FROM t WHERE id = 4")
+        XCTAssertTrue(try copy(src, dst, mode: .replace).ok)
+        XCTAssertEqual(try dst.countRows(TableName("t")), 3)
+    }
+
+    func testOpeningErrors() throws {
+        XCTAssertThrowsError(try open("missing.db", role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("no such file"), "\(e)")
+        }
+        try Data("this is not a database, just text".utf8).write(to: URL(fileURLWithPath: folder.path("text.db")))
+        XCTAssertThrowsError(try open("text.db", role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("is not a SQLite database"), "\(e)")
+        }
+        XCTAssertThrowsError(try SQLiteConnection(endpoint: Endpoint(parsing: "sqlite:/nonexistent-dir/x.db"), role: .target)) { e in
+            XCTAssertTrue("\(e)".contains("does not exist"), "\(e)")
+        }
+        let db = try open("ro.db")
+        try db.execute("CREATE TABLE t (a)")
+        db.close()
+        try FileManager.default.setAttributes([.posixPermissions: 0o444], ofItemAtPath: folder.path("ro.db"))
+        if getuid() != 0 {  // root may write anyway
+            XCTAssertThrowsError(try open("ro.db")) { e in XCTAssertTrue("\(e)".contains("read-only"), "\(e)") }
+        }
+    }
+
+    func testTypeMap() {
+        let cases: [(String, LogicalType)] = [
+            ("INTEGER", .int64), ("int", .int32), ("BIGINT UNSIGNED", .int64), ("SMALLINT", .int16), ("TINYINT", .int16),
+            ("NVARCHAR(120)", .text(maxLength: 120, fixed: false)), ("CHAR(3)", .text(maxLength: 3, fixed: true)),
+            ("NUMERIC(10,2)", .decimal(precision: 10, scale: 2)), ("DECIMAL TEXT(38,10)", .decimal(precision: 38, scale: 10)),
+            ("DOUBLE PRECISION", .float64), ("FLOAT4", .float32), ("BLOB", .binary(maxLength: nil)), ("", .binary(maxLength: nil)),
+            ("DATETIME", .timestamp(precision: nil, timeZone: false)), ("TIMESTAMPTZ(3)", .timestamp(precision: 3, timeZone: true)),
+            ("DATE", .date), ("TIME(6)", .time(precision: 6)), ("BOOLEAN", .boolean), ("UUID", .uuid), ("JSON TEXT", .json),
+            ("STRING", .text), ("MONEY", .decimal(precision: nil, scale: nil)), ("VARYING CHARACTER(5)", .text(maxLength: 5, fixed: false)),
+        ]
+        for (declared, expected) in cases {
+            XCTAssertEqual(SQLiteTypeMap.logicalType(declared: declared), expected, declared)
+        }
+        // Every type Ferry creates reads back as itself (enumerations read back as text).
+        let types: [LogicalType] = [.boolean, .int16, .int32, .int64, .decimal(precision: 12, scale: 3), .float32, .float64,
+                                    .text(maxLength: 9, fixed: false), .text(maxLength: 2, fixed: true), .text, .binary(maxLength: 16),
+                                    .binary(maxLength: nil), .date, .time(precision: 3), .timestamp(precision: 6, timeZone: false),
+                                    .timestamp(precision: nil, timeZone: true), .uuid, .json]
+        for t in types {
+            let declared = SQLiteTypeMap.declaredType(for: t) ?? "?"
+            XCTAssertEqual(SQLiteTypeMap.logicalType(declared: declared), t, "\(t) -> \(declared)")
+        }
+        XCTAssertEqual(SQLiteTypeMap.affinity(of: "DECIMAL TEXT(38,10)"), .text)
+        XCTAssertEqual(SQLiteTypeMap.affinity(of: "JSON TEXT"), .text)
+        XCTAssertNil(SQLiteTypeMap.declaredType(for: .unsupported(native: "tsvector")))
+        XCTAssertTrue(SQLiteConnection.containsKeyword("CREATE TABLE t (id INTEGER PRIMARY KEY AUTOINCREMENT)", "AUTOINCREMENT"))
+        XCTAssertFalse(SQLiteConnection.containsKeyword("CREATE TABLE \"AUTOINCREMENT\" (a) -- AUTOINCREMENT", "AUTOINCREMENT"))
+    }
+
+    func testGeneratedColumnsAreSkipped() throws {
+        let src = try open("gen.db")
+        try src.execute("CREATE TABLE g (a INT PRIMARY KEY, b INT GENERATED ALWAYS AS (a * 2) VIRTUAL); INSERT INTO g (a) VALUES (1), (2)")
+        let d = try src.describe(TableName("g"))
+        XCTAssertEqual(d.column(named: "b")?.generated, true)
+        let dst = try open("gen-copy.db")
+        let summary = try copy(src, dst)
+        XCTAssertTrue(summary.ok)
+        XCTAssertEqual(summary.tables[0].skippedColumns.map(\.column), ["b"])
+        XCTAssertEqual(try dst.describe(TableName("g")).columns.map(\.name), ["a"])
+    }
+}
