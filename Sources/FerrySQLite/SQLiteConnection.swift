@@ -9,6 +9,9 @@ public final class SQLiteConnection: Connection {
     public let dialect: any Dialect = SQLiteDialect()
     let db: OpaquePointer
     private var statementCache: [String: SQLiteStatement] = [:]
+    /// Set when opening as a target created the file: if nothing was stored in it by the time
+    /// the connection closes (a dry run, a failed copy), the file is removed again.
+    private var createdFile: String?
 
     public init(endpoint: Endpoint, role: ConnectionRole) throws {
         self.endpoint = endpoint
@@ -48,6 +51,7 @@ public final class SQLiteConnection: Connection {
             throw FerryError.connectionFailed(endpoint: shown, reason: message)
         }
         self.db = handle
+        if role == .target && !exists && path != ":memory:" { createdFile = path }
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, 10_000)
         do {
@@ -72,8 +76,15 @@ public final class SQLiteConnection: Connection {
     public func close() {
         guard !closed else { return }
         closed = true
+        var empty = false
+        if createdFile != nil, let st = try? prepare("SELECT count(*) FROM sqlite_schema"), (try? st.step()) == true {
+            empty = st.columnInt(0) == 0
+        }
         statementCache.removeAll()
         sqlite3_close_v2(db)
+        if empty, let path = createdFile {
+            for suffix in ["", "-journal", "-wal", "-shm"] { try? FileManager.default.removeItem(atPath: path + suffix) }
+        }
     }
 
     func error(_ rc: Int32, sql: String?) -> SQLiteError {

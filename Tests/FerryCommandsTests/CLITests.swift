@@ -1,0 +1,168 @@
+import FerryCore
+import FerryDriverTestKit
+import Foundation
+import XCTest
+
+/// End-to-end tests that run the built `ferry` binary.
+final class CLITests: XCTestCase {
+    var folder: TemporaryFolder!
+    let chinook = TestDatabases.packageRoot().appendingPathComponent("samples/chinook.sqlite").path
+
+    override func setUpWithError() throws {
+        folder = try TemporaryFolder()
+        // Readable by another user for the read-only-target test.
+        try FileManager.default.setAttributes([.posixPermissions: 0o755], ofItemAtPath: folder.url.path)
+    }
+
+    struct Result {
+        var code: Int32
+        var out: String
+        var err: String
+    }
+
+    var binary: URL {
+        // On Linux, XCTest's bundle sits in the products folder next to the executables.
+        let products = Bundle.main.bundleURL
+        let candidate = products.appendingPathComponent("ferry")
+        if FileManager.default.fileExists(atPath: candidate.path) { return candidate }
+        return TestDatabases.packageRoot().appendingPathComponent(".build/debug/ferry")
+    }
+
+    func ferry(_ args: [String], asUser user: String? = nil) throws -> Result {
+        let p = Process()
+        if let user {
+            p.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
+            p.arguments = ["-u", user, "--", binary.path] + args
+        } else {
+            p.executableURL = binary
+            p.arguments = args
+        }
+        let out = Pipe()
+        let err = Pipe()
+        p.standardOutput = out
+        p.standardError = err
+        try p.run()
+        let o = out.fileHandleForReading.readDataToEndOfFile()
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        return Result(code: p.terminationStatus, out: String(decoding: o, as: UTF8.self), err: String(decoding: e, as: UTF8.self))
+    }
+
+    func fileHash(_ path: String) -> Data? { FileManager.default.contents(atPath: path) }
+
+    func assertOneLineError(_ r: Result, code: Int32, contains fragment: String, file: StaticString = #filePath, line: UInt = #line) {
+        XCTAssertEqual(r.code, code, "exit code; stderr: \(r.err)", file: file, line: line)
+        let lines = r.err.split(separator: "\n")
+        XCTAssertEqual(lines.count, 1, "one line expected, got: \(r.err)", file: file, line: line)
+        XCTAssertTrue(r.err.contains(fragment), "'\(fragment)' not in: \(r.err)", file: file, line: line)
+    }
+
+    func testHelpHasExamples() throws {
+        for cmd in [[], ["tables"], ["describe"], ["copy"]] {
+            let r = try ferry(cmd + ["--help"])
+            XCTAssertEqual(r.code, 0, r.err)
+            XCTAssertTrue(r.out.contains("Examples:") || r.out.contains("Example"), "\(cmd): \(r.out)")
+        }
+    }
+
+    func testTablesAndDescribe() throws {
+        let t = try ferry(["tables", "sqlite:" + chinook])
+        XCTAssertEqual(t.code, 0, t.err)
+        XCTAssertTrue(t.out.contains("Track          3503"), t.out)
+        let j = try ferry(["tables", "--json", "sqlite:" + chinook])
+        let rows = try JSONSerialization.jsonObject(with: Data(j.out.utf8)) as? [[String: Any]]
+        XCTAssertEqual(rows?.count, 11)
+
+        let d = try ferry(["describe", "sqlite:" + chinook, "track"])  // case-insensitive match
+        XCTAssertEqual(d.code, 0, d.err)
+        XCTAssertTrue(d.out.contains("UnitPrice"), d.out)
+        XCTAssertTrue(d.out.contains("decimal(10,2)"), d.out)
+        XCTAssertTrue(d.out.contains("primary key: (TrackId)"), d.out)
+        XCTAssertTrue(d.out.contains("rowid"), d.out)
+        let dj = try ferry(["describe", "--json", "sqlite:" + chinook, "Invoice"])
+        let obj = try JSONSerialization.jsonObject(with: Data(dj.out.utf8)) as? [String: Any]
+        let schema = obj?["schema"] as? [String: Any]
+        XCTAssertEqual(schema?["primaryKey"] as? [String], ["InvoiceId"])
+    }
+
+    func testCopyChinookAndRefuseToOverwrite() throws {
+        let target = folder.path("chinook-copy.db")
+        let r = try ferry(["copy", "sqlite:" + chinook, "sqlite:" + target])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(r.err.contains("copied 11 of 11 tables, 15607 rows"), r.err)
+        let before = fileHash(target)
+
+        let again = try ferry(["copy", "sqlite:" + chinook, "sqlite:" + target, "--tables", "Album"])
+        assertOneLineError(again, code: 1, contains: "table Album already exists")
+        XCTAssertEqual(fileHash(target), before, "the target must be left exactly as it was")
+
+        let json = try ferry(["copy", "sqlite:" + chinook, "sqlite:" + target, "--mode", "replace", "--tables", "Artist,Genre", "--json"])
+        XCTAssertEqual(json.code, 0, json.err)
+        let obj = try JSONSerialization.jsonObject(with: Data(json.out.utf8)) as? [String: Any]
+        XCTAssertEqual(obj?["ok"] as? Bool, true)
+        XCTAssertEqual(obj?["rows"] as? Int, 300)
+    }
+
+    func testDryRunTouchesNothing() throws {
+        let target = folder.path("never.db")
+        let r = try ferry(["copy", "--dry-run", "sqlite:" + chinook, "sqlite:" + target, "--exclude", "PlaylistTrack"])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(r.out.contains("plan: copy sqlite:"), r.out)
+        XCTAssertTrue(r.out.contains("CREATE TABLE \"Track\""), r.out)
+        XCTAssertTrue(r.out.contains("key: primary key (TrackId)"), r.out)
+        XCTAssertFalse(r.out.contains("PlaylistTrack"), r.out)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target), "dry run created the target file")
+    }
+
+    func testBadInput() throws {
+        let target = folder.path("t.db")
+        assertOneLineError(try ferry(["tables", "sqlite:" + folder.path("missing.db")]), code: 1, contains: "no such file")
+        let text = folder.path("text.db")
+        try Data("hello, not a database".utf8).write(to: URL(fileURLWithPath: text))
+        assertOneLineError(try ferry(["tables", "sqlite:" + text]), code: 1, contains: "is not a SQLite database")
+        assertOneLineError(try ferry(["describe", "sqlite:" + chinook, "NoSuchTable"]), code: 1, contains: "table NoSuchTable not found")
+        assertOneLineError(try ferry(["copy", "sqlite:" + chinook, "sqlite:" + target, "--tables", "Nope"]), code: 1,
+                           contains: "table Nope not found")
+        assertOneLineError(try ferry(["tables", "oracle://scott:tiger@db/orcl"]), code: 2, contains: "unknown URL scheme 'oracle:'")
+        let masked = try ferry(["tables", "oracle://scott:tiger@db/orcl"])
+        XCTAssertFalse(masked.err.contains("tiger"), "password leaked: \(masked.err)")
+        assertOneLineError(try ferry(["tables", chinook]), code: 2, contains: "no scheme")
+        let usage = try ferry(["copy", "sqlite:a", "sqlite:b", "--jobs", "0"])
+        XCTAssertEqual(usage.code, 2, usage.err)
+        XCTAssertTrue(usage.err.contains("--jobs must be between 1 and 64"), usage.err)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target), "a failed copy created \(target)")
+    }
+
+    func testReadOnlyTarget() throws {
+        let target = folder.path("ro.db")
+        XCTAssertEqual(try ferry(["copy", "sqlite:" + chinook, "sqlite:" + target, "--tables", "Genre", "-q"]).code, 0)
+        try FileManager.default.setAttributes([.posixPermissions: 0o444], ofItemAtPath: target)
+        let before = fileHash(target)
+        // root writes through file permissions: run as an unprivileged user then.
+        let user: String? = getuid() == 0 ? "nobody" : nil
+        let r = try ferry(["copy", "sqlite:" + chinook, "sqlite:" + target, "--tables", "Artist"], asUser: user)
+        assertOneLineError(r, code: 1, contains: "cannot write to sqlite:\(target)")
+        XCTAssertEqual(fileHash(target), before)
+    }
+
+    func testProgressLinesWhenNotATerminal() throws {
+        let r = try ferry(["copy", "sqlite:" + chinook, "sqlite:" + folder.path("p.db"), "--tables", "Track"])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(r.err.contains("Track: copying (~3503 rows)"), r.err)
+        XCTAssertTrue(r.err.contains("Track: 3503 rows in"), r.err)
+        XCTAssertFalse(r.err.contains("\u{1B}["), "no terminal escapes when stderr is a pipe")
+        let quiet = try ferry(["copy", "-q", "sqlite:" + chinook, "sqlite:" + folder.path("q.db"), "--tables", "Track"])
+        XCTAssertEqual(quiet.err, "")
+    }
+}
+
+/// A test that needs a server fails (not skips) under CI=true when scripts/test did not start it.
+final class TestServicesTests: XCTestCase {
+    func testServerURLsArePresentInCI() throws {
+        for variable in ["FERRY_TEST_POSTGRES_URL", "FERRY_TEST_MYSQL_URL"] {
+            guard let url = try TestDatabases.serverURL(variable) else { throw XCTSkip("\(variable) not set (not CI)") }
+            let endpoint = try Endpoint(parsing: url)
+            XCTAssertEqual(endpoint.host, "127.0.0.1", "test servers listen on loopback only")
+        }
+    }
+}
