@@ -8,6 +8,7 @@ import FerryCore
 final class SQLiteReader: BatchReader {
     private let statement: SQLiteStatement
     private let types: [LogicalType]
+    private let kinds: [ReadKind]
     private let columns: [Column]
     private let table: TableName
     private let batchSize: Int
@@ -39,6 +40,7 @@ final class SQLiteReader: BatchReader {
         try statement.bind(binds)
         self.columns = columns
         self.types = columns.map(\.logicalType)
+        self.kinds = columns.map { ReadKind($0.logicalType) }
         self.table = table.name
         self.batchSize = batchSize
         let key = table.preferredKey?.columns ?? []
@@ -57,8 +59,8 @@ final class SQLiteReader: BatchReader {
                 done = true
                 break
             }
-            for i in 0..<types.count {
-                try read(st, Int32(i), into: &batch.columns[i], type: types[i])
+            for i in 0..<kinds.count {
+                try read(st, Int32(i), into: &batch.columns[i], kind: kinds[i])
             }
             n += 1
         }
@@ -106,24 +108,25 @@ final class SQLiteReader: BatchReader {
     }
 
     @inline(__always)
-    private func read(_ st: OpaquePointer, _ i: Int32, into col: inout ColumnBuffer, type: LogicalType) throws {
+    private func read(_ st: OpaquePointer, _ i: Int32, into col: inout ColumnBuffer, kind: ReadKind) throws {
         let storage = sqlite3_column_type(st, i)
         if storage == SQLITE_NULL {
             col.appendNull()
             return
         }
-        switch type {
-        case .int16, .int32, .int64, .boolean:
+        let type = types[Int(i)]
+        switch kind {
+        case .integer, .boolean:
             switch storage {
             case SQLITE_INTEGER:
                 let v = sqlite3_column_int64(st, i)
-                if case .boolean = type, v != 0 && v != 1 {
+                if kind == .boolean, v != 0 && v != 1 {
                     throw problem(i, "\(v) in a boolean column is neither 0 nor 1")
                 }
                 col.append(v)
             default: throw mismatch(st, i, storage, type)
             }
-        case .float32, .float64:
+        case .double:
             switch storage {
             case SQLITE_FLOAT: col.append(sqlite3_column_double(st, i))
             case SQLITE_INTEGER:
@@ -146,7 +149,7 @@ final class SQLiteReader: BatchReader {
                 col.append(bytes: bytes)
             default: throw mismatch(st, i, storage, type)
             }
-        case .text, .enumeration, .json:
+        case .text:
             switch storage {
             case SQLITE_TEXT: col.append(bytes: text(st, i))
             // A number in a text column (NUMERIC-affinity names like STRING): carried as its text.
@@ -164,7 +167,7 @@ final class SQLiteReader: BatchReader {
             switch storage {
             case SQLITE_BLOB where sqlite3_column_bytes(st, i) == 16: col.append(bytes: blob(st, i))
             case SQLITE_TEXT:
-                guard let bytes = UUIDText.parse(statement.columnText(i) ?? "") else {
+                guard let bytes = UUIDText.parse(text(st, i)) else {
                     throw mismatch(st, i, storage, type, hint: ": it is not a UUID")
                 }
                 col.append(bytes: bytes)
@@ -174,9 +177,9 @@ final class SQLiteReader: BatchReader {
             guard storage == SQLITE_TEXT else {
                 throw mismatch(st, i, storage, type, hint: ": Ferry reads SQLite dates and times as ISO-8601 text")
             }
-            let s = String(decoding: text(st, i), as: UTF8.self)
+            let s = text(st, i)
             do {
-                switch type {
+                switch kind {
                 case .date: col.append(try Temporal.parseDate(s))
                 case .time: col.append(try Temporal.parseTime(s))
                 default: col.append(try Temporal.parseTimestamp(s).micros)
@@ -186,6 +189,27 @@ final class SQLiteReader: BatchReader {
             }
         case .unsupported:
             throw problem(i, "type \(columns[Int(i)].nativeType) cannot be read")
+        }
+    }
+
+    /// How a column is read, decided once per reader rather than per value.
+    enum ReadKind: Equatable {
+        case integer, boolean, double, decimal, text, binary, uuid, date, time, timestamp, unsupported
+
+        init(_ type: LogicalType) {
+            switch type {
+            case .boolean: self = .boolean
+            case .int16, .int32, .int64: self = .integer
+            case .float32, .float64: self = .double
+            case .decimal: self = .decimal
+            case .text, .enumeration, .json: self = .text
+            case .binary: self = .binary
+            case .uuid: self = .uuid
+            case .date: self = .date
+            case .time: self = .time
+            case .timestamp: self = .timestamp
+            case .unsupported: self = .unsupported
+            }
         }
     }
 }

@@ -8,7 +8,7 @@ import FerryCore
 final class SQLiteWriter: BatchWriter {
     private let statement: SQLiteStatement
     private let columns: [Column]
-    private let types: [LogicalType]
+    private let kinds: [BindKind]
     /// Per column: true when -0.0 would lose its sign (REAL, NUMERIC, INTEGER affinity).
     private let signedZeroLost: [Bool]
     private let table: TableName
@@ -32,7 +32,7 @@ final class SQLiteWriter: BatchWriter {
             + columns.map { _ in "?" }.joined(separator: ", ") + ")"
         statement = try SQLiteStatement(connection, sql)
         self.columns = columns
-        self.types = columns.map(\.logicalType)
+        self.kinds = columns.map { BindKind($0.logicalType) }
         self.table = table
     }
 
@@ -40,33 +40,30 @@ final class SQLiteWriter: BatchWriter {
 
     func write(_ batch: RowBatch) throws {
         let st = statement.handle
-        // Pin each byte column's arena for the batch, so values bind without a copy each.
-        var pinned: [UnsafeMutableRawBufferPointer?] = []
-        pinned.reserveCapacity(columns.count)
-        defer { for p in pinned { p?.deallocate() } }
-        for col in batch.columns {
-            if col.storage == .bytes {
-                let p = UnsafeMutableRawBufferPointer.allocate(byteCount: max(col.arena.count, 1), alignment: 1)
-                col.withUnsafeArena { src in if src.count > 0 { p.copyMemory(from: src) } }
-                pinned.append(p)
-            } else {
-                pinned.append(nil)
+        let pinned = PinnedBatch(batch)
+        let cols = pinned.columns
+        let transient = ferry_sqlite_transient()
+        // Dates, times, timestamps and UUIDs are formatted into one reused buffer.
+        var scratch: [UInt8] = []
+        scratch.reserveCapacity(64)
+        func bindScratch(_ idx: Int32) -> Int32 {
+            scratch.withUnsafeBufferPointer {
+                sqlite3_bind_text(st, idx, UnsafeRawPointer($0.baseAddress)?.assumingMemoryBound(to: CChar.self), Int32($0.count), transient)
             }
         }
-        let transient = ferry_sqlite_transient()
-        for row in 0..<batch.count {
-            for c in 0..<columns.count {
-                let col = batch.columns[c]
+        for row in 0..<pinned.count {
+            for c in 0..<kinds.count {
+                let col = cols[c]
                 let idx = Int32(c + 1)
                 var rc = SQLITE_OK
                 if col.isNull(row) {
                     rc = sqlite3_bind_null(st, idx)
                 } else {
-                    switch types[c] {
-                    case .boolean, .int16, .int32, .int64:
-                        rc = sqlite3_bind_int64(st, idx, col.ints[row])
-                    case .float32, .float64:
-                        let v = col.doubles[row]
+                    switch kinds[c] {
+                    case .integer:
+                        rc = sqlite3_bind_int64(st, idx, col.int(row))
+                    case .double:
+                        let v = col.double(row)
                         if v.isNaN {
                             throw BatchRowError(row: row, error: .invalidValue(
                                 table: table, column: columns[c].name, key: nil,
@@ -79,21 +76,28 @@ final class SQLiteWriter: BatchWriter {
                         }
                         rc = sqlite3_bind_double(st, idx, v)
                     case .date:
-                        rc = sqlite3_bind_text(st, idx, Temporal.formatDate(col.ints[row]), -1, transient)
-                    case .time:
-                        rc = sqlite3_bind_text(st, idx, Temporal.formatTime(col.ints[row]), -1, transient)
-                    case .timestamp(_, let tz):
-                        rc = sqlite3_bind_text(
-                            st, idx, Temporal.formatTimestamp(col.ints[row], utcSuffix: tz ? "+00:00" : nil), -1, transient)
+                        scratch.removeAll(keepingCapacity: true)
+                        Temporal.appendDate(col.int(row), into: &scratch)
+                        rc = bindScratch(idx)
+                    case .time(let digits):
+                        scratch.removeAll(keepingCapacity: true)
+                        Temporal.appendTime(col.int(row), fractionDigits: digits, into: &scratch)
+                        rc = bindScratch(idx)
+                    case .timestamp(let digits, let utc):
+                        scratch.removeAll(keepingCapacity: true)
+                        Temporal.appendTimestamp(col.int(row), fractionDigits: digits, into: &scratch)
+                        if utc { scratch.append(contentsOf: Self.utcSuffix) }
+                        rc = bindScratch(idx)
                     case .uuid:
-                        rc = sqlite3_bind_text(st, idx, UUIDText.format(col.bytes(row)), -1, transient)
-                    case .binary:
-                        let r = col.range(row)
-                        rc = sqlite3_bind_blob(st, idx, pinned[c]?.baseAddress?.advanced(by: r.lowerBound), Int32(r.count), nil)
-                    case .decimal, .text, .json, .enumeration, .unsupported:
-                        let r = col.range(row)
-                        let base = pinned[c]?.baseAddress?.advanced(by: r.lowerBound).assumingMemoryBound(to: CChar.self)
-                        rc = sqlite3_bind_text(st, idx, base, Int32(r.count), nil)
+                        scratch.removeAll(keepingCapacity: true)
+                        UUIDText.append(col.bytes(row), into: &scratch)
+                        rc = bindScratch(idx)
+                    case .blob:
+                        let b = col.bytes(row)
+                        rc = sqlite3_bind_blob(st, idx, b.baseAddress, Int32(b.count), nil)
+                    case .text:
+                        let b = col.bytes(row)
+                        rc = sqlite3_bind_text(st, idx, b.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(b.count), nil)
                     }
                 }
                 guard rc == SQLITE_OK else {
@@ -106,6 +110,29 @@ final class SQLiteWriter: BatchWriter {
             guard rc == SQLITE_DONE else {
                 let e = statement.connection.error(rc, sql: nil)
                 throw BatchRowError(row: row, error: .invalidValue(table: table, column: nil, key: nil, message: e.message))
+            }
+        }
+    }
+
+    private static let utcSuffix = Array("+00:00".utf8)
+
+    /// How a column is bound, decided once per writer rather than per value.
+    enum BindKind {
+        case integer, double, date, blob, text, uuid
+        case time(digits: Int?)
+        case timestamp(digits: Int?, utc: Bool)
+
+        init(_ type: LogicalType) {
+            switch type {
+            case .boolean, .int16, .int32, .int64: self = .integer
+            case .float32, .float64: self = .double
+            case .date: self = .date
+            // Text keeps the declared precision, so DATETIME(6) values keep all six digits.
+            case .time(let p): self = .time(digits: p)
+            case .timestamp(let p, let tz): self = .timestamp(digits: p, utc: tz)
+            case .uuid: self = .uuid
+            case .binary: self = .blob
+            case .decimal, .text, .json, .enumeration, .unsupported: self = .text
             }
         }
     }

@@ -6,8 +6,10 @@ public enum DecimalText {
         let n = bytes.count
         if n == 0 { return false }
         if bytes[0] == 43 || bytes[0] == 45 { i = 1 }
-        let word = String(decoding: UnsafeRawBufferPointer(rebasing: bytes[i...]), as: UTF8.self)
-        if word == "Infinity" || (word == "NaN" && i == 0) { return true }
+        if n - i == 8 || n - i == 3 {
+            let word = UnsafeRawBufferPointer(rebasing: bytes[i...])
+            if word.elementsEqual("Infinity".utf8) || (i == 0 && word.elementsEqual("NaN".utf8)) { return true }
+        }
         var digits = 0
         var dot = false
         while i < n {

@@ -34,17 +34,23 @@ public enum Temporal {
 
     @inline(__always)
     private static func pad(_ v: Int64, _ width: Int, into out: inout [UInt8]) {
-        var digits: [UInt8] = []
-        var x = v
+        var n = 1
+        var x = v / 10
+        while x > 0 { n += 1; x /= 10 }
+        let total = max(n, width)
+        let start = out.count
+        for _ in 0..<total { out.append(48) }
+        x = v
+        var i = start + total - 1
         repeat {
-            digits.append(UInt8(48 + x % 10))
+            out[i] = UInt8(48 + x % 10)
             x /= 10
+            i -= 1
         } while x > 0
-        if digits.count < width { out.append(contentsOf: repeatElement(48, count: width - digits.count)) }
-        out.append(contentsOf: digits.reversed())
     }
 
-    private static func appendDate(_ days: Int64, into out: inout [UInt8]) {
+    /// Appends `YYYY-MM-DD` to `out` (no allocation beyond `out`'s growth).
+    public static func appendDate(_ days: Int64, into out: inout [UInt8]) {
         let (y, m, d) = civil(days: days)
         if y < 0 { out.append(45) }
         pad(abs(y), 4, into: &out)
@@ -56,7 +62,8 @@ public enum Temporal {
 
     /// `fractionDigits` nil: the shortest exact form (no fraction when zero, trailing zeros trimmed);
     /// 0...6: exactly that many digits (the value must not need more).
-    private static func appendTime(_ micros: Int64, fractionDigits: Int?, into out: inout [UInt8]) {
+    /// Appends `HH:MM:SS[.ffffff]` to `out`.
+    public static func appendTime(_ micros: Int64, fractionDigits: Int?, into out: inout [UInt8]) {
         let secs = micros / microsPerSecond
         let frac = micros % microsPerSecond
         pad(secs / 3600, 2, into: &out)
@@ -105,19 +112,24 @@ public enum Temporal {
     public static func formatTimestamp(
         _ micros: Int64, fractionDigits: Int? = nil, separator: UInt8 = 32, utcSuffix: String? = nil
     ) -> String {
+        var out: [UInt8] = []
+        out.reserveCapacity(32)
+        appendTimestamp(micros, fractionDigits: fractionDigits, separator: separator, into: &out)
+        if let utcSuffix { out.append(contentsOf: utcSuffix.utf8) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends `YYYY-MM-DD HH:MM:SS[.ffffff]` to `out`.
+    public static func appendTimestamp(_ micros: Int64, fractionDigits: Int? = nil, separator: UInt8 = 32, into out: inout [UInt8]) {
         var days = micros / microsPerDay
         var rest = micros % microsPerDay
         if rest < 0 {
             days -= 1
             rest += microsPerDay
         }
-        var out: [UInt8] = []
-        out.reserveCapacity(32)
         appendDate(days, into: &out)
         out.append(separator)
         appendTime(rest, fractionDigits: fractionDigits, into: &out)
-        if let utcSuffix { out.append(contentsOf: utcSuffix.utf8) }
-        return String(decoding: out, as: UTF8.self)
     }
 
     // MARK: Parsing
@@ -128,7 +140,7 @@ public enum Temporal {
     }
 
     private struct Cursor {
-        let b: [UInt8]
+        let b: UnsafeRawBufferPointer
         var i = 0
         var atEnd: Bool { i >= b.count }
         var peek: UInt8? { i < b.count ? b[i] : nil }
@@ -148,14 +160,14 @@ public enum Temporal {
         }
     }
 
-    private static func parseDatePart(_ c: inout Cursor, _ text: String) throws -> Int64 {
+    private static func parseDatePart(_ c: inout Cursor, _ text: @autoclosure () -> String) throws -> Int64 {
         let negative = c.eat(45)
         guard let y = c.digits(min: 4, max: 9), c.eat(45), let m = c.digits(min: 1, max: 2), c.eat(45),
               let d = c.digits(min: 1, max: 2)
-        else { throw ParseError(description: "'\(text)' is not a date of the form YYYY-MM-DD") }
+        else { throw ParseError(description: "'\(text())' is not a date of the form YYYY-MM-DD") }
         let year = negative ? -y : y
         guard (1...12).contains(m), d >= 1, d <= daysIn(month: m, year: year) else {
-            throw ParseError(description: "'\(text)' is not a valid calendar date")
+            throw ParseError(description: "'\(text())' is not a valid calendar date")
         }
         return days(year: year, month: m, day: d)
     }
@@ -168,15 +180,15 @@ public enum Temporal {
         }
     }
 
-    private static func parseTimePart(_ c: inout Cursor, _ text: String, allow24: Bool) throws -> Int64 {
+    private static func parseTimePart(_ c: inout Cursor, _ text: @autoclosure () -> String, allow24: Bool) throws -> Int64 {
         guard let h = c.digits(min: 1, max: 2), c.eat(58), let mi = c.digits(min: 2, max: 2) else {
-            throw ParseError(description: "'\(text)' is not a time of the form HH:MM:SS[.ffffff]")
+            throw ParseError(description: "'\(text())' is not a time of the form HH:MM:SS[.ffffff]")
         }
         var s: Int64 = 0
         var micros: Int64 = 0
         if c.eat(58) {
             guard let sv = c.digits(min: 2, max: 2) else {
-                throw ParseError(description: "'\(text)' is not a time of the form HH:MM:SS[.ffffff]")
+                throw ParseError(description: "'\(text())' is not a time of the form HH:MM:SS[.ffffff]")
             }
             s = sv
             if c.eat(46) {
@@ -186,45 +198,66 @@ public enum Temporal {
                     if n < 6 {
                         micros = micros * 10 + Int64(ch - 48)
                     } else if ch != 48 {
-                        throw ParseError(description: "'\(text)' has more than 6 fractional digits (Ferry carries microseconds)")
+                        throw ParseError(description: "'\(text())' has more than 6 fractional digits (Ferry carries microseconds)")
                     }
                     n += 1
                 }
-                guard n > 0 else { throw ParseError(description: "'\(text)' has an empty fraction") }
+                guard n > 0 else { throw ParseError(description: "'\(text())' has an empty fraction") }
                 if n < 6 { for _ in n..<6 { micros *= 10 } }
             }
         }
         let total = ((h * 60 + mi) * 60 + s) * microsPerSecond + micros
         guard mi < 60, s < 60, h < 24 || (allow24 && total == microsPerDay) else {
-            throw ParseError(description: "'\(text)' is not a valid time of day")
+            throw ParseError(description: "'\(text())' is not a valid time of day")
         }
         return total
     }
 
     /// Parses `YYYY-MM-DD`.
     public static func parseDate(_ text: String) throws -> Int64 {
-        var c = Cursor(b: Array(text.utf8))
-        let d = try parseDatePart(&c, text)
-        guard c.atEnd else { throw ParseError(description: "'\(text)' is not a date of the form YYYY-MM-DD") }
+        var t = text
+        return try t.withUTF8 { try parseDate(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Parses `YYYY-MM-DD` from UTF-8 bytes.
+    public static func parseDate(_ bytes: UnsafeRawBufferPointer) throws -> Int64 {
+        let text = { String(decoding: bytes, as: UTF8.self) }
+        var c = Cursor(b: bytes)
+        let d = try parseDatePart(&c, text())
+        guard c.atEnd else { throw ParseError(description: "'\(text())' is not a date of the form YYYY-MM-DD") }
         return d
     }
 
     /// Parses `HH:MM[:SS[.ffffff]]` (24:00:00 allowed, as PostgreSQL and MySQL allow it).
     public static func parseTime(_ text: String) throws -> Int64 {
-        var c = Cursor(b: Array(text.utf8))
-        let t = try parseTimePart(&c, text, allow24: true)
-        guard c.atEnd else { throw ParseError(description: "'\(text)' is not a time of the form HH:MM:SS[.ffffff]") }
+        var t = text
+        return try t.withUTF8 { try parseTime(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Parses `HH:MM[:SS[.ffffff]]` from UTF-8 bytes.
+    public static func parseTime(_ bytes: UnsafeRawBufferPointer) throws -> Int64 {
+        let text = { String(decoding: bytes, as: UTF8.self) }
+        var c = Cursor(b: bytes)
+        let t = try parseTimePart(&c, text(), allow24: true)
+        guard c.atEnd else { throw ParseError(description: "'\(text())' is not a time of the form HH:MM:SS[.ffffff]") }
         return t
     }
 
     /// Parses `YYYY-MM-DD[( |T)HH:MM[:SS[.ffffff]]][Z|±HH[:MM]]`; an offset is applied, so the
     /// result is UTC when one is present. `hadOffset` tells whether the text carried one.
     public static func parseTimestamp(_ text: String) throws -> (micros: Int64, hadOffset: Bool) {
-        var c = Cursor(b: Array(text.utf8))
-        let d = try parseDatePart(&c, text)
+        var t = text
+        return try t.withUTF8 { try parseTimestamp(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Parses a timestamp from UTF-8 bytes (see `parseTimestamp(_: String)`).
+    public static func parseTimestamp(_ bytes: UnsafeRawBufferPointer) throws -> (micros: Int64, hadOffset: Bool) {
+        let text = { String(decoding: bytes, as: UTF8.self) }
+        var c = Cursor(b: bytes)
+        let d = try parseDatePart(&c, text())
         var micros: Int64 = 0
         if c.eat(32) || c.eat(84) {
-            micros = try parseTimePart(&c, text, allow24: false)
+            micros = try parseTimePart(&c, text(), allow24: false)
         }
         var hadOffset = false
         if c.eat(90) {
@@ -232,7 +265,7 @@ public enum Temporal {
         } else if let sign = c.peek, sign == 43 || sign == 45 {
             c.i += 1
             guard let oh = c.digits(min: 2, max: 2) else {
-                throw ParseError(description: "'\(text)' has a malformed UTC offset")
+                throw ParseError(description: "'\(text())' has a malformed UTC offset")
             }
             _ = c.eat(58)
             let om = c.digits(min: 2, max: 2) ?? 0
@@ -240,9 +273,9 @@ public enum Temporal {
             micros -= sign == 43 ? offset : -offset
             hadOffset = true
         }
-        guard c.atEnd else { throw ParseError(description: "'\(text)' is not a timestamp of the form YYYY-MM-DD HH:MM:SS[.ffffff]") }
+        guard c.atEnd else { throw ParseError(description: "'\(text())' is not a timestamp of the form YYYY-MM-DD HH:MM:SS[.ffffff]") }
         let (r, overflow) = d.multipliedReportingOverflow(by: microsPerDay)
-        guard !overflow else { throw ParseError(description: "'\(text)' is out of range") }
+        guard !overflow else { throw ParseError(description: "'\(text())' is out of range") }
         return (r + micros, hadOffset)
     }
 }

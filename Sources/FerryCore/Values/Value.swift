@@ -134,23 +134,35 @@ public enum Value: Sendable, Hashable, CustomStringConvertible {
 public enum UUIDText {
     private static let hex = Array("0123456789abcdef".utf8)
 
-    public static func format<C: Collection>(_ bytes: C) -> String where C.Element == UInt8 {
+    public static func format(_ bytes: [UInt8]) -> String {
         var out: [UInt8] = []
         out.reserveCapacity(36)
-        for (i, b) in bytes.enumerated() {
+        bytes.withUnsafeBytes { append($0, into: &out) }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Appends the 36-character form of 16 bytes to `out`.
+    public static func append(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        for i in 0..<bytes.count {
             if i == 4 || i == 6 || i == 8 || i == 10 { out.append(45) }
+            let b = bytes[i]
             out.append(hex[Int(b >> 4)])
             out.append(hex[Int(b & 15)])
         }
-        return String(decoding: out, as: UTF8.self)
     }
 
     /// Parses hex with or without hyphens and braces; nil when it is not 16 bytes of hex.
     public static func parse(_ text: String) -> [UInt8]? {
+        var t = text
+        return t.withUTF8 { parse(UnsafeRawBufferPointer($0)) }
+    }
+
+    /// Parses UTF-8 bytes (see `parse(_: String)`).
+    public static func parse(_ text: UnsafeRawBufferPointer) -> [UInt8]? {
         var out: [UInt8] = []
         out.reserveCapacity(16)
         var high: UInt8?
-        for c in text.utf8 {
+        for c in text {
             let v: UInt8
             switch c {
             case 48...57: v = c - 48
