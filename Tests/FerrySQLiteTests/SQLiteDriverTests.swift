@@ -255,3 +255,20 @@ final class SQLiteDriverTests: XCTestCase {
         XCTAssertEqual(try dst.describe(TableName("g")).columns.map(\.name), ["a"])
     }
 }
+
+final class TypeMappingDocTests: XCTestCase {
+    /// docs/type-mapping.md must list every declared type the driver creates, so it cannot drift.
+    func testDocListsEveryDeclaredType() throws {
+        let doc = try String(contentsOf: TestDatabases.packageRoot().appendingPathComponent("docs/type-mapping.md"), encoding: .utf8)
+        let types: [LogicalType] = [.boolean, .int16, .int32, .int64, .decimal(precision: 1, scale: 1), .float32, .float64,
+                                    .text(maxLength: 1, fixed: false), .text(maxLength: 1, fixed: true), .text,
+                                    .binary(maxLength: 1), .binary(maxLength: nil), .date, .time(precision: 1),
+                                    .timestamp(precision: 1, timeZone: false), .timestamp(precision: 1, timeZone: true), .uuid, .json,
+                                    .enumeration(labels: ["a"])]
+        for t in types {
+            guard let declared = SQLiteTypeMap.declaredType(for: t) else { return XCTFail("\(t) has no SQLite type") }
+            let name = declared.replacingOccurrences(of: "(1,1)", with: "(p,s)").replacingOccurrences(of: "(1)", with: t.description.contains("char") || t.description.contains("text") || t.description.contains("binary") ? "(n)" : "(p)")
+            XCTAssertTrue(doc.contains("`\(name)"), "docs/type-mapping.md does not mention `\(name)` for \(t)")
+        }
+    }
+}
