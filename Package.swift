@@ -7,6 +7,7 @@ let package = Package(
     products: [
         .library(name: "FerryCore", targets: ["FerryCore"]),
         .library(name: "FerrySQLite", targets: ["FerrySQLite"]),
+        .library(name: "FerryPostgres", targets: ["FerryPostgres"]),
         .library(name: "FerryCommands", targets: ["FerryCommands"]),
         .library(name: "FerryDriverTestKit", targets: ["FerryDriverTestKit"]),
         .executable(name: "ferry", targets: ["ferry"]),
@@ -30,13 +31,14 @@ let package = Package(
         .target(name: "FerryCore"),
         // Drivers.
         .target(name: "FerrySQLite", dependencies: ["FerryCore", "CSQLite"]),
+        .target(name: "FerryPostgres", dependencies: ["FerryCore", "CLibPQ"]),
         // The conformance suite every driver's tests run.
         .target(name: "FerryDriverTestKit", dependencies: ["FerryCore"]),
         // The command-line commands (testable) and the executable.
         .target(
             name: "FerryCommands",
             dependencies: [
-                "FerryCore", "FerrySQLite",
+                "FerryCore", "FerrySQLite", "FerryPostgres",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         .executableTarget(name: "ferry", dependencies: ["FerryCommands"]),
@@ -45,6 +47,9 @@ let package = Package(
         .testTarget(
             name: "FerrySQLiteTests",
             dependencies: ["FerrySQLite", "FerryDriverTestKit", "FerryCore"]),
+        .testTarget(
+            name: "FerryPostgresTests",
+            dependencies: ["FerryPostgres", "FerrySQLite", "FerryDriverTestKit", "FerryCore"]),
         .testTarget(
             name: "FerryCommandsTests",
             dependencies: ["FerryCommands", "FerryDriverTestKit", "FerrySQLite", "ferry"]),

@@ -1,9 +1,10 @@
 import FerryCore
+import FerryPostgres
 import FerrySQLite
 
 extension DriverRegistry {
     /// Every driver compiled into Ferry: the one place that lists them.
     public static var builtIn: DriverRegistry {
-        DriverRegistry([SQLiteDriver()])
+        DriverRegistry([SQLiteDriver(), PostgresDriver()])
     }
 }

@@ -1,0 +1,159 @@
+import FerryCore
+
+/// PostgreSQL's binary wire formats (COPY … (FORMAT binary)): big-endian integers, IEEE floats,
+/// numeric in base-10000 digits, dates as days and timestamps as microseconds since 2000-01-01.
+enum PostgresBinary {
+    /// 2000-01-01 minus 1970-01-01.
+    static let epochDays: Int64 = 10_957
+    static let epochMicros: Int64 = 946_684_800_000_000
+    /// `PGCOPY\n\377\r\n\0`, flags, header extension length.
+    static let header: [UInt8] = Array("PGCOPY\n".utf8) + [0xFF, 0x0D, 0x0A, 0x00] + [0, 0, 0, 0] + [0, 0, 0, 0]
+
+    @inline(__always)
+    static func int16(_ p: UnsafeRawPointer) -> Int16 { Int16(bitPattern: UInt16(bigEndian: p.loadUnaligned(as: UInt16.self))) }
+    @inline(__always)
+    static func int32(_ p: UnsafeRawPointer) -> Int32 { Int32(bitPattern: UInt32(bigEndian: p.loadUnaligned(as: UInt32.self))) }
+    @inline(__always)
+    static func int64(_ p: UnsafeRawPointer) -> Int64 { Int64(bitPattern: UInt64(bigEndian: p.loadUnaligned(as: UInt64.self))) }
+
+    @inline(__always)
+    static func put16(_ v: Int16, _ out: inout [UInt8]) {
+        let u = UInt16(bitPattern: v)
+        out.append(UInt8(u >> 8)); out.append(UInt8(u & 0xff))
+    }
+    @inline(__always)
+    static func put32(_ v: Int32, _ out: inout [UInt8]) {
+        let u = UInt32(bitPattern: v)
+        out.append(UInt8(u >> 24)); out.append(UInt8((u >> 16) & 0xff)); out.append(UInt8((u >> 8) & 0xff)); out.append(UInt8(u & 0xff))
+    }
+    @inline(__always)
+    static func put64(_ v: Int64, _ out: inout [UInt8]) {
+        let u = UInt64(bitPattern: v)
+        var shift: UInt64 = 56
+        while true {
+            out.append(UInt8((u >> shift) & 0xff))
+            if shift == 0 { break }
+            shift -= 8
+        }
+    }
+
+    // MARK: numeric
+
+    static let nanSign: UInt16 = 0xC000
+    static let negSign: UInt16 = 0x4000
+    static let pinfSign: UInt16 = 0xD000
+    static let ninfSign: UInt16 = 0xF000
+
+    /// Decodes a numeric field into its exact decimal text (with `dscale` fraction digits).
+    static func numericText(_ p: UnsafeRawPointer, count: Int) -> String? {
+        guard count >= 8 else { return nil }
+        let ndigits = Int(int16(p))
+        let weight = Int(int16(p + 2))
+        let sign = UInt16(bitPattern: int16(p + 4))
+        let dscale = Int(int16(p + 6))
+        guard count >= 8 + ndigits * 2, ndigits >= 0, dscale >= 0 else { return nil }
+        switch sign {
+        case nanSign: return "NaN"
+        case pinfSign: return "Infinity"
+        case ninfSign: return "-Infinity"
+        default: break
+        }
+        var out: [UInt8] = []
+        out.reserveCapacity(ndigits * 4 + 4)
+        if sign == negSign { out.append(45) }
+        func digit(_ i: Int) -> Int { i >= 0 && i < ndigits ? Int(int16(p + 8 + i * 2)) : 0 }
+        // Integer part: groups 0…weight.
+        if weight < 0 {
+            out.append(48)
+        } else {
+            for g in 0...weight {
+                let d = digit(g)
+                if g == 0 {
+                    out.append(contentsOf: String(d).utf8)
+                } else {
+                    out.append(UInt8(48 + d / 1000)); out.append(UInt8(48 + d / 100 % 10))
+                    out.append(UInt8(48 + d / 10 % 10)); out.append(UInt8(48 + d % 10))
+                }
+            }
+        }
+        if dscale > 0 {
+            out.append(46)
+            var written = 0
+            var g = weight + 1
+            while written < dscale {
+                let d = digit(g)
+                for k in [d / 1000, d / 100 % 10, d / 10 % 10, d % 10] where written < dscale {
+                    out.append(UInt8(48 + k))
+                    written += 1
+                }
+                g += 1
+            }
+        }
+        // "-0" only happens for negative zero with no digits; PostgreSQL prints 0.
+        if out.first == 45, !out.dropFirst().contains(where: { $0 >= 49 && $0 <= 57 }) { out.removeFirst() }
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// Encodes exact decimal text as numeric. Returns the number of fraction digits, or nil
+    /// when the text is not a decimal number.
+    static func appendNumeric(_ text: UnsafeRawBufferPointer, into out: inout [UInt8]) -> Int? {
+        var i = 0
+        var negative = false
+        if text.count > 0, text[0] == 45 || text[0] == 43 {
+            negative = text[0] == 45
+            i = 1
+        }
+        let rest = UnsafeRawBufferPointer(rebasing: text[i...])
+        if rest.elementsEqual("NaN".utf8) && i == 0 || rest.elementsEqual("Infinity".utf8) {
+            put32(8, &out)
+            put16(0, &out); put16(0, &out)
+            put16(Int16(bitPattern: rest.count == 3 ? nanSign : (negative ? ninfSign : pinfSign)), &out)
+            put16(0, &out)
+            return 0
+        }
+        var intDigits: [UInt8] = []
+        var fracDigits: [UInt8] = []
+        var seenDot = false
+        while i < text.count {
+            let c = text[i]
+            if c >= 48 && c <= 57 {
+                if seenDot { fracDigits.append(c - 48) } else { intDigits.append(c - 48) }
+            } else if c == 46 && !seenDot {
+                seenDot = true
+            } else {
+                return nil
+            }
+            i += 1
+        }
+        guard !intDigits.isEmpty || !fracDigits.isEmpty else { return nil }
+        let dscale = fracDigits.count
+        // Base-10000 groups aligned on the decimal point.
+        while intDigits.count % 4 != 0 { intDigits.insert(0, at: 0) }
+        while fracDigits.count % 4 != 0 { fracDigits.append(0) }
+        var groups: [Int16] = []
+        for g in stride(from: 0, to: intDigits.count, by: 4) {
+            groups.append(Int16(intDigits[g]) * 1000 + Int16(intDigits[g + 1]) * 100 + Int16(intDigits[g + 2]) * 10 + Int16(intDigits[g + 3]))
+        }
+        let intGroups = groups.count
+        for g in stride(from: 0, to: fracDigits.count, by: 4) {
+            groups.append(Int16(fracDigits[g]) * 1000 + Int16(fracDigits[g + 1]) * 100 + Int16(fracDigits[g + 2]) * 10 + Int16(fracDigits[g + 3]))
+        }
+        var weight = intGroups - 1
+        var start = 0
+        while start < groups.count && groups[start] == 0 {
+            start += 1
+            weight -= 1
+        }
+        var end = groups.count
+        while end > start && groups[end - 1] == 0 { end -= 1 }
+        let digits = groups[start..<end]
+        if digits.isEmpty { weight = 0 }
+        put32(Int32(8 + digits.count * 2), &out)
+        put16(Int16(digits.count), &out)
+        put16(Int16(weight), &out)
+        put16(Int16(bitPattern: negative && !digits.isEmpty ? negSign : 0), &out)
+        put16(Int16(dscale), &out)
+        for d in digits { put16(d, &out) }
+        return dscale
+    }
+}

@@ -1,0 +1,267 @@
+import CLibPQ
+import FerryCore
+import Foundation
+
+/// A query result, cleared when released.
+final class PostgresResult {
+    let handle: OpaquePointer
+    init(_ handle: OpaquePointer) { self.handle = handle }
+    deinit { PQclear(handle) }
+
+    var count: Int { Int(PQntuples(handle)) }
+
+    func value(_ row: Int, _ column: Int) -> String? {
+        if PQgetisnull(handle, Int32(row), Int32(column)) == 1 { return nil }
+        guard let p = PQgetvalue(handle, Int32(row), Int32(column)) else { return nil }
+        return String(cString: p)
+    }
+
+    func string(_ row: Int, _ column: Int) -> String { value(row, column) ?? "" }
+    func int(_ row: Int, _ column: Int) -> Int64? { value(row, column).flatMap { Int64($0) } }
+    func bool(_ row: Int, _ column: Int) -> Bool { value(row, column) == "t" }
+}
+
+/// One libpq connection. The session is set up for exact, predictable transfers: UTF-8, UTC,
+/// ISO dates, standard-conforming strings, all float digits.
+public final class PostgresConnection: Connection {
+    public let endpoint: Endpoint
+    public let dialect: any Dialect = PostgresDialect()
+    var pgDialect: PostgresDialect { PostgresDialect() }
+    let conn: OpaquePointer
+    private var closed = false
+
+    /// URL query parameters that are Ferry's, not libpq's.
+    static let ferryParameters: Set<String> = ["schema"]
+
+    public init(endpoint: Endpoint, role: ConnectionRole) throws {
+        self.endpoint = endpoint
+        var keys: [String] = []
+        var values: [String] = []
+        func add(_ k: String, _ v: String?) {
+            guard let v, !v.isEmpty else { return }
+            keys.append(k)
+            values.append(v)
+        }
+        add("host", endpoint.host)
+        add("port", endpoint.port.map(String.init))
+        add("dbname", endpoint.path.isEmpty ? nil : endpoint.path)
+        add("user", endpoint.user)
+        add("password", endpoint.password)
+        add("application_name", "ferry")
+        add("connect_timeout", "10")
+        for (k, v) in endpoint.parameters where !Self.ferryParameters.contains(k) { add(k, v) }
+        let handle: OpaquePointer? = withArrayOfCStrings(keys) { kp in
+            withArrayOfCStrings(values) { vp in PQconnectdbParams(kp, vp, 0) }
+        }
+        guard let handle else {
+            throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "libpq could not allocate a connection")
+        }
+        if PQstatus(handle) != CONNECTION_OK {
+            let raw = String(cString: PQerrorMessage(handle))
+            PQfinish(handle)
+            throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: Self.explain(connectError: raw, endpoint: endpoint))
+        }
+        conn = handle
+        // libpq prints NOTICEs on stderr by default; Ferry reports what matters itself.
+        PQsetNoticeProcessor(conn, { _, _ in }, nil)
+        try execute("""
+            SET client_encoding = 'UTF8'; SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD';
+            SET standard_conforming_strings = on; SET extra_float_digits = 3; SET IntervalStyle = 'iso_8601'
+            """)
+        if role == .source {
+            try execute("SET default_transaction_read_only = on")
+        }
+    }
+
+    /// One line from libpq's multi-line connection errors, with what to do.
+    static func explain(connectError raw: String, endpoint: Endpoint) -> String {
+        let lines = raw.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+        let message = lines.last(where: { $0.hasPrefix("FATAL:") || $0.contains("error") }) ?? lines.last ?? raw
+        let clean = message.replacingOccurrences(of: "FATAL:  ", with: "").replacingOccurrences(of: "connection to server at ", with: "server ")
+        if raw.contains("password authentication failed") || raw.contains("no password supplied") {
+            return "authentication failed for user \(endpoint.user ?? "(default)"): check the password (URL, PGPASSWORD or ~/.pgpass)"
+        }
+        if raw.contains("does not exist") && raw.contains("database") {
+            return "\(clean); create it first or check the database name in the URL"
+        }
+        if raw.contains("Connection refused") || raw.contains("could not translate host name") || raw.contains("timeout expired")
+            || raw.contains("No route to host") || raw.contains("Name or service not known")
+        {
+            return "server unreachable (\(clean)); check host and port, and that PostgreSQL is running"
+        }
+        return clean
+    }
+
+    deinit { close() }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        PQfinish(conn)
+    }
+
+    func error(_ result: OpaquePointer?, sql: String?) -> PostgresError {
+        func field(_ code: UInt8) -> String? {
+            guard let result, let p = PQresultErrorField(result, Int32(code)) else { return nil }
+            return String(cString: p)
+        }
+        let primary = field(UInt8(ascii: "M")) ?? String(cString: PQerrorMessage(conn)).trimmingCharacters(in: .whitespacesAndNewlines)
+        return PostgresError(
+            sqlState: field(UInt8(ascii: "C")) ?? "", message: primary, detail: field(UInt8(ascii: "D")),
+            hint: field(UInt8(ascii: "H")), context: field(UInt8(ascii: "W")), sql: sql, endpoint: endpoint.redacted)
+    }
+
+    /// Runs a query with text parameters and text results.
+    @discardableResult
+    func query(_ sql: String, _ params: [String?] = []) throws -> PostgresResult {
+        let raw: OpaquePointer? = withArrayOfOptionalCStrings(params) { pp in
+            PQexecParams(conn, sql, Int32(params.count), nil, pp, nil, nil, 0)
+        }
+        guard let raw else { throw error(nil, sql: sql) }
+        let status = PQresultStatus(raw)
+        guard status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK else {
+            let e = error(raw, sql: sql)
+            PQclear(raw)
+            throw e
+        }
+        return PostgresResult(raw)
+    }
+
+    /// Runs statements without parameters (several may be separated by semicolons).
+    func execute(_ sql: String) throws {
+        guard let raw = PQexec(conn, sql) else { throw error(nil, sql: sql) }
+        defer { PQclear(raw) }
+        let status = PQresultStatus(raw)
+        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY else {
+            throw error(raw, sql: sql)
+        }
+    }
+
+    // MARK: Transactions
+
+    public func begin() throws { try execute("BEGIN") }
+    public func commit() throws { try execute("COMMIT") }
+    public func rollback() throws {
+        if PQtransactionStatus(conn) != PQTRANS_IDLE { try execute("ROLLBACK") }
+    }
+
+    // MARK: DDL
+
+    public func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String] {
+        try PostgresTypeMap.createTable(schema, named: name, on: self)
+    }
+
+    public func createTable(_ schema: TableSchema, named name: TableName) throws {
+        // Enum types are created when missing (and checked when present) as part of the load.
+        for c in schema.columns {
+            if case .enumeration(let labels) = c.logicalType {
+                try ensureEnum(PostgresTypeMap.enumTypeName(for: c, table: schema.name, target: name), labels: labels)
+            }
+        }
+        for sql in try createTableStatements(for: schema, named: name) { try execute(sql) }
+    }
+
+    /// Creates enum type `name` with `labels`, or checks that an existing one has exactly them.
+    func ensureEnum(_ name: TableName, labels: [String]) throws {
+        let existing = try query(
+            """
+            SELECT e.enumlabel FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
+            JOIN pg_enum e ON e.enumtypid = t.oid
+            WHERE t.typname = $1 AND n.nspname = coalesce($2, current_schema()) ORDER BY e.enumsortorder
+            """, [name.name, name.schema])
+        if existing.count > 0 {
+            let have = (0..<existing.count).map { existing.string($0, 0) }
+            guard have == labels else {
+                throw FerryError.invalidValue(
+                    table: nil, column: nil, key: nil,
+                    message: "enum type \(name) already exists in \(endpoint) with labels \(have), not \(labels); rename or drop it")
+            }
+            return
+        }
+        let list = labels.map { pgDialect.literal($0) }.joined(separator: ", ")
+        try execute("CREATE TYPE \(dialect.quote(name)) AS ENUM (\(list))")
+    }
+
+    public func dropTable(_ name: TableName) throws {
+        try execute("DROP TABLE IF EXISTS \(dialect.quote(name))")
+    }
+
+    public func swapTable(_ staging: TableName, into target: TableName) throws {
+        try dropTable(target)
+        try execute("ALTER TABLE \(dialect.quote(staging)) RENAME TO \(dialect.quote(target.name))")
+        // Indexes, constraints and identity sequences were named after the staging table.
+        let renamed = TableName(schema: staging.schema, target.name)
+        let stagingPrefix = staging.name
+        let rel = try relationOID(renamed)
+        let indexes = try query(
+            "SELECT c.relname FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid WHERE i.indrelid = $1", [rel])
+        for r in 0..<indexes.count {
+            let old = indexes.string(r, 0)
+            guard old.hasPrefix(stagingPrefix) else { continue }
+            let new = target.name + old.dropFirst(stagingPrefix.count)
+            try execute("ALTER INDEX \(dialect.quote(TableName(schema: renamed.schema, old))) RENAME TO \(dialect.quote(new))")
+        }
+        let seqs = try query(
+            """
+            SELECT s.relname, n.nspname FROM pg_depend d JOIN pg_class s ON s.oid = d.objid AND s.relkind = 'S'
+            JOIN pg_namespace n ON n.oid = s.relnamespace WHERE d.refobjid = $1 AND d.deptype IN ('a', 'i')
+            """, [rel])
+        for r in 0..<seqs.count {
+            let old = seqs.string(r, 0)
+            guard old.hasPrefix(stagingPrefix) else { continue }
+            let new = target.name + old.dropFirst(stagingPrefix.count)
+            try execute("ALTER SEQUENCE \(dialect.quote(TableName(schema: seqs.string(r, 1), old))) RENAME TO \(dialect.quote(new))")
+        }
+    }
+
+    public func resetSerial(_ table: TableName, schema: TableSchema) throws {
+        let q = dialect.quote(table)
+        for c in schema.columns where c.isSerial {
+            let seq = try query("SELECT pg_get_serial_sequence($1, $2)", [q, c.name])
+            guard let name = seq.value(0, 0) else { continue }
+            // is_called = false: the next nextval() returns exactly max + 1.
+            try query(
+                "SELECT setval($1::regclass, greatest(coalesce((SELECT max(\(dialect.quote(c.name))) FROM \(q)), 0) + 1, 1), false)",
+                [name])
+        }
+    }
+
+    // MARK: Reading and writing
+
+    public func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader {
+        try PostgresReader(connection: self, table: table, columns: columns, keyRange: keyRange, batchSize: batchSize)
+    }
+
+    public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
+        try PostgresWriter(connection: self, table: table, columns: columns)
+    }
+}
+
+/// Calls `body` with a NULL-terminated array of C strings.
+func withArrayOfCStrings<R>(_ strings: [String], _ body: (UnsafePointer<UnsafePointer<CChar>?>) -> R) -> R {
+    let copies = strings.map { strdup($0) }
+    defer { copies.forEach { free($0) } }
+    var pointers: [UnsafePointer<CChar>?] = copies.map { UnsafePointer($0) }
+    pointers.append(nil)
+    return pointers.withUnsafeBufferPointer { body($0.baseAddress.unsafelyUnwrapped) }  // never empty: the NULL terminator
+}
+
+/// Calls `body` with an array of C strings where nil stays NULL (SQL NULL parameters).
+func withArrayOfOptionalCStrings<R>(_ strings: [String?], _ body: (UnsafePointer<UnsafePointer<CChar>?>?) -> R) -> R {
+    let copies = strings.map { $0.map { strdup($0) } ?? nil }
+    defer { copies.forEach { free($0) } }
+    let pointers: [UnsafePointer<CChar>?] = copies.map { $0.map { UnsafePointer($0) } }
+    return pointers.withUnsafeBufferPointer { body($0.baseAddress) }
+}
+
+extension PostgresConnection {
+    /// Runs SQL text from Ferry's own code or tests (never from a user request).
+    public func run(_ sql: String) throws { try execute(sql) }
+
+    /// Runs a query and returns its rows as text (NULL as nil): for tests and tools.
+    public func rows(_ sql: String, _ params: [String?] = []) throws -> [[String?]] {
+        let r = try query(sql, params)
+        let n = Int(PQnfields(r.handle))
+        return (0..<r.count).map { i in (0..<n).map { r.value(i, $0) } }
+    }
+}

@@ -1,0 +1,13 @@
+import FerryCore
+
+/// The PostgreSQL driver (schemes `postgres` and `postgresql`), on libpq.
+public struct PostgresDriver: Driver {
+    public static let name = "postgres"
+    public init() {}
+    public var name: String { Self.name }
+    public var schemes: [String] { ["postgres", "postgresql"] }
+
+    public func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection {
+        try PostgresConnection(endpoint: endpoint, role: role)
+    }
+}

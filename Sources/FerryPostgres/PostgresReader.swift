@@ -1,0 +1,238 @@
+import CLibPQ
+import FerryCore
+import Foundation
+
+/// Reads a table with `COPY (SELECT …) TO STDOUT (FORMAT binary)`, decoding each field
+/// straight into the batch's buffers.
+final class PostgresReader: BatchReader {
+    private let connection: PostgresConnection
+    private let columns: [Column]
+    private let types: [LogicalType]
+    private let kinds: [Kind]
+    private let table: TableName
+    private let batchSize: Int
+    private let keyIndexes: [Int]
+    private var headerSeen = false
+    private var done = false
+    private var active = false
+
+    enum Kind {
+        case bool, int, float, numeric, bytes, uuid, date, time, timestamp
+    }
+
+    init(connection: PostgresConnection, table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws {
+        self.connection = connection
+        self.columns = columns
+        self.types = columns.map(\.logicalType)
+        self.table = table.name
+        self.batchSize = batchSize
+        let key = table.preferredKey?.columns ?? []
+        self.keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k } }
+        var kinds: [Kind] = []
+        let d = connection.dialect
+        var select: [String] = []
+        for c in columns {
+            let q = d.quote(c.name)
+            switch c.logicalType {
+            case .boolean: kinds.append(.bool); select.append(q)
+            case .int16, .int32, .int64: kinds.append(.int); select.append(q)
+            case .float32, .float64: kinds.append(.float); select.append(q)
+            case .decimal: kinds.append(.numeric); select.append(q)
+            // jsonb's binary form has a version byte: read both json types as their text.
+            case .json: kinds.append(.bytes); select.append(q + "::text")
+            // Enum labels and (padded) character values arrive as their text.
+            case .enumeration, .text: kinds.append(.bytes); select.append(q)
+            case .binary: kinds.append(.bytes); select.append(q)
+            case .uuid: kinds.append(.uuid); select.append(q)
+            case .date: kinds.append(.date); select.append(q)
+            case .time: kinds.append(.time); select.append(q)
+            case .timestamp: kinds.append(.timestamp); select.append(q)
+            case .unsupported(let native):
+                throw FerryError.invalidValue(table: table.name, column: c.name, key: nil, message: "type \(native) cannot be read")
+            }
+        }
+        self.kinds = kinds
+        let only = try connection.isPartitioned(table.name) ? "" : "ONLY "
+        var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + only + d.quote(table.name)
+        if let range = keyRange, !range.key.isEmpty {
+            let tuple = "(" + range.key.map { d.quote($0) }.joined(separator: ", ") + ")"
+            var conditions: [String] = []
+            if let after = range.after { conditions.append("\(tuple) > (\(try Self.literals(after, connection)))") }
+            if let upTo = range.upTo { conditions.append("\(tuple) <= (\(try Self.literals(upTo, connection)))") }
+            if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
+            sql += " ORDER BY " + range.key.map { d.quote($0) }.joined(separator: ", ")
+        }
+        let copy = "COPY (\(sql)) TO STDOUT (FORMAT binary)"
+        guard let res = PQexec(connection.conn, copy) else { throw connection.error(nil, sql: copy) }
+        defer { PQclear(res) }
+        guard PQresultStatus(res) == PGRES_COPY_OUT else {
+            let e = connection.error(res, sql: copy)
+            if e.sqlState == "42501" {
+                throw FerryError.copyFailed(table: table.name, endpoint: connection.endpoint.redacted,
+                                            reason: "permission denied: the role may not read \(table.name); GRANT SELECT on it or connect as another role")
+            }
+            throw e
+        }
+        active = true
+    }
+
+    /// Key values as SQL literals (COPY takes no parameters).
+    static func literals(_ values: [Value], _ c: PostgresConnection) throws -> String {
+        try values.map { v -> String in
+            switch v {
+            case .null: return "NULL"
+            case .bool(let b): return b ? "true" : "false"
+            case .int(let i): return String(i)
+            case .double(let d): return c.pgDialect.literal(DecimalText.exact(d)) + "::float8"
+            case .decimal(let s): return c.pgDialect.literal(s) + "::numeric"
+            case .text(let s), .json(let s): return c.pgDialect.literal(s)
+            case .date(let d): return c.pgDialect.literal(Temporal.formatDate(d)) + "::date"
+            case .time(let t): return c.pgDialect.literal(Temporal.formatTime(t)) + "::time"
+            case .timestamp(let t): return c.pgDialect.literal(Temporal.formatTimestamp(t)) + "::timestamp"
+            case .uuid(let u): return c.pgDialect.literal(UUIDText.format(u)) + "::uuid"
+            case .binary: throw FerryError.invalidOption("binary key columns cannot bound a key range")
+            }
+        }.joined(separator: ", ")
+    }
+
+    func close() {
+        // Drain an unfinished COPY so the connection is usable again.
+        guard active else { return }
+        active = false
+        var buf: UnsafeMutablePointer<CChar>?
+        while PQgetCopyData(connection.conn, &buf, 0) > 0 { PQfreemem(buf) }
+        while let r = PQgetResult(connection.conn) { PQclear(r) }
+    }
+
+    func next() throws -> RowBatch? {
+        guard !done else { return nil }
+        var batch = RowBatch(types: types, capacity: batchSize)
+        var n = 0
+        while n < batchSize {
+            var buf: UnsafeMutablePointer<CChar>?
+            let len = PQgetCopyData(connection.conn, &buf, 0)
+            if len == -1 {
+                done = true
+                active = false
+                try finishCopy()
+                break
+            }
+            guard len > 0, let buf else {
+                done = true
+                active = false
+                throw connection.error(nil, sql: nil)
+            }
+            defer { PQfreemem(buf) }
+            n += try decode(UnsafeRawPointer(buf), Int(len), into: &batch)
+        }
+        return n == 0 ? nil : batch
+    }
+
+    private func finishCopy() throws {
+        while let r = PQgetResult(connection.conn) {
+            defer { PQclear(r) }
+            if PQresultStatus(r) != PGRES_COMMAND_OK { throw connection.error(r, sql: nil) }
+        }
+    }
+
+    private func malformed() -> FerryError {
+        .copyFailed(table: table, endpoint: connection.endpoint.redacted, reason: "malformed binary COPY data from the server")
+    }
+
+    /// Decodes the tuples in one CopyData message; returns how many rows it added.
+    private func decode(_ p: UnsafeRawPointer, _ len: Int, into batch: inout RowBatch) throws -> Int {
+        var o = 0
+        if !headerSeen {
+            guard len >= 19, memcmp(p, PostgresBinary.header, 11) == 0 else { throw malformed() }
+            let ext = Int(PostgresBinary.int32(p + 15))
+            o = 19 + ext
+            headerSeen = true
+        }
+        var rows = 0
+        while o + 2 <= len {
+            let fields = Int(PostgresBinary.int16(p + o))
+            o += 2
+            if fields == -1 { return rows }
+            guard fields == kinds.count else { throw malformed() }
+            let rowStart = o
+            for i in 0..<fields {
+                guard o + 4 <= len else { throw malformed() }
+                let n = Int(PostgresBinary.int32(p + o))
+                o += 4
+                if n < 0 {
+                    batch.columns[i].appendNull()
+                    continue
+                }
+                guard o + n <= len else { throw malformed() }
+                try decodeField(p + o, n, column: i, into: &batch.columns[i], row: (p, rowStart, len))
+                o += n
+            }
+            rows += 1
+        }
+        return rows
+    }
+
+    @inline(__always)
+    private func decodeField(_ f: UnsafeRawPointer, _ n: Int, column i: Int, into col: inout ColumnBuffer, row: (UnsafeRawPointer, Int, Int)) throws {
+        switch kinds[i] {
+        case .bool: col.append(Int64(f.load(as: UInt8.self)))
+        case .int:
+            switch n {
+            case 2: col.append(Int64(PostgresBinary.int16(f)))
+            case 4: col.append(Int64(PostgresBinary.int32(f)))
+            default: col.append(PostgresBinary.int64(f))
+            }
+        case .float:
+            if n == 4 {
+                col.append(Double(Float(bitPattern: UInt32(bigEndian: f.loadUnaligned(as: UInt32.self)))))
+            } else {
+                col.append(Double(bitPattern: UInt64(bigEndian: f.loadUnaligned(as: UInt64.self))))
+            }
+        case .numeric:
+            guard let text = PostgresBinary.numericText(f, count: n) else { throw malformed() }
+            col.append(string: text)
+        case .bytes, .uuid:
+            col.append(bytes: UnsafeRawBufferPointer(start: f, count: n))
+        case .date:
+            let d = PostgresBinary.int32(f)
+            if d == Int32.max || d == Int32.min {
+                throw problem(i, row, "the date \(d == Int32.max ? "infinity" : "-infinity") has no value in other engines; update it or skip the column")
+            }
+            col.append(Int64(d) + PostgresBinary.epochDays)
+        case .time:
+            col.append(PostgresBinary.int64(f))
+        case .timestamp:
+            let t = PostgresBinary.int64(f)
+            if t == Int64.max || t == Int64.min {
+                throw problem(i, row, "the timestamp \(t == Int64.max ? "infinity" : "-infinity") has no value in other engines; update it or skip the column")
+            }
+            col.append(t + PostgresBinary.epochMicros)
+        }
+    }
+
+    /// An error naming table, column and the row's key (decoded again from the tuple).
+    private func problem(_ column: Int, _ row: (UnsafeRawPointer, Int, Int), _ message: String) -> FerryError {
+        var key: String?
+        if !keyIndexes.isEmpty {
+            var values: [Int: String] = [:]
+            var o = row.1
+            for i in 0..<kinds.count where o + 4 <= row.2 {
+                let n = Int(PostgresBinary.int32(row.0 + o))
+                o += 4
+                if keyIndexes.contains(i) {
+                    if n < 0 {
+                        values[i] = "NULL"
+                    } else {
+                        var tmp = ColumnBuffer(storage: types[i].storage)
+                        if (try? decodeField(row.0 + o, n, column: i, into: &tmp, row: row)) != nil {
+                            values[i] = Value(column: tmp, row: 0, type: types[i]).description
+                        }
+                    }
+                }
+                o += max(n, 0)
+            }
+            key = "(" + keyIndexes.map { "\(columns[$0].name)=\(values[$0] ?? "?")" }.joined(separator: ", ") + ")"
+        }
+        return .invalidValue(table: table, column: columns[column].name, key: key, message: message)
+    }
+}

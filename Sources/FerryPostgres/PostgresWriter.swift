@@ -1,0 +1,255 @@
+import CLibPQ
+import FerryCore
+
+/// Loads batches with `COPY … FROM STDIN (FORMAT binary)`, one COPY per batch so that a
+/// rejected row can be named by its key. Each value is encoded for the target column's actual
+/// type (read from the catalog), and values that would change are refused before sending.
+final class PostgresWriter: BatchWriter {
+    private let connection: PostgresConnection
+    private let columns: [Column]
+    private let encoders: [Encoder]
+    private let table: TableName
+    private let copySQL: String
+    private var buffer: [UInt8] = []
+
+    enum Encoder {
+        case bool
+        case int(bytes: Int, range: ClosedRange<Int64>)
+        case intAsNumeric
+        case float8
+        case float4
+        /// numeric(p,s): the text must not have non-zero digits beyond `scale`.
+        case numeric(scale: Int?)
+        case text
+        case jsonb
+        case bytes
+        case uuid
+        case date
+        case time
+        case timestamp
+    }
+
+    init(connection: PostgresConnection, table: TableName, columns: [Column]) throws {
+        self.connection = connection
+        self.columns = columns
+        self.table = table
+        guard let oid = try connection.relationOID(table) else {
+            throw FerryError.tableNotFound(table: table, endpoint: connection.endpoint.redacted)
+        }
+        // The target's own column types, domains resolved.
+        let r = try connection.query(
+            """
+            WITH RECURSIVE base(attname, typid, typmod, depth) AS (
+                SELECT a.attname, a.atttypid, a.atttypmod, 0 FROM pg_attribute a
+                WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped
+              UNION ALL
+                SELECT b.attname, t.typbasetype, t.typtypmod, b.depth + 1 FROM base b JOIN pg_type t ON t.oid = b.typid
+                WHERE t.typtype = 'd'
+            )
+            SELECT DISTINCT ON (b.attname) b.attname, t.typname, t.typtype, b.typmod, format_type(b.typid, b.typmod)
+            FROM base b JOIN pg_type t ON t.oid = b.typid ORDER BY b.attname, b.depth DESC
+            """, [oid])
+        var target: [String: (name: String, typtype: String, typmod: Int, formatted: String)] = [:]
+        for i in 0..<r.count {
+            target[r.string(i, 0)] = (r.string(i, 1), r.string(i, 2), Int(r.int(i, 3) ?? -1), r.string(i, 4))
+        }
+        var encoders: [Encoder] = []
+        for c in columns {
+            guard let t = target[c.name] else { throw FerryError.columnNotFound(table: table, column: c.name) }
+            guard let e = Self.encoder(for: c.logicalType, into: t.name, typtype: t.typtype, typmod: t.typmod) else {
+                throw FerryError.invalidValue(
+                    table: table, column: c.name, key: nil,
+                    message: "a \(c.logicalType) value cannot be written into a PostgreSQL \(t.formatted) column exactly")
+            }
+            encoders.append(e)
+        }
+        self.encoders = encoders
+        let d = connection.dialect
+        copySQL = "COPY \(d.quote(table)) (" + columns.map { d.quote($0.name) }.joined(separator: ", ") + ") FROM STDIN (FORMAT binary)"
+        buffer.reserveCapacity(1 << 20)
+    }
+
+    static func encoder(for type: LogicalType, into pgType: String, typtype: String, typmod: Int) -> Encoder? {
+        if typtype == "e" {
+            if case .enumeration = type { return .text }
+            if case .text = type { return .text }
+            return nil
+        }
+        switch (type, pgType) {
+        case (.boolean, "bool"): return .bool
+        case (.int16, "int2"), (.int32, "int2"), (.int64, "int2"): return .int(bytes: 2, range: Int64(Int16.min)...Int64(Int16.max))
+        case (.int16, "int4"), (.int32, "int4"), (.int64, "int4"): return .int(bytes: 4, range: Int64(Int32.min)...Int64(Int32.max))
+        case (.int16, "int8"), (.int32, "int8"), (.int64, "int8"): return .int(bytes: 8, range: Int64.min...Int64.max)
+        case (.int16, "numeric"), (.int32, "numeric"), (.int64, "numeric"): return .intAsNumeric
+        case (.boolean, "int2"), (.boolean, "int4"), (.boolean, "int8"): return .int(bytes: pgType == "int2" ? 2 : pgType == "int4" ? 4 : 8, range: 0...1)
+        case (.float64, "float8"), (.float32, "float8"): return .float8
+        case (.float32, "float4"), (.float64, "float4"): return .float4
+        case (.decimal, "numeric"): return .numeric(scale: typmod >= 4 ? (typmod - 4) & 0xffff : nil)
+        case (.text, "text"), (.text, "varchar"), (.text, "bpchar"), (.text, "name"), (.enumeration, "text"), (.enumeration, "varchar"),
+             (.json, "text"), (.json, "json"), (.decimal, "text"), (.decimal, "varchar"), (.uuid, "text"):
+            if case .uuid = type { return nil }
+            return .text
+        case (.json, "jsonb"): return .jsonb
+        case (.binary, "bytea"): return .bytes
+        case (.uuid, "uuid"): return .uuid
+        case (.date, "date"): return .date
+        case (.time, "time"): return .time
+        case (.timestamp(_, let tz), "timestamp") where !tz: return .timestamp
+        case (.timestamp, "timestamptz"): return .timestamp
+        default: return nil
+        }
+    }
+
+    func finish() throws {}
+
+    private func fail(_ row: Int, _ column: Int, _ message: String) -> BatchRowError {
+        BatchRowError(row: row, error: .invalidValue(table: table, column: columns[column].name, key: nil, message: message))
+    }
+
+    func write(_ batch: RowBatch) throws {
+        let pinned = PinnedBatch(batch)
+        let cols = pinned.columns
+        buffer.removeAll(keepingCapacity: true)
+        buffer.append(contentsOf: PostgresBinary.header)
+        // Encode the whole batch first: nothing is sent when a value is refused.
+        for row in 0..<pinned.count {
+            PostgresBinary.put16(Int16(cols.count), &buffer)
+            for c in 0..<cols.count {
+                let col = cols[c]
+                if col.isNull(row) {
+                    PostgresBinary.put32(-1, &buffer)
+                    continue
+                }
+                switch encoders[c] {
+                case .bool:
+                    PostgresBinary.put32(1, &buffer)
+                    buffer.append(col.int(row) != 0 ? 1 : 0)
+                case .int(let bytes, let range):
+                    let v = col.int(row)
+                    guard range.contains(v) else { throw fail(row, c, "\(v) does not fit the target's \(bytes * 8)-bit integer column") }
+                    PostgresBinary.put32(Int32(bytes), &buffer)
+                    switch bytes {
+                    case 2: PostgresBinary.put16(Int16(v), &buffer)
+                    case 4: PostgresBinary.put32(Int32(v), &buffer)
+                    default: PostgresBinary.put64(v, &buffer)
+                    }
+                case .intAsNumeric:
+                    var text = String(col.int(row))
+                    _ = text.withUTF8 { PostgresBinary.appendNumeric(UnsafeRawBufferPointer($0), into: &buffer) }
+                case .float8:
+                    PostgresBinary.put32(8, &buffer)
+                    PostgresBinary.put64(Int64(bitPattern: col.double(row).bitPattern), &buffer)
+                case .float4:
+                    let v = col.double(row)
+                    let f = Float(v)
+                    guard Double(f) == v || v.isNaN else { throw fail(row, c, "\(v) has no exact 32-bit float form") }
+                    PostgresBinary.put32(4, &buffer)
+                    PostgresBinary.put32(Int32(bitPattern: f.bitPattern), &buffer)
+                case .numeric(let scale):
+                    let text = col.bytes(row)
+                    guard let digits = PostgresBinary.appendNumeric(text, into: &buffer) else {
+                        throw fail(row, c, "'\(String(decoding: text, as: UTF8.self))' is not a decimal number")
+                    }
+                    if let scale, digits > scale, Self.hasNonZeroDigits(text, after: scale) {
+                        throw fail(row, c, "\(String(decoding: text, as: UTF8.self)) has more than \(scale) decimal places: the target would round it")
+                    }
+                case .text, .bytes:
+                    let b = col.bytes(row)
+                    PostgresBinary.put32(Int32(b.count), &buffer)
+                    buffer.append(contentsOf: b)
+                case .jsonb:
+                    let b = col.bytes(row)
+                    PostgresBinary.put32(Int32(b.count + 1), &buffer)
+                    buffer.append(1)
+                    buffer.append(contentsOf: b)
+                case .uuid:
+                    let b = col.bytes(row)
+                    guard b.count == 16 else { throw fail(row, c, "a UUID must be 16 bytes, not \(b.count)") }
+                    PostgresBinary.put32(16, &buffer)
+                    buffer.append(contentsOf: b)
+                case .date:
+                    let d = col.int(row) - PostgresBinary.epochDays
+                    guard d > Int64(Int32.min), d < Int64(Int32.max) else { throw fail(row, c, "the date is out of PostgreSQL's range") }
+                    PostgresBinary.put32(4, &buffer)
+                    PostgresBinary.put32(Int32(d), &buffer)
+                case .time:
+                    PostgresBinary.put32(8, &buffer)
+                    PostgresBinary.put64(col.int(row), &buffer)
+                case .timestamp:
+                    let (t, overflow) = col.int(row).subtractingReportingOverflow(PostgresBinary.epochMicros)
+                    guard !overflow else { throw fail(row, c, "the timestamp is out of PostgreSQL's range") }
+                    PostgresBinary.put32(8, &buffer)
+                    PostgresBinary.put64(t, &buffer)
+                }
+            }
+        }
+        PostgresBinary.put16(-1, &buffer)
+        try send(rows: pinned.count)
+    }
+
+    /// True when `text` (a decimal) has a non-zero digit more than `scale` places after the point.
+    static func hasNonZeroDigits(_ text: UnsafeRawBufferPointer, after scale: Int) -> Bool {
+        guard let dot = text.firstIndex(of: 46) else { return false }
+        var i = dot + 1 + scale
+        while i < text.count {
+            if text[i] != 48 { return true }
+            i += 1
+        }
+        return false
+    }
+
+    private func send(rows: Int) throws {
+        let conn = connection.conn
+        guard let start = PQexec(conn, copySQL) else { throw connection.error(nil, sql: copySQL) }
+        let status = PQresultStatus(start)
+        if status != PGRES_COPY_IN {
+            let e = connection.error(start, sql: copySQL)
+            PQclear(start)
+            throw e
+        }
+        PQclear(start)
+        var sendFailed = false
+        buffer.withUnsafeBytes { raw in
+            var offset = 0
+            let chunk = 1 << 20
+            while offset < raw.count {
+                let n = min(chunk, raw.count - offset)
+                if PQputCopyData(conn, raw.baseAddress.unsafelyUnwrapped.advanced(by: offset).assumingMemoryBound(to: CChar.self), Int32(n)) != 1 {
+                    sendFailed = true
+                    return
+                }
+                offset += n
+            }
+        }
+        _ = PQputCopyEnd(conn, sendFailed ? "ferry: sending failed" : nil)
+        var failure: PostgresError?
+        while let r = PQgetResult(conn) {
+            if PQresultStatus(r) != PGRES_COMMAND_OK && failure == nil { failure = connection.error(r, sql: nil) }
+            PQclear(r)
+        }
+        guard let failure else { return }
+        // "COPY t, line 3, column x: …": name the row by its key.
+        if let context = failure.context, let line = Self.lineNumber(in: context), line >= 1, line <= rows {
+            var column: String?
+            if let range = context.range(of: ", column ") {
+                column = context[range.upperBound...].split(separator: ":").first.map(String.init)
+            }
+            throw BatchRowError(row: line - 1, error: .invalidValue(table: table, column: column, key: nil, message: failure.messageOnly))
+        }
+        throw failure
+    }
+
+    static func lineNumber(in context: String) -> Int? {
+        guard let r = context.range(of: "line ") else { return nil }
+        return Int(context[r.upperBound...].prefix { $0.isNumber })
+    }
+}
+
+extension PostgresError {
+    /// The message with SQLSTATE and hint, without the endpoint and SQL (for row-level errors).
+    var messageOnly: String {
+        var s = message + (sqlState.isEmpty ? "" : " (SQLSTATE \(sqlState))")
+        if let advice = advice ?? hint { s += "; " + advice }
+        return s
+    }
+}

@@ -1,0 +1,257 @@
+import FerryCore
+import FerryDriverTestKit
+import FerryPostgres
+import FerrySQLite
+import XCTest
+
+final class PostgresDriverTests: XCTestCase {
+    var pg: PostgresFixture!
+    var folder: TemporaryFolder!
+
+    override func setUpWithError() throws {
+        guard let fixture = try PostgresFixture() else { throw XCTSkip("FERRY_TEST_POSTGRES_URL not set (run scripts/test)") }
+        pg = fixture
+        folder = try TemporaryFolder()
+    }
+
+    func sqlite(_ name: String, role: ConnectionRole = .target) throws -> any Connection {
+        try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path(name)), role: role)
+    }
+
+    func copy(_ src: any Connection, _ dst: any Connection, mode: WriteMode = .create, tables: [String] = [], jobs: Int = 1) throws -> CopySummary {
+        let engine = CopyEngine(registry: DriverRegistry([SQLiteDriver(), PostgresDriver()]))
+        var o = CopyOptions()
+        o.mode = mode
+        o.tables = tables.map { TableName(parsing: $0) }
+        o.batchSize = 700
+        o.jobs = jobs
+        let plan = try engine.plan(source: src, target: dst, options: o)
+        return engine.run(plan, source: src, target: dst, options: o, progress: ProgressReporter(style: .quiet) { _ in })
+    }
+
+    func assertSame(_ a: any Connection, _ b: any Connection, tables: [TableName]? = nil, file: StaticString = #filePath, line: UInt = #line) throws {
+        for t in try tables ?? a.listTables().map(\.name) {
+            XCTAssertEqual(try TableComparison.differences(a, b, table: t), [], file: file, line: line)
+        }
+    }
+
+    func testDriverConformance() throws {
+        let kit = DriverConformance { [pg] in
+            guard let pg else { throw ConformanceFailure("no server") }
+            return try pg.connect(try pg.makeDatabase("kit"))
+        }
+        for check in kit.checks {
+            do { try check.run() } catch { XCTFail("\(check.name): \(error)") }
+        }
+    }
+
+    func testChinookCatalogAndRoundTrip() throws {
+        let url = try pg.chinook("Chinook_PostgreSql.sql")
+        let src = try pg.connect(url, role: .source)
+        let tables = try src.listTables()
+        XCTAssertEqual(tables.count, 11)
+        XCTAssertEqual(tables.first { $0.name.name == "track" }?.rowEstimate, 3503)
+        let track = try src.describe(TableName("track"))
+        XCTAssertEqual(track.primaryKey, ["track_id"])
+        XCTAssertEqual(track.column(named: "unit_price")?.logicalType, .decimal(precision: 10, scale: 2))
+        XCTAssertEqual(track.column(named: "name")?.logicalType, .text(maxLength: 200, fixed: false))
+        XCTAssertEqual(try src.describe(TableName("playlist_track")).primaryKey, ["playlist_id", "track_id"])
+
+        // PostgreSQL -> SQLite -> PostgreSQL, and PostgreSQL -> PostgreSQL.
+        let lite = try sqlite("chinook.db")
+        XCTAssertTrue(try copy(src, lite).ok)
+        try assertSame(src, lite)
+        let back = try pg.connect(try pg.makeDatabase("back"))
+        let summary = try copy(lite, back, jobs: 3)
+        XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))")
+        try assertSame(src, back)
+        let direct = try pg.connect(try pg.makeDatabase("direct"))
+        XCTAssertTrue(try copy(src, direct, jobs: 2).ok)
+        try assertSame(src, direct)
+        XCTAssertEqual(try direct.describe(TableName("invoice")).column(named: "total")?.nativeType, "numeric(10,2)")
+    }
+
+    func testSerialAndIdentityCountersMovePastTheMaximum() throws {
+        let url = try pg.chinook("Chinook_PostgreSql_SerialPKs.sql")
+        let src = try pg.connect(url, role: .source)
+        let artist = try src.describe(TableName("artist"))
+        XCTAssertNotNil(artist.column(named: "artist_id")?.serial, "\(artist.columns)")
+        for target in [try pg.connect(try pg.makeDatabase("serial")) as any Connection, try sqlite("serial.db")] {
+            XCTAssertTrue(try copy(src, target, tables: ["artist", "genre"]).ok)
+            let max = try src.countRows(TableName("artist"))
+            if let p = target as? PostgresConnection {
+                XCTAssertEqual(try p.describe(TableName("artist")).column(named: "artist_id")?.serial, .identityByDefault)
+                let next = try p.rows("INSERT INTO artist (name) VALUES ('next') RETURNING artist_id")
+                XCTAssertEqual(next, [[String(max + 1)]])
+            } else {
+                let rows = try DriverConformance.readAll(target, TableName("artist"))
+                XCTAssertEqual(rows.count, Int(max))
+                XCTAssertEqual(try target.describe(TableName("artist")).column(named: "artist_id")?.serial, .autoincrement)
+            }
+        }
+        // Back from SQLite into PostgreSQL: the identity counter is right too.
+        let lite = try sqlite("serial.db")
+        let again = try pg.connect(try pg.makeDatabase("again"))
+        XCTAssertTrue(try copy(lite, again, tables: ["artist"]).ok)
+        XCTAssertEqual(try again.rows("INSERT INTO artist (name) VALUES ('x') RETURNING artist_id"), [["276"]])
+    }
+
+    func testSakilaTypesDomainsEnumsAndSkips() throws {
+        let url = try pg.makeDatabase("sakila")
+        try pg.psql(url, script: try pg.dataset("sakila/postgres-sakila-schema.sql"))
+        try pg.psql(url, script: try pg.dataset("sakila/postgres-sakila-insert-data-using-copy.sql"))
+        let src = try pg.connect(url, role: .source)
+        let film = try src.describe(TableName("film"))
+        XCTAssertEqual(film.column(named: "release_year")?.logicalType, .int32, "domain year resolves to integer")
+        XCTAssertEqual(film.column(named: "rating")?.logicalType, .enumeration(labels: ["G", "PG", "PG-13", "R", "NC-17"]))
+        guard case .unsupported = film.column(named: "fulltext")?.logicalType else { return XCTFail("tsvector must be unsupported") }
+        guard case .unsupported = film.column(named: "special_features")?.logicalType else { return XCTFail("text[] must be unsupported") }
+        XCTAssertEqual(film.unsupportedColumns.map(\.column).sorted(), ["fulltext", "special_features"])
+        XCTAssertEqual(film.column(named: "film_id")?.serial, .sequence)
+
+        let lite = try sqlite("sakila.db")
+        let summary = try copy(src, lite)
+        XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))")
+        XCTAssertEqual(summary.tables.first { $0.source == "film" }?.skippedColumns.map(\.column).sorted(), ["fulltext", "special_features"])
+        try assertSame(src, lite)
+
+        let back = try pg.connect(try pg.makeDatabase("sakila_back"))
+        let s2 = try copy(lite, back)
+        XCTAssertTrue(s2.ok, "\(s2.tables.compactMap(\.error))")
+        let pgpg = try pg.connect(try pg.makeDatabase("sakila_pg"))
+        let s3 = try copy(src, pgpg)
+        XCTAssertTrue(s3.ok, "\(s3.tables.compactMap(\.error))")
+        try assertSame(src, pgpg)
+        // The enum came across as a native enum type with its labels.
+        XCTAssertEqual(try pgpg.describe(TableName("film")).column(named: "rating")?.logicalType,
+                       .enumeration(labels: ["G", "PG", "PG-13", "R", "NC-17"]))
+        XCTAssertEqual(try pgpg.rows("SELECT count(*) FROM payment WHERE amount::text LIKE '%.__'"), [["16049"]])
+    }
+
+    func testPagilaSchemaWithNonASCIIDomains() throws {
+        let url = try pg.makeDatabase("pagila")
+        try pg.psql(url, script: try pg.dataset("pagila/pagila-schema.sql"))
+        let src = try pg.connect(url, role: .source)
+        let names = try src.listTables().map(\.name.description)
+        XCTAssertTrue(names.contains("actor"), "\(names)")
+        XCTAssertFalse(names.contains { $0.hasPrefix("payment_p20") }, "partitions are copied through their parent: \(names)")
+        let actor = try src.describe(TableName("actor"))
+        XCTAssertEqual(actor.column(named: "actor_id")?.logicalType, .int32)
+        let lite = try sqlite("pagila.db")
+        let summary = try copy(src, lite)
+        XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))")
+    }
+
+    func testEdgeValuesExact() throws {
+        let url = try pg.makeDatabase("edge")
+        let db = try pg.connect(url)
+        try db.run("""
+            CREATE TABLE "Odd ""Name"" é" (id int PRIMARY KEY, n numeric, n2 numeric(40,20), ts timestamp(6), tz timestamptz,
+              d date, t time, b bytea, j jsonb, js json, f real, dd double precision, ch char(5), u uuid, "select" text);
+            INSERT INTO "Odd ""Name"" é" VALUES
+              (1, '123456789012345678901234567890123456789012345678901234567890.123456789012345678901234567890123456789012345',
+               '-0.00000000000000000001', '1899-12-31 23:59:59.999999', '2100-06-01 12:00:00.000001+02', '0001-01-01', '23:59:59.999999',
+               '\\x000102ff00', '{"b": [1, 2.50], "a": "é😀"}', '{"keep":  "spacing",  "n": 1.10}', 1.5, '4.9e-324', 'ab',
+               'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', E'& < > '' " \\\\ \\t\\r\\n 中文 😀'),
+              (2, 'NaN', '0', '2262-04-11 23:47:16.854775', NULL, '9999-12-31', '00:00:00', '', '[]', 'null', '-Infinity', 'Infinity', '', NULL, ''),
+              (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL);
+            """)
+        let name = TableName("Odd \"Name\" é")
+        let lite = try sqlite("edge.db")
+        let s = try copy(db, lite)
+        XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
+        try assertSame(db, lite, tables: [name])
+        let pgpg = try pg.connect(try pg.makeDatabase("edge2"))
+        XCTAssertTrue(try copy(db, pgpg).ok)
+        try assertSame(db, pgpg, tables: [name])
+        let got = try pgpg.rows("SELECT n::text, js::text, octet_length(ch)::text, dd::text FROM \"Odd \"\"Name\"\" é\" ORDER BY id")
+        XCTAssertEqual(got[0], ["123456789012345678901234567890123456789012345678901234567890.123456789012345678901234567890123456789012345",
+                                "{\"keep\":  \"spacing\",  \"n\": 1.10}", "5", "5e-324"])
+        XCTAssertEqual(got[1], ["NaN", "null", "5", "Infinity"])
+
+        // -0.0 keeps its sign PostgreSQL to PostgreSQL; SQLite would store 0, so Ferry refuses it there.
+        try db.run("CREATE TABLE negzero (id int PRIMARY KEY, f float8); INSERT INTO negzero VALUES (1, '-0')")
+        XCTAssertTrue(try copy(db, pgpg, tables: ["negzero"]).ok)
+        XCTAssertEqual(try pgpg.rows("SELECT f::text FROM negzero"), [["-0"]])
+        let refused = try copy(db, lite, tables: ["negzero"])
+        XCTAssertTrue(refused.tables[0].error?.contains("column f, key (id=1): -0.0 would lose its sign") == true, refused.tables[0].error ?? "")
+    }
+
+    func testRefusalsAndErrors() throws {
+        let url = try pg.makeDatabase("bad")
+        let db = try pg.connect(url)
+        try db.run("CREATE TABLE inf (id int PRIMARY KEY, d date); INSERT INTO inf VALUES (1, '2020-01-01'), (7, 'infinity')")
+        let lite = try sqlite("bad.db")
+        let s = try copy(db, lite)
+        XCTAssertFalse(s.ok)
+        XCTAssertTrue(s.tables[0].error?.contains("table inf, column d, key (id=7)") == true, s.tables[0].error ?? "")
+        XCTAssertFalse(try lite.tableExists(TableName("inf")))
+
+        // A value the target would round is refused, the target left as it was.
+        try db.run("CREATE TABLE money (id int PRIMARY KEY, v numeric); INSERT INTO money VALUES (1, 1.5), (2, 1.005)")
+        let target = try pg.connect(try pg.makeDatabase("bad2"))
+        try target.run("CREATE TABLE money (id int PRIMARY KEY, v numeric(10,2)); INSERT INTO money VALUES (9, 9.99)")
+        let s2 = try copy(db, target, mode: .append, tables: ["money"])
+        XCTAssertTrue(s2.tables[0].error?.contains("key (id=2)") == true, s2.tables[0].error ?? "")
+        XCTAssertTrue(s2.tables[0].error?.contains("more than 2 decimal places") == true, s2.tables[0].error ?? "")
+        XCTAssertEqual(try target.rows("SELECT id, v::text FROM money"), [["9", "9.99"]])
+
+        // A duplicate key on append names the key and changes nothing.
+        try target.run("INSERT INTO money VALUES (1, 0)")
+        try db.run("DELETE FROM money WHERE id = 2")
+        let s3 = try copy(db, target, mode: .append, tables: ["money"])
+        XCTAssertTrue(s3.tables[0].error?.contains("key (id=1)") == true, s3.tables[0].error ?? "")
+        XCTAssertEqual(try target.rows("SELECT count(*) FROM money"), [["2"]])
+    }
+
+    func testConnectionErrorsAreOneClearLine() throws {
+        let good = try Endpoint(parsing: pg.adminURL)
+        var wrong = good
+        wrong.password = "not-the-password"
+        XCTAssertThrowsError(try PostgresConnection(endpoint: wrong, role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("authentication failed for user ferry"), "\(e)")
+            XCTAssertFalse("\(e)".contains("not-the-password"))
+            XCTAssertFalse("\(e)".contains("\n"))
+        }
+        var missing = good
+        missing.path = "no_such_database"
+        XCTAssertThrowsError(try PostgresConnection(endpoint: missing, role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("database \"no_such_database\" does not exist"), "\(e)")
+        }
+        var unreachable = good
+        unreachable.port = 1
+        XCTAssertThrowsError(try PostgresConnection(endpoint: unreachable, role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("server unreachable"), "\(e)")
+        }
+        XCTAssertThrowsError(try PostgresConnection(endpoint: Endpoint(parsing: "postgres://u@no-such-host.invalid/db"), role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("server unreachable"), "\(e)")
+        }
+        let db = try pg.connect(pg.adminURL)
+        XCTAssertThrowsError(try db.describe(TableName("no_such_table"))) { e in
+            XCTAssertTrue("\(e)".contains("table no_such_table not found"), "\(e)")
+        }
+    }
+
+    func testPermissionDenied() throws {
+        let url = try pg.makeDatabase("perm")
+        let owner = try pg.connect(url)
+        let role = "ferry_reader_\(UUID().uuidString.prefix(6).lowercased())"
+        try owner.run("""
+            CREATE TABLE secret (id int PRIMARY KEY); CREATE TABLE open (id int PRIMARY KEY); INSERT INTO secret VALUES (1);
+            CREATE ROLE \(role) LOGIN PASSWORD 'pw'; GRANT SELECT ON open TO \(role);
+            """)
+        defer { try? owner.run("DROP OWNED BY \(role); DROP ROLE \(role)") }
+        var e = try Endpoint(parsing: url)
+        e.user = role
+        e.password = "pw"
+        let reader = try PostgresConnection(endpoint: e, role: .source)
+        defer { reader.close() }
+        let lite = try sqlite("perm.db")
+        let s = try copy(reader, lite, tables: ["secret", "open"])
+        let secret = s.tables.first { $0.source == "secret" }
+        XCTAssertEqual(secret?.status, "failed")
+        XCTAssertTrue(secret?.error?.contains("permission denied") == true, secret?.error ?? "")
+        XCTAssertFalse(try lite.tableExists(TableName("secret")), "nothing written for a table that could not be read")
+        XCTAssertEqual(s.tables.first { $0.source == "open" }?.status, "ok")
+    }
+}

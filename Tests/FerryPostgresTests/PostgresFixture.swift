@@ -1,0 +1,81 @@
+import FerryCore
+import FerryDriverTestKit
+import FerryPostgres
+import Foundation
+import XCTest
+
+/// Makes uniquely named databases on the test server (scripts/test starts it) and drops them.
+final class PostgresFixture {
+    let adminURL: String
+    private(set) var created: [String] = []
+
+    /// nil outside CI when no server is configured (the test skips); under CI=true a missing
+    /// server is a failure.
+    init?() throws {
+        guard let url = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL") else { return nil }
+        adminURL = url
+    }
+
+    var base: String {
+        guard let slash = adminURL.range(of: "/", options: .backwards) else { return adminURL }
+        return String(adminURL[..<slash.lowerBound])
+    }
+
+    func url(_ database: String) -> String { base + "/" + database }
+
+    /// Creates a new empty database and returns its URL.
+    func makeDatabase(_ label: String = "t") throws -> String {
+        let name = "ferry_\(label)_\(UUID().uuidString.prefix(8).lowercased())"
+        let admin = try PostgresConnection(endpoint: Endpoint(parsing: adminURL), role: .target)
+        defer { admin.close() }
+        try admin.run("CREATE DATABASE \(name)")
+        created.append(name)
+        return url(name)
+    }
+
+    func connect(_ url: String, role: ConnectionRole = .target) throws -> PostgresConnection {
+        try PostgresConnection(endpoint: Endpoint(parsing: url), role: role)
+    }
+
+    /// Runs a SQL script with psql (scripts use psql-only syntax such as COPY … FROM stdin).
+    func psql(_ url: String, script: String) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["psql", "-X", "-q", url]
+        let input = Pipe()
+        let output = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        p.standardError = output
+        try p.run()
+        let writer = Thread {
+            input.fileHandleForWriting.write(Data(script.utf8))
+            try? input.fileHandleForWriting.close()
+        }
+        writer.start()
+        _ = output.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        if p.terminationStatus != 0 { throw ConformanceFailure("psql exited with \(p.terminationStatus)") }
+    }
+
+    func dataset(_ path: String) throws -> String {
+        guard let folder = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
+        return try String(contentsOf: folder.appendingPathComponent(path), encoding: .utf8)
+    }
+
+    /// Loads a Chinook script into a new database (its own CREATE DATABASE / \c lines removed).
+    func chinook(_ file: String) throws -> String {
+        let script = try dataset("chinook/" + file).split(separator: "\n", omittingEmptySubsequences: false)
+            .filter { !$0.hasPrefix("DROP DATABASE") && !$0.hasPrefix("CREATE DATABASE") && !$0.hasPrefix("\\c") }
+            .joined(separator: "\n")
+        let url = try makeDatabase("chinook")
+        try psql(url, script: script)
+        return url
+    }
+
+    deinit {
+        guard let admin = try? PostgresConnection(endpoint: Endpoint(parsing: adminURL), role: .target) else { return }
+        for name in created { try? admin.run("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+        admin.close()
+    }
+}
