@@ -38,6 +38,9 @@ extension Ferry {
         @Option(name: .long, parsing: .upToNextOption, help: "Tables to leave out, comma-separated or repeated.")
         var exclude: [String] = []
 
+        @Option(name: .long, parsing: .upToNextOption, help: "Only tables in these schemas (PostgreSQL schemas, SQLite attached databases), comma-separated.")
+        var schema: [String] = []
+
         @Option(name: .long, help: "create, replace or append.")
         var mode: WriteMode = .create
 
@@ -85,6 +88,7 @@ extension Ferry {
             var options = CopyOptions()
             options.tables = names(tables)
             options.exclude = names(exclude)
+            options.schemas = schema.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
             options.mode = mode
             options.jobs = jobs
             options.batchSize = batchSize

@@ -10,17 +10,24 @@ extension Ferry {
                 Examples:
                   ferry tables sqlite:samples/chinook.sqlite
                   ferry tables --json sqlite:samples/chinook.sqlite
+                  ferry tables postgres://dba@db.example/shop --schema sales,public
                 """)
 
         @Argument(help: "The database URL (sqlite:file.db, postgres://…, mysql://…).")
         var url: String
+
+        @Option(name: .long, parsing: .upToNextOption, help: "Only tables in these schemas, comma-separated.")
+        var schema: [String] = []
 
         @OptionGroup var output: OutputOptions
 
         func run() throws {
             let connection = try Ferry.registry.connect(url, role: .source)
             defer { connection.close() }
-            let tables = try connection.listTables()
+            let schemas = schema.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+            let tables = try connection.listTables().filter {
+                schemas.isEmpty || schemas.contains($0.name.schema ?? connection.defaultSchema)
+            }
             if output.json {
                 struct Row: Encodable { var table: String; var rows: Int64? }
                 try Console.json(tables.map { Row(table: $0.name.description, rows: $0.rowEstimate) })

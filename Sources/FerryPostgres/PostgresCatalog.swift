@@ -43,12 +43,13 @@ extension PostgresConnection {
             .joined(separator: ",") + "}"
     }
 
-    /// The table's oid (as text) when it exists as a table (views and other relations are not tables).
+    /// The relation's oid (as text) when `table` names a table, a partitioned table, a view or a
+    /// materialized view (views are never listed, but can be copied when named).
     func relationOID(_ table: TableName) throws -> String? {
         let r = try query(
             """
             SELECT c.oid::text FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
-            WHERE c.relname = $1 AND c.relkind IN ('r', 'p')
+            WHERE c.relname = $1 AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
               AND n.nspname = coalesce($2, current_schema(), 'public')
             """, [table.name, table.schema])
         return r.count > 0 ? r.value(0, 0) : nil
@@ -161,10 +162,11 @@ extension PostgresConnection {
             primaryKey: primaryKey, uniqueKeys: uniqueKeys, rowEstimate: estimate)
     }
 
-    /// Whether the table is partitioned (read without ONLY) or plain (read with ONLY, so
-    /// inheritance children are not read twice).
-    func isPartitioned(_ table: TableName) throws -> Bool {
+    /// Whether reads say ONLY: plain tables are read with ONLY, so the rows of inheritance
+    /// children (which are tables of their own) are not read twice; partitioned tables and views
+    /// are read whole.
+    func readsWithOnly(_ table: TableName) throws -> Bool {
         guard let oid = try relationOID(table) else { return false }
-        return try query("SELECT relkind = 'p' FROM pg_class WHERE oid = $1::oid", [oid]).bool(0, 0)
+        return try query("SELECT relkind = 'r' FROM pg_class WHERE oid = $1::oid", [oid]).bool(0, 0)
     }
 }

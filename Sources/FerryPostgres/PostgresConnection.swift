@@ -26,6 +26,7 @@ final class PostgresResult {
 public final class PostgresConnection: Connection {
     public let endpoint: Endpoint
     public let dialect: any Dialect = PostgresDialect()
+    public var defaultSchema: String { "public" }
     var pgDialect: PostgresDialect { PostgresDialect() }
     let conn: OpaquePointer
     private var closed = false

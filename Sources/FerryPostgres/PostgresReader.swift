@@ -52,7 +52,7 @@ final class PostgresReader: BatchReader {
             }
         }
         self.kinds = kinds
-        let only = try connection.isPartitioned(table.name) ? "" : "ONLY "
+        let only = try connection.readsWithOnly(table.name) ? "ONLY " : ""
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + only + d.quote(table.name)
         if let range = keyRange, !range.key.isEmpty {
             let tuple = "(" + range.key.map { d.quote($0) }.joined(separator: ", ") + ")"

@@ -7,6 +7,7 @@ import Foundation
 public final class SQLiteConnection: Connection {
     public let endpoint: Endpoint
     public let dialect: any Dialect = SQLiteDialect()
+    public var defaultSchema: String { "main" }
     let db: OpaquePointer
     private var statementCache: [String: SQLiteStatement] = [:]
     /// Set when opening as a target created the file: if nothing was stored in it by the time

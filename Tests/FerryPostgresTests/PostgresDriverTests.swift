@@ -255,3 +255,44 @@ final class PostgresDriverTests: XCTestCase {
         XCTAssertEqual(s.tables.first { $0.source == "open" }?.status, "ok")
     }
 }
+
+final class PostgresRelationKindsTests: XCTestCase {
+    func testPartitionsInheritanceViewsAndSchemas() throws {
+        guard let pg = try PostgresFixture() else { throw XCTSkip("FERRY_TEST_POSTGRES_URL not set (run scripts/test)") }
+        let folder = try TemporaryFolder()
+        let db = try pg.connect(try pg.makeDatabase("kinds"))
+        try db.run("""
+            CREATE TABLE measure (id int, at date NOT NULL, v numeric(6,1), PRIMARY KEY (id, at)) PARTITION BY RANGE (at);
+            CREATE TABLE measure_2024 PARTITION OF measure FOR VALUES FROM ('2024-01-01') TO ('2025-01-01');
+            CREATE TABLE measure_2025 PARTITION OF measure FOR VALUES FROM ('2025-01-01') TO ('2026-01-01');
+            INSERT INTO measure VALUES (1, '2024-05-01', 1.5), (2, '2025-05-01', 2.5), (3, '2025-06-01', NULL);
+            CREATE TABLE city (id int PRIMARY KEY, name text);
+            CREATE TABLE capital (country text) INHERITS (city);
+            INSERT INTO city VALUES (1, 'Lyon'); INSERT INTO capital VALUES (2, 'Paris', 'France');
+            CREATE VIEW big_measures AS SELECT id, v FROM measure WHERE v > 2;
+            CREATE SCHEMA sales; CREATE TABLE sales.orders (id int PRIMARY KEY, note text); INSERT INTO sales.orders VALUES (1, 'x');
+            """)
+        let names = try db.listTables().map(\.name.description)
+        XCTAssertEqual(names, ["capital", "city", "measure", "sales.orders"])
+        XCTAssertEqual(try db.describe(TableName("measure")).primaryKey, ["id", "at"])
+
+        let lite = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path("k.db")), role: .target)
+        let engine = CopyEngine(registry: DriverRegistry([SQLiteDriver(), PostgresDriver()]))
+        var o = CopyOptions()
+        o.schemas = ["public"]
+        let plan = try engine.plan(source: db, target: lite, options: o)
+        XCTAssertEqual(plan.tables.map(\.source.description), ["capital", "city", "measure"])
+        let summary = engine.run(plan, source: db, target: lite, options: o, progress: ProgressReporter(style: .quiet) { _ in })
+        XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))")
+        XCTAssertEqual(try lite.countRows(TableName("measure")), 3, "a partitioned table is copied once, whole")
+        XCTAssertEqual(try lite.countRows(TableName("city")), 1, "inheritance children are not read into the parent")
+        XCTAssertEqual(try lite.countRows(TableName("capital")), 1)
+
+        // A view is copied when named.
+        o.schemas = []
+        o.tables = [TableName("big_measures")]
+        let viewPlan = try engine.plan(source: db, target: lite, options: o)
+        XCTAssertTrue(engine.run(viewPlan, source: db, target: lite, options: o, progress: ProgressReporter(style: .quiet) { _ in }).ok)
+        XCTAssertEqual(try DriverConformance.readAll(lite, TableName("big_measures")), [[.int(2), .decimal("2.5")]])
+    }
+}

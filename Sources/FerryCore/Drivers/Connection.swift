@@ -9,6 +9,10 @@ public protocol Connection: AnyObject {
     /// Capabilities and naming rules of the engine.
     var dialect: any Dialect { get }
 
+    /// The schema that unqualified names (`TableName.schema == nil`) live in: `main`, `public`,
+    /// the MySQL database.
+    var defaultSchema: String { get }
+
     /// User tables, excluding the engine's own and Ferry's bookkeeping tables.
     func listTables() throws -> [TableInfo]
     /// Exact row count.

@@ -21,13 +21,17 @@ public struct CopyEngine: Sendable {
     /// Describes the source tables and decides, for each, what the target gets. Touches nothing.
     public func plan(source: any Connection, target: any Connection, options: CopyOptions) throws -> CopyPlan {
         var warnings: [String] = []
-        let available = try source.listTables().map(\.name)
+        let available = try source.listTables().map(\.name).filter { t in
+            options.schemas.isEmpty || options.schemas.contains(t.schema ?? source.defaultSchema)
+        }
         var chosen: [TableName] = []
         if options.tables.isEmpty {
             chosen = available
         } else {
             for wanted in options.tables {
-                let hits = available.filter { $0.matches(wanted) }
+                var hits = available.filter { $0.matches(wanted) }
+                // Relations that are not listed (views) are copied when named exactly.
+                if hits.isEmpty, try source.tableExists(wanted) { hits = [wanted] }
                 guard !hits.isEmpty else { throw FerryError.tableNotFound(table: wanted, endpoint: source.endpoint.redacted) }
                 for h in hits where !chosen.contains(h) { chosen.append(h) }
             }

@@ -34,6 +34,8 @@ public struct CopyOptions: Sendable {
     /// Tables to copy (empty: all). Each entry is `name` or `schema.name`.
     public var tables: [TableName] = []
     public var exclude: [TableName] = []
+    /// Only tables in these schemas (empty: all). The connection's default schema matches its name.
+    public var schemas: [String] = []
     public var mode: WriteMode = .create
     /// `--key table=col1,col2` choices, for tables without a primary or unique key.
     public var keys: [TableName: [String]] = [:]
