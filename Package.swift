@@ -8,6 +8,7 @@ let package = Package(
         .library(name: "FerryCore", targets: ["FerryCore"]),
         .library(name: "FerrySQLite", targets: ["FerrySQLite"]),
         .library(name: "FerryPostgres", targets: ["FerryPostgres"]),
+        .library(name: "FerryMySQL", targets: ["FerryMySQL"]),
         .library(name: "FerryCommands", targets: ["FerryCommands"]),
         .library(name: "FerryDriverTestKit", targets: ["FerryDriverTestKit"]),
         .executable(name: "ferry", targets: ["ferry"]),
@@ -32,13 +33,14 @@ let package = Package(
         // Drivers.
         .target(name: "FerrySQLite", dependencies: ["FerryCore", "CSQLite"]),
         .target(name: "FerryPostgres", dependencies: ["FerryCore", "CLibPQ"]),
+        .target(name: "FerryMySQL", dependencies: ["FerryCore", "CMariaDB"]),
         // The conformance suite every driver's tests run.
         .target(name: "FerryDriverTestKit", dependencies: ["FerryCore"]),
         // The command-line commands (testable) and the executable.
         .target(
             name: "FerryCommands",
             dependencies: [
-                "FerryCore", "FerrySQLite", "FerryPostgres",
+                "FerryCore", "FerrySQLite", "FerryPostgres", "FerryMySQL",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         .executableTarget(name: "ferry", dependencies: ["FerryCommands"]),
@@ -50,6 +52,9 @@ let package = Package(
         .testTarget(
             name: "FerryPostgresTests",
             dependencies: ["FerryPostgres", "FerrySQLite", "FerryDriverTestKit", "FerryCore"]),
+        .testTarget(
+            name: "FerryMySQLTests",
+            dependencies: ["FerryMySQL", "FerryPostgres", "FerrySQLite", "FerryDriverTestKit", "FerryCore"]),
         .testTarget(
             name: "FerryCommandsTests",
             dependencies: ["FerryCommands", "FerryDriverTestKit", "FerrySQLite", "ferry"]),

@@ -1,0 +1,209 @@
+import CMariaDB
+import FerryCore
+import Foundation
+
+/// One libmariadb connection. The session is set up so results are exact and predictable:
+/// utf8mb4 with a binary collation, UTC, a strict sql_mode, LOCAL INFILE enabled on the client.
+public final class MySQLConnection: Connection {
+    public let endpoint: Endpoint
+    public let dialect: any Dialect = MySQLDialect()
+    var myDialect: MySQLDialect { MySQLDialect() }
+    let mysql: UnsafeMutablePointer<MYSQL>
+    /// The database the URL names (the default schema).
+    public let database: String
+    public var defaultSchema: String { database }
+    /// MariaDB 10.7+ has a native UUID type.
+    let hasUUIDType: Bool
+    /// `--zero-dates null`: read 0000-00-00 as NULL instead of failing.
+    let zeroDatesAsNull: Bool
+    private var closed = false
+    private var inTransaction = false
+
+    /// URL query parameters that are Ferry's or select client options (not sent anywhere else).
+    static let sessionSQL = [
+        "SET NAMES utf8mb4 COLLATE utf8mb4_bin",
+        "SET time_zone = '+00:00'",
+        "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'",
+    ]
+
+    public init(endpoint: Endpoint, role: ConnectionRole) throws {
+        self.endpoint = endpoint
+        let shown = endpoint.redacted
+        guard !endpoint.path.isEmpty else {
+            throw FerryError.invalidEndpoint(text: shown, reason: "name the database after the host: mysql://user@host:3306/DATABASE")
+        }
+        database = endpoint.path
+        zeroDatesAsNull = endpoint.parameter("zero-dates") == "null"
+        mysql_server_init(0, nil, nil)
+        guard let m = mysql_init(nil) else {
+            throw FerryError.connectionFailed(endpoint: shown, reason: "libmariadb could not allocate a connection")
+        }
+        var on: UInt32 = 1
+        var timeout: UInt32 = 10
+        mysql_options(m, MYSQL_OPT_LOCAL_INFILE, &on)
+        mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &timeout)
+        mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4")
+        let sslMode = (endpoint.parameter("ssl-mode") ?? endpoint.parameter("sslmode"))?.uppercased()
+        if sslMode == "REQUIRED" || sslMode == "VERIFY_CA" || sslMode == "VERIFY_IDENTITY" || sslMode == "REQUIRE" {
+            var enforce: Int8 = 1
+            mysql_options(m, MYSQL_OPT_SSL_ENFORCE, &enforce)
+        }
+        if sslMode == "VERIFY_IDENTITY" || sslMode == "VERIFY_CA" {
+            var verify: Int8 = 1
+            mysql_options(m, MYSQL_OPT_SSL_VERIFY_SERVER_CERT, &verify)
+        }
+        let ca = endpoint.parameter("ssl-ca"), cert = endpoint.parameter("ssl-cert"), key = endpoint.parameter("ssl-key")
+        if ca != nil || cert != nil || key != nil { mysql_ssl_set(m, key, cert, ca, nil, nil) }
+        // The password: the URL, else MYSQL_PWD.
+        let password = endpoint.password ?? ProcessInfo.processInfo.environment["MYSQL_PWD"]
+        let socket = endpoint.parameter("socket")
+        let host = socket == nil ? (endpoint.host ?? "127.0.0.1") : (endpoint.host ?? "localhost")
+        let ok = mysql_real_connect(
+            m, host, endpoint.user ?? ProcessInfo.processInfo.environment["USER"], password, database,
+            UInt32(endpoint.port ?? 3306), socket, UInt(CLIENT_LOCAL_FILES))
+        if ok == nil {
+            let code = mysql_errno(m)
+            let message = String(cString: mysql_error(m))
+            mysql_close(m)
+            throw FerryError.connectionFailed(endpoint: shown, reason: Self.explain(code: code, message: message, endpoint: endpoint))
+        }
+        mysql = m
+        let version = mysql_get_server_version(m)
+        let info = String(cString: mysql_get_server_info(m))
+        hasUUIDType = info.lowercased().contains("mariadb") && version >= 100_700
+        for sql in Self.sessionSQL { try execute(sql) }
+        if role == .source { try execute("SET SESSION TRANSACTION READ ONLY") }
+    }
+
+    static func explain(code: UInt32, message: String, endpoint: Endpoint) -> String {
+        switch code {
+        case 1045: return "access denied for user \(endpoint.user ?? "(default)"): check the user and password (URL, MYSQL_PWD)"
+        case 1049: return "unknown database '\(endpoint.path)': create it first or check the database name in the URL"
+        case 2002, 2003, 2005, 2006, 2013:
+            return "server unreachable (\(message)); check host and port, and that MySQL/MariaDB is running"
+        case 1044: return "\(message); grant the user access to the database"
+        default: return "\(message) (error \(code))"
+        }
+    }
+
+    deinit { close() }
+
+    public func close() {
+        guard !closed else { return }
+        closed = true
+        mysql_close(mysql)
+    }
+
+    func error(sql: String?) -> MySQLError {
+        MySQLError(code: mysql_errno(mysql), sqlState: String(cString: mysql_sqlstate(mysql)),
+                   message: String(cString: mysql_error(mysql)), sql: sql, endpoint: endpoint.redacted)
+    }
+
+    /// Runs one statement; results, if any, are discarded.
+    func execute(_ sql: String) throws {
+        let rc = sql.withCString { mysql_real_query(mysql, $0, UInt(strlen($0))) }
+        guard rc == 0 else { throw error(sql: sql) }
+        if let r = mysql_store_result(mysql) { mysql_free_result(r) }
+    }
+
+    /// Runs a query and returns every row as text (NULL as nil). For catalog queries.
+    func query(_ sql: String) throws -> [[String?]] {
+        let rc = sql.withCString { mysql_real_query(mysql, $0, UInt(strlen($0))) }
+        guard rc == 0 else { throw error(sql: sql) }
+        guard let result = mysql_store_result(mysql) else {
+            if mysql_field_count(mysql) == 0 { return [] }
+            throw error(sql: sql)
+        }
+        defer { mysql_free_result(result) }
+        let n = Int(mysql_num_fields(result))
+        var rows: [[String?]] = []
+        while let row = mysql_fetch_row(result) {
+            let lengths = mysql_fetch_lengths(result)
+            rows.append((0..<n).map { i in
+                guard let p = row[i], let lengths else { return nil }
+                return String(decoding: UnsafeRawBufferPointer(start: p, count: Int(lengths[i])), as: UTF8.self)
+            })
+        }
+        return rows
+    }
+
+    /// A string literal (quoted and escaped) for catalog queries.
+    func lit(_ s: String) -> String { myDialect.literal(s) }
+
+    // MARK: Transactions
+
+    public func begin() throws {
+        try execute("START TRANSACTION")
+        inTransaction = true
+    }
+    public func commit() throws {
+        try execute("COMMIT")
+        inTransaction = false
+    }
+    public func rollback() throws {
+        inTransaction = false
+        try execute("ROLLBACK")
+    }
+
+    /// Runs DDL, which commits implicitly in MySQL, and reopens the caller's transaction.
+    func ddl(_ sql: String) throws {
+        try execute(sql)
+        if inTransaction { try execute("START TRANSACTION") }
+    }
+
+    // MARK: DDL
+
+    public func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String] {
+        try MySQLTypeMap.createTable(schema, named: name, on: self)
+    }
+
+    public func createTable(_ schema: TableSchema, named name: TableName) throws {
+        for sql in try createTableStatements(for: schema, named: name) { try ddl(sql) }
+    }
+
+    public func dropTable(_ name: TableName) throws {
+        try ddl("DROP TABLE IF EXISTS \(dialect.quote(name))")
+    }
+
+    public func swapTable(_ staging: TableName, into target: TableName) throws {
+        // RENAME TABLE swaps atomically: readers see the old table or the new one.
+        let q = { (t: TableName) in self.dialect.quote(t) }
+        if try tableExists(target) {
+            let old = TableName(schema: target.schema, CopyEngine.internalPrefix + "old_" + target.name)
+            try ddl("DROP TABLE IF EXISTS \(q(old))")
+            try ddl("RENAME TABLE \(q(target)) TO \(q(old)), \(q(staging)) TO \(q(target))")
+            try ddl("DROP TABLE \(q(old))")
+        } else {
+            try ddl("RENAME TABLE \(q(staging)) TO \(q(target))")
+        }
+    }
+
+    public func resetSerial(_ table: TableName, schema: TableSchema) throws {
+        // InnoDB moves its counter past explicit values already; make sure of it (never backwards).
+        for c in schema.columns where c.isSerial {
+            let max = try query("SELECT max(\(dialect.quote(c.name))) FROM \(dialect.quote(table))").first?.first ?? nil
+            guard let m = max.flatMap({ Int64($0) }), m < Int64.max else { continue }
+            let current = try query(
+                "SELECT AUTO_INCREMENT FROM information_schema.TABLES WHERE TABLE_SCHEMA = \(lit(table.schema ?? database)) AND TABLE_NAME = \(lit(table.name))")
+            let have = current.first?.first.flatMap { $0.flatMap { Int64($0) } } ?? 0
+            if have <= m { try ddl("ALTER TABLE \(dialect.quote(table)) AUTO_INCREMENT = \(m + 1)") }
+        }
+    }
+
+    // MARK: Reading and writing
+
+    public func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader {
+        try MySQLReader(connection: self, table: table, columns: columns, keyRange: keyRange, batchSize: batchSize)
+    }
+
+    public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
+        try MySQLWriter(connection: self, table: table, columns: columns)
+    }
+}
+
+extension MySQLConnection {
+    /// Runs SQL text from Ferry's own code or tests (never from a user request).
+    public func run(_ sql: String) throws { try execute(sql) }
+    /// Runs a query and returns its rows as text: for tests and tools.
+    public func rows(_ sql: String) throws -> [[String?]] { try query(sql) }
+}

@@ -1,0 +1,30 @@
+import FerryCore
+
+/// MySQL's naming rules and capabilities: backtick-quoted identifiers, DDL that commits
+/// implicitly (so a failed create is undone by dropping the table), concurrent writers.
+public struct MySQLDialect: Dialect {
+    public init() {}
+
+    public func quote(_ identifier: String) -> String {
+        "`" + identifier.replacingOccurrences(of: "`", with: "``") + "`"
+    }
+
+    public var supportsTransactionalDDL: Bool { false }
+
+    /// A string literal for SQL text, escaped for the default sql_mode (backslash escapes on).
+    public func literal(_ text: String) -> String {
+        var out = "'"
+        for u in text.unicodeScalars {
+            switch u {
+            case "\\": out += "\\\\"
+            case "'": out += "\\'"
+            case "\0": out += "\\0"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\u{1A}": out += "\\Z"
+            default: out.unicodeScalars.append(u)
+            }
+        }
+        return out + "'"
+    }
+}

@@ -1,0 +1,13 @@
+import FerryCore
+
+/// The MySQL/MariaDB driver (schemes `mysql` and `mariadb`), on libmariadb (Connector/C).
+public struct MySQLDriver: Driver {
+    public static let name = "mysql"
+    public init() {}
+    public var name: String { Self.name }
+    public var schemes: [String] { ["mysql", "mariadb"] }
+
+    public func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection {
+        try MySQLConnection(endpoint: endpoint, role: role)
+    }
+}

@@ -1,0 +1,161 @@
+import FerryCore
+
+/// MySQL/MariaDB ↔ logical types, both ways, in one place (docs/type-mapping.md).
+public enum MySQLTypeMap {
+    /// A parsed COLUMN_TYPE: `int(11) unsigned zerofill` → (int, [11], unsigned, …).
+    public struct ColumnType: Sendable, Equatable {
+        public var base: String
+        public var args: [String]
+        public var unsigned: Bool
+
+        public init(_ text: String) {
+            var t = text.trimmingCharacters(in: .whitespaces)
+            var args: [String] = []
+            if let open = t.firstIndex(of: "("), let close = t.lastIndex(of: ")"), open < close {
+                args = Self.splitArgs(String(t[t.index(after: open)..<close]))
+                t = String(t[..<open]) + String(t[t.index(after: close)...])
+            }
+            let words = t.lowercased().split(separator: " ").map(String.init)
+            base = words.first ?? ""
+            unsigned = words.contains("unsigned")
+            self.args = args
+        }
+
+        /// Splits `'a','b''c',3` on commas outside quotes, unquoting labels.
+        static func splitArgs(_ s: String) -> [String] {
+            var out: [String] = []
+            var cur = ""
+            var quoted = false
+            var chars = Array(s)[...]
+            while let c = chars.popFirst() {
+                if quoted {
+                    if c == "'" {
+                        if chars.first == "'" { cur.append("'"); chars.removeFirst() } else { quoted = false }
+                    } else if c == "\\", let n = chars.popFirst() {
+                        cur.append(n)
+                    } else {
+                        cur.append(c)
+                    }
+                } else if c == "'" {
+                    quoted = true
+                } else if c == "," {
+                    out.append(cur)
+                    cur = ""
+                } else if c != " " {
+                    cur.append(c)
+                }
+            }
+            out.append(cur)
+            return out
+        }
+
+        var intArgs: [Int] { args.compactMap { Int($0) } }
+    }
+
+    /// The logical type of a COLUMN_TYPE. TINYINT(1) and BIT(1) are booleans; BIGINT UNSIGNED
+    /// travels as decimal(20,0) so values above Int64 are never wrapped.
+    public static func logicalType(columnType: String) -> LogicalType {
+        let t = ColumnType(columnType)
+        let n = t.intArgs
+        switch t.base {
+        case "tinyint": return n.first == 1 && !t.unsigned ? .boolean : .int16
+        case "bool", "boolean": return .boolean
+        case "smallint": return t.unsigned ? .int32 : .int16
+        case "mediumint": return .int32
+        case "int", "integer": return t.unsigned ? .int64 : .int32
+        case "bigint": return t.unsigned ? .decimal(precision: 20, scale: 0) : .int64
+        case "decimal", "numeric", "dec", "fixed": return .decimal(precision: n.first ?? 10, scale: n.count > 1 ? n[1] : 0)
+        case "float": return .float32
+        case "double", "real": return .float64
+        case "bit": return (n.first ?? 1) == 1 ? .boolean : ((n.first ?? 1) <= 63 ? .int64 : .binary(maxLength: 8))
+        case "year": return .int16
+        case "char": return .text(maxLength: n.first ?? 1, fixed: true)
+        case "varchar": return .text(maxLength: n.first, fixed: false)
+        case "tinytext": return .text(maxLength: 255, fixed: false)
+        case "text", "mediumtext", "longtext": return .text
+        case "binary": return .binary(maxLength: n.first ?? 1)
+        case "varbinary": return .binary(maxLength: n.first)
+        case "tinyblob", "blob", "mediumblob", "longblob": return .binary(maxLength: nil)
+        case "date": return .date
+        case "time": return .time(precision: n.first ?? 0)
+        case "datetime": return .timestamp(precision: n.first ?? 0, timeZone: false)
+        // TIMESTAMP stores UTC; the session's time zone is +00:00, so values read are UTC.
+        case "timestamp": return .timestamp(precision: n.first ?? 0, timeZone: true)
+        case "json": return .json
+        case "uuid": return .uuid
+        case "enum": return .enumeration(labels: t.args)
+        case "set": return .text
+        default: return .unsupported(native: columnType)
+        }
+    }
+
+    /// The DDL type Ferry gives a column of `type`; nil when MySQL has none.
+    public static func declaredType(for type: LogicalType, uuidType: Bool) -> String? {
+        switch type {
+        case .boolean: return "TINYINT(1)"
+        case .int16: return "SMALLINT"
+        case .int32: return "INT"
+        case .int64: return "BIGINT"
+        case .decimal(let p, let s):
+            // MySQL: precision ≤ 65, scale ≤ 30 (MariaDB 38). Wider values are refused row by row.
+            guard let p, p <= 65 else { return "DECIMAL(65,30)" }
+            return "DECIMAL(\(p),\(min(s ?? 0, 30)))"
+        case .float32: return "FLOAT"
+        case .float64: return "DOUBLE"
+        case .text(let n, let fixed):
+            if fixed, let n, n <= 255 { return "CHAR(\(n))" }
+            if let n, n <= 16_383 { return "VARCHAR(\(n))" }
+            return "LONGTEXT"
+        case .binary(let n):
+            if let n, n <= 65_535 { return "VARBINARY(\(n))" }
+            return "LONGBLOB"
+        case .date: return "DATE"
+        case .time(let p): return "TIME(\(min(p ?? 6, 6)))"
+        case .timestamp(let p, _): return "DATETIME(\(min(p ?? 6, 6)))"
+        case .uuid: return uuidType ? "UUID" : "CHAR(36)"
+        case .json: return "JSON"
+        case .enumeration(let labels): return "ENUM(" + labels.map { MySQLDialect().literal($0) }.joined(separator: ",") + ")"
+        case .unsupported: return nil
+        }
+    }
+
+    /// CREATE TABLE with PK and UNIQUE keys, AUTO_INCREMENT for a serial column, InnoDB and utf8mb4.
+    static func createTable(_ schema: TableSchema, named name: TableName, on c: MySQLConnection) throws -> [String] {
+        let d = c.dialect
+        let sameEngine = schema.engine == MySQLDriver.name
+        let keyColumns = Set(schema.primaryKey + schema.uniqueKeys.flatMap { $0 })
+        var parts: [String] = []
+        for col in schema.columns {
+            var type: String
+            if sameEngine {
+                type = col.nativeType
+                if col.logicalType == .json { type = "JSON" }
+            } else {
+                guard let t = declaredType(for: col.logicalType, uuidType: c.hasUUIDType) else {
+                    throw FerryError.unsupportedType(table: schema.name, column: col.name, type: col.logicalType.description, target: c.endpoint.redacted)
+                }
+                type = t
+            }
+            if keyColumns.contains(col.name), type == "LONGTEXT" || type == "LONGBLOB" {
+                throw FerryError.invalidValue(
+                    table: schema.name, column: col.name, key: nil,
+                    message: "a key column of unbounded \(col.logicalType) cannot be indexed by MySQL without a prefix length; give the source column a length (e.g. varchar(255))")
+            }
+            var def = d.quote(col.name) + " " + type
+            if !col.isNullable { def += " NOT NULL" }
+            if col.isSerial, [.int16, .int32, .int64].contains(col.logicalType), keyColumns.contains(col.name) {
+                def += " AUTO_INCREMENT"
+            }
+            if sameEngine, let expr = col.defaultExpression, !col.isSerial { def += " DEFAULT " + expr }
+            parts.append(def)
+        }
+        if !schema.primaryKey.isEmpty {
+            parts.append("PRIMARY KEY (" + schema.primaryKey.map { d.quote($0) }.joined(separator: ", ") + ")")
+        }
+        for key in schema.uniqueKeys {
+            parts.append("UNIQUE (" + key.map { d.quote($0) }.joined(separator: ", ") + ")")
+        }
+        return ["CREATE TABLE \(d.quote(name)) (\n  " + parts.joined(separator: ",\n  ")
+                + "\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"]
+    }
+}

@@ -1,0 +1,305 @@
+import CMariaDB
+import FerryCore
+import Foundation
+
+/// Feeds one batch at a time to `LOAD DATA LOCAL INFILE` from memory, through the client's
+/// local-infile callbacks (no temporary file). Every value is escaped exactly; a load that
+/// raises any warning (truncation, conversion, a skipped duplicate) is an error naming the row,
+/// because MySQL must never silently change a value. When the server refuses LOCAL INFILE the
+/// writer falls back to multi-row INSERTs.
+final class MySQLWriter: BatchWriter {
+    private let connection: MySQLConnection
+    private let columns: [Column]
+    private let encoders: [Encoder]
+    private let table: TableName
+    private let loadSQL: String
+    private let insertPrefix: String
+    private var useInsert = false
+    private var buffer: [UInt8] = []
+
+    enum Encoder {
+        case int(range: ClosedRange<Int64>?)
+        case bool
+        case double(float: Bool)
+        case decimal(scale: Int?)
+        case text
+        case binary
+        case uuidText
+        case uuidBinary
+        case date
+        case time
+        case timestamp
+    }
+
+    init(connection: MySQLConnection, table: TableName, columns: [Column]) throws {
+        self.connection = connection
+        self.columns = columns
+        self.table = table
+        let target = try connection.describe(table)
+        var encoders: [Encoder] = []
+        for c in columns {
+            guard let t = target.column(named: c.name) else { throw FerryError.columnNotFound(table: table, column: c.name) }
+            guard let e = Self.encoder(from: c.logicalType, to: t) else {
+                throw FerryError.invalidValue(
+                    table: table, column: c.name, key: nil,
+                    message: "a \(c.logicalType) value cannot be written into a MySQL \(t.nativeType) column exactly")
+            }
+            encoders.append(e)
+        }
+        self.encoders = encoders
+        let d = connection.dialect
+        let cols = columns.map { d.quote($0.name) }.joined(separator: ", ")
+        loadSQL = "LOAD DATA LOCAL INFILE 'ferry-batch' INTO TABLE \(d.quote(table)) CHARACTER SET utf8mb4 "
+            + "FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' (\(cols))"
+        insertPrefix = "INSERT INTO \(d.quote(table)) (\(cols)) VALUES "
+        buffer.reserveCapacity(1 << 20)
+    }
+
+    static func encoder(from type: LogicalType, to target: Column) -> Encoder? {
+        let base = MySQLTypeMap.ColumnType(target.nativeType)
+        switch (type, target.logicalType) {
+        case (.boolean, .boolean): return .bool
+        case (.boolean, .int16), (.boolean, .int32), (.boolean, .int64): return .bool
+        case (.int16, let t), (.int32, let t), (.int64, let t):
+            switch t {
+            case .int16, .int32, .int64: return .int(range: t.integerRange.map { base.unsigned ? max(0, $0.lowerBound)...$0.upperBound : $0 })
+            case .decimal: return .int(range: nil)
+            case .boolean: return .int(range: 0...1)
+            default: return nil
+            }
+        case (.float32, .float32), (.float64, .float32): return .double(float: true)
+        case (.float32, .float64), (.float64, .float64): return .double(float: false)
+        case (.decimal, .decimal(_, let s)): return .decimal(scale: s)
+        case (.text, .text), (.enumeration, .text), (.enumeration, .enumeration), (.text, .enumeration), (.json, .json), (.json, .text),
+             (.decimal, .text):
+            return .text
+        case (.binary, .binary): return .binary
+        case (.uuid, .uuid): return .uuidText
+        case (.uuid, .text(let n, _)) where (n ?? 36) >= 36: return .uuidText
+        case (.uuid, .binary(let n)) where n == 16: return .uuidBinary
+        case (.date, .date): return .date
+        case (.time, .time): return .time
+        case (.timestamp, .timestamp): return .timestamp
+        default: return nil
+        }
+    }
+
+    func finish() throws {}
+
+    private func fail(_ row: Int, _ column: Int, _ message: String) -> BatchRowError {
+        BatchRowError(row: row, error: .invalidValue(table: table, column: columns[column].name, key: nil, message: message))
+    }
+
+    // MARK: Encoding
+
+    private static let hexDigits = Array("0123456789ABCDEF".utf8)
+
+    /// Appends bytes escaped for LOAD DATA (`\\`, tab, newline, NUL) or, for INSERT, a quoted literal.
+    @inline(__always)
+    private func appendEscaped(_ b: UnsafeRawBufferPointer) {
+        if useInsert { buffer.append(39) }
+        for c in b {
+            switch c {
+            case 92: buffer.append(92); buffer.append(92)
+            case 9: buffer.append(92); buffer.append(116)
+            case 10: buffer.append(92); buffer.append(110)
+            case 13 where useInsert: buffer.append(92); buffer.append(114)
+            case 0: buffer.append(92); buffer.append(48)
+            case 39 where useInsert: buffer.append(92); buffer.append(39)
+            case 26 where useInsert: buffer.append(92); buffer.append(90)
+            default: buffer.append(c)
+            }
+        }
+        if useInsert { buffer.append(39) }
+    }
+
+    private func appendString(_ s: String) {
+        var s = s
+        s.withUTF8 { appendEscaped(UnsafeRawBufferPointer($0)) }
+    }
+
+    private func appendPlain(_ s: String) {
+        buffer.append(contentsOf: s.utf8)
+    }
+
+    private func encode(_ pinned: PinnedBatch) throws {
+        let cols = pinned.columns
+        var scratch: [UInt8] = []
+        scratch.reserveCapacity(40)
+        for row in 0..<pinned.count {
+            if useInsert { buffer.append(contentsOf: row == 0 ? [40] : [44, 40]) }
+            for c in 0..<cols.count {
+                if c > 0 { buffer.append(useInsert ? 44 : 9) }
+                let col = cols[c]
+                if col.isNull(row) {
+                    if useInsert { appendPlain("NULL") } else { buffer.append(92); buffer.append(78) }
+                    continue
+                }
+                switch encoders[c] {
+                case .int(let range):
+                    let v = col.int(row)
+                    if let range, !range.contains(v) { throw fail(row, c, "\(v) does not fit the target's integer column") }
+                    appendPlain(String(v))
+                case .bool:
+                    buffer.append(col.int(row) != 0 ? 49 : 48)
+                case .double(let float):
+                    let v = col.double(row)
+                    guard v.isFinite else { throw fail(row, c, "\(v) cannot be stored in MySQL (no NaN or infinity)") }
+                    if v == 0 && v.sign == .minus { throw fail(row, c, "-0.0 would lose its sign in MySQL (stored as 0)") }
+                    if float {
+                        guard Double(Float(v)) == v else { throw fail(row, c, "\(v) has no exact 32-bit float form") }
+                        appendPlain(String(Float(v)))
+                    } else {
+                        appendPlain(String(v))
+                    }
+                case .decimal(let scale):
+                    let b = col.bytes(row)
+                    guard DecimalText.isValid(b), b.first != 78, b.last != 121 else {
+                        throw fail(row, c, "'\(String(decoding: b, as: UTF8.self))' cannot be stored in a MySQL DECIMAL (no NaN or infinity)")
+                    }
+                    if let scale, Self.fractionDigits(b, beyond: scale) {
+                        throw fail(row, c, "\(String(decoding: b, as: UTF8.self)) has more than \(scale) decimal places: the target would round it")
+                    }
+                    appendEscaped(b)
+                case .text:
+                    appendEscaped(col.bytes(row))
+                case .binary:
+                    let b = col.bytes(row)
+                    if useInsert {
+                        buffer.append(88); buffer.append(39)
+                        for x in b { buffer.append(Self.hexDigits[Int(x >> 4)]); buffer.append(Self.hexDigits[Int(x & 15)]) }
+                        buffer.append(39)
+                        if b.isEmpty { buffer.removeLast(3); appendPlain("''") }
+                    } else {
+                        appendEscaped(b)
+                    }
+                case .uuidText:
+                    scratch.removeAll(keepingCapacity: true)
+                    UUIDText.append(col.bytes(row), into: &scratch)
+                    scratch.withUnsafeBytes { appendEscaped($0) }
+                case .uuidBinary:
+                    appendEscaped(col.bytes(row))
+                case .date:
+                    scratch.removeAll(keepingCapacity: true)
+                    Temporal.appendDate(col.int(row), into: &scratch)
+                    scratch.withUnsafeBytes { appendEscaped($0) }
+                case .time:
+                    scratch.removeAll(keepingCapacity: true)
+                    Temporal.appendTime(col.int(row), fractionDigits: nil, into: &scratch)
+                    scratch.withUnsafeBytes { appendEscaped($0) }
+                case .timestamp:
+                    scratch.removeAll(keepingCapacity: true)
+                    Temporal.appendTimestamp(col.int(row), into: &scratch)
+                    scratch.withUnsafeBytes { appendEscaped($0) }
+                }
+            }
+            if useInsert { buffer.append(41) } else { buffer.append(10) }
+        }
+    }
+
+    /// True when decimal text has non-zero digits more than `scale` places after the point.
+    static func fractionDigits(_ text: UnsafeRawBufferPointer, beyond scale: Int) -> Bool {
+        guard let dot = text.firstIndex(of: 46) else { return false }
+        var i = dot + 1 + scale
+        while i < text.count {
+            if text[i] != 48 { return true }
+            i += 1
+        }
+        return false
+    }
+
+    // MARK: Sending
+
+    func write(_ batch: RowBatch) throws {
+        let pinned = PinnedBatch(batch)
+        buffer.removeAll(keepingCapacity: true)
+        if useInsert {
+            buffer.append(contentsOf: insertPrefix.utf8)
+            try encode(pinned)
+            try runInsert(rows: pinned.count)
+            return
+        }
+        try encode(pinned)
+        do {
+            try runLoad(rows: pinned.count)
+        } catch let e as MySQLError where [1148, 2068, 3948, 4166].contains(e.code) {
+            // LOCAL INFILE refused by the server: fall back to INSERT for this writer.
+            useInsert = true
+            try write(batch)
+        }
+    }
+
+    private func runLoad(rows: Int) throws {
+        let source = InfileSource(bytes: buffer)
+        let unmanaged = Unmanaged.passRetained(source)
+        defer { unmanaged.release() }
+        mysql_set_local_infile_handler(
+            connection.mysql,
+            { ptr, _, userdata in
+                ptr?.pointee = userdata
+                return 0
+            },
+            { ptr, buf, len in
+                guard let ptr, let buf else { return -1 }
+                return Unmanaged<InfileSource>.fromOpaque(ptr).takeUnretainedValue().read(into: buf, max: Int(len))
+            },
+            { _ in },
+            { ptr, msg, len in
+                if let msg, len > 0 { strncpy(msg, "ferry: no data", Int(len) - 1) }
+                return 2000
+            },
+            unmanaged.toOpaque())
+        defer { mysql_set_local_infile_default(connection.mysql) }
+        let rc = loadSQL.withCString { mysql_real_query(connection.mysql, $0, UInt(strlen($0))) }
+        guard rc == 0 else { throw connection.error(sql: loadSQL) }
+        try checkWarnings(rows: rows)
+    }
+
+    private func runInsert(rows: Int) throws {
+        let rc = buffer.withUnsafeBytes { raw in
+            mysql_real_query(connection.mysql, raw.baseAddress?.assumingMemoryBound(to: CChar.self), UInt(raw.count))
+        }
+        guard rc == 0 else {
+            let e = connection.error(sql: nil)
+            if let row = Self.rowNumber(in: e.message), row >= 1, row <= rows {
+                throw BatchRowError(row: row - 1, error: .invalidValue(table: table, column: nil, key: nil, message: e.message))
+            }
+            throw e
+        }
+        try checkWarnings(rows: rows)
+    }
+
+    /// Any warning from a load means MySQL changed or skipped a value: turn it into an error.
+    private func checkWarnings(rows: Int) throws {
+        guard mysql_warning_count(connection.mysql) > 0 else { return }
+        let warnings = try connection.query("SHOW WARNINGS LIMIT 1")
+        guard let w = warnings.first else { return }
+        let message = "\(w[2] ?? "MySQL changed a value") (\(w[0] ?? "Warning") \(w[1] ?? ""))"
+        if let row = Self.rowNumber(in: w[2] ?? ""), row >= 1, row <= rows {
+            throw BatchRowError(row: row - 1, error: .invalidValue(table: table, column: nil, key: nil, message: message))
+        }
+        throw FerryError.invalidValue(table: table, column: nil, key: nil, message: message)
+    }
+
+    static func rowNumber(in message: String) -> Int? {
+        guard let r = message.range(of: "at row ", options: .backwards) else { return nil }
+        return Int(message[r.upperBound...].prefix { $0.isNumber })
+    }
+}
+
+/// The bytes of one LOAD DATA, handed to the client library as it asks for them.
+final class InfileSource {
+    let bytes: [UInt8]
+    var offset = 0
+    init(bytes: [UInt8]) { self.bytes = bytes }
+
+    func read(into buf: UnsafeMutablePointer<CChar>, max: Int) -> Int32 {
+        let n = min(max, bytes.count - offset)
+        guard n > 0 else { return 0 }
+        bytes.withUnsafeBytes { raw in
+            UnsafeMutableRawPointer(buf).copyMemory(from: raw.baseAddress.unsafelyUnwrapped + offset, byteCount: n)
+        }
+        offset += n
+        return Int32(n)
+    }
+}
