@@ -28,6 +28,8 @@ public struct DriverConformance {
         public var keepsNegativeZero = true
         /// The engine stores NaN in a float column.
         public var keepsNaN = true
+        /// The engine stores ±infinity in a float column.
+        public var keepsInfinity = true
         public init() {}
     }
 
@@ -100,6 +102,8 @@ public struct DriverConformance {
             try db.commit()
         } catch {
             try? db.rollback()
+            // What the copy engine does where DDL is not transactional (MySQL).
+            if !db.dialect.supportsTransactionalDDL { try? db.dropTable(schema.name) }
             throw error
         }
     }
@@ -134,6 +138,14 @@ public struct DriverConformance {
         let db = try freshDatabase()
         defer { db.close() }
         var samples = Self.typeSamples
+        if !options.keepsInfinity {
+            samples = samples.map { s in
+                (s.name, s.type, s.values.map { v in
+                    if case .double(let d) = v, d.isInfinite { return .double(d < 0 ? -1.7976931348623157e308 : 2.2250738585072014e-308) }
+                    return v
+                })
+            }
+        }
         if options.keepsNegativeZero { samples.append(("c_negzero", .float64, [.double(-0.0), .double(0.0)])) }
         if options.keepsNaN { samples.append(("c_nan", .float64, [.double(.nan), .double(1)])) }
         let columns = [col("id", .int64, nullable: false)] + samples.map { col($0.name, $0.type) }
@@ -145,8 +157,9 @@ public struct DriverConformance {
         let got = try Self.readAll(db, schema.name, columns: columns).sorted { $0[0].description < $1[0].description }
         try expectEqual(got, rows, "types", names: columns.map(\.name))
         // The driver must say what it would refuse rather than change it.
-        if !options.keepsNegativeZero || !options.keepsNaN {
-            for (label, value, kept) in [("-0.0", Value.double(-0.0), options.keepsNegativeZero), ("NaN", .double(.nan), options.keepsNaN)] where !kept {
+        if !options.keepsNegativeZero || !options.keepsNaN || !options.keepsInfinity {
+            for (label, value, kept) in [("-0.0", Value.double(-0.0), options.keepsNegativeZero), ("NaN", .double(.nan), options.keepsNaN),
+                                         ("infinity", .double(.infinity), options.keepsInfinity)] where !kept {
                 let s = makeSchema("refused", columns: [col("f", .float64)])
                 do {
                     try load(db, s, [[value]])
@@ -211,7 +224,7 @@ public struct DriverConformance {
         let db = try freshDatabase()
         defer { db.close() }
         let names = ["select", "a b", "q\"uote", "it's", "naïve.dot", "MixedCase", "`tick`", "[br]"]
-        let columns = names.map { col($0, .text) }
+        let columns = names.map { col($0, .text(maxLength: 100, fixed: false)) }
         let schema = makeSchema("we\"ird tab.le; drop", columns: columns, primaryKey: ["select"])
         let rows: [[Value]] = [names.map { .text("v-" + $0) }]
         try load(db, schema, rows)

@@ -49,8 +49,20 @@ final class MySQLWriter: BatchWriter {
         self.encoders = encoders
         let d = connection.dialect
         let cols = columns.map { d.quote($0.name) }.joined(separator: ", ")
+        // LOAD DATA would store a BIT column's text as raw bytes: go through a variable.
+        var loadColumns: [String] = []
+        var sets: [String] = []
+        for (i, c) in columns.enumerated() {
+            if MySQLTypeMap.ColumnType(target.column(named: c.name)?.nativeType ?? "").base == "bit" {
+                loadColumns.append("@ferry_\(i)")
+                sets.append("\(d.quote(c.name)) = CAST(@ferry_\(i) AS UNSIGNED)")
+            } else {
+                loadColumns.append(d.quote(c.name))
+            }
+        }
         loadSQL = "LOAD DATA LOCAL INFILE 'ferry-batch' INTO TABLE \(d.quote(table)) CHARACTER SET utf8mb4 "
-            + "FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' (\(cols))"
+            + "FIELDS TERMINATED BY '\\t' ESCAPED BY '\\\\' LINES TERMINATED BY '\\n' (\(loadColumns.joined(separator: ", ")))"
+            + (sets.isEmpty ? "" : " SET " + sets.joined(separator: ", "))
         insertPrefix = "INSERT INTO \(d.quote(table)) (\(cols)) VALUES "
         buffer.reserveCapacity(1 << 20)
     }
@@ -148,7 +160,7 @@ final class MySQLWriter: BatchWriter {
                     if v == 0 && v.sign == .minus { throw fail(row, c, "-0.0 would lose its sign in MySQL (stored as 0)") }
                     if float {
                         guard Double(Float(v)) == v else { throw fail(row, c, "\(v) has no exact 32-bit float form") }
-                        appendPlain(String(Float(v)))
+                        appendPlain(String(v))  // the exact value: Float's own shortest form can round past FLT_MAX
                     } else {
                         appendPlain(String(v))
                     }

@@ -1,0 +1,275 @@
+import FerryCore
+import FerryDriverTestKit
+import FerryMySQL
+import FerryPostgres
+import FerrySQLite
+import Foundation
+import XCTest
+
+/// Makes uniquely named databases on the MariaDB test server (scripts/test starts it).
+final class MySQLFixture {
+    let adminURL: String
+    private var created: [String] = []
+
+    init?() throws {
+        guard let url = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL") else { return nil }
+        adminURL = url
+    }
+
+    var base: String {
+        guard let slash = adminURL.range(of: "/", options: .backwards) else { return adminURL }
+        return String(adminURL[..<slash.lowerBound])
+    }
+
+    func makeDatabase(_ label: String = "t") throws -> String {
+        let name = "ferry_\(label)_\(UUID().uuidString.prefix(8).lowercased())"
+        let admin = try MySQLConnection(endpoint: Endpoint(parsing: adminURL), role: .target)
+        defer { admin.close() }
+        try admin.run("CREATE DATABASE `\(name)` CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        created.append(name)
+        return base + "/" + name
+    }
+
+    func connect(_ url: String, role: ConnectionRole = .target) throws -> MySQLConnection {
+        try MySQLConnection(endpoint: Endpoint(parsing: url), role: role)
+    }
+
+    /// Runs a script with the mariadb client (for dumps with DELIMITER and the like).
+    func script(_ url: String, _ sql: String) throws {
+        let e = try Endpoint(parsing: url)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = ["mariadb", "--no-defaults", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path]
+        var env = ProcessInfo.processInfo.environment
+        env["MYSQL_PWD"] = e.password
+        p.environment = env
+        let input = Pipe()
+        let output = Pipe()
+        p.standardInput = input
+        p.standardOutput = output
+        p.standardError = output
+        try p.run()
+        let writer = Thread {
+            input.fileHandleForWriting.write(Data(sql.utf8))
+            try? input.fileHandleForWriting.close()
+        }
+        writer.start()
+        let out = output.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        if p.terminationStatus != 0 {
+            throw ConformanceFailure("mariadb exited with \(p.terminationStatus): \(String(decoding: out, as: UTF8.self).prefix(500))")
+        }
+    }
+
+    func chinook(_ file: String) throws -> String {
+        guard let folder = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
+        let text = try String(contentsOf: folder.appendingPathComponent("chinook/" + file), encoding: .utf8)
+        let body = text.split(separator: "\n", omittingEmptySubsequences: false)
+            .filter { !$0.hasPrefix("DROP DATABASE") && !$0.hasPrefix("CREATE DATABASE") && !$0.hasPrefix("USE ") }
+            .joined(separator: "\n")
+        let url = try makeDatabase("chinook")
+        try script(url, body)
+        return url
+    }
+
+    deinit {
+        guard let admin = try? MySQLConnection(endpoint: Endpoint(parsing: adminURL), role: .target) else { return }
+        for name in created { try? admin.run("DROP DATABASE IF EXISTS `\(name)`") }
+        admin.close()
+    }
+}
+
+final class MySQLDriverTests: XCTestCase {
+    var my: MySQLFixture!
+    var folder: TemporaryFolder!
+
+    override func setUpWithError() throws {
+        guard let fixture = try MySQLFixture() else { throw XCTSkip("FERRY_TEST_MYSQL_URL not set (run scripts/test)") }
+        my = fixture
+        folder = try TemporaryFolder()
+    }
+
+    func sqlite(_ name: String) throws -> any Connection {
+        try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path(name)), role: .target)
+    }
+
+    func copy(_ src: any Connection, _ dst: any Connection, mode: WriteMode = .create, tables: [String] = [], jobs: Int = 1) throws -> CopySummary {
+        let engine = CopyEngine(registry: DriverRegistry([SQLiteDriver(), PostgresDriver(), MySQLDriver()]))
+        var o = CopyOptions()
+        o.mode = mode
+        o.tables = tables.map { TableName(parsing: $0) }
+        o.batchSize = 600
+        o.jobs = jobs
+        let plan = try engine.plan(source: src, target: dst, options: o)
+        return engine.run(plan, source: src, target: dst, options: o, progress: ProgressReporter(style: .quiet) { _ in })
+    }
+
+    func assertSame(_ a: any Connection, _ b: any Connection, tables: [TableName]? = nil, file: StaticString = #filePath, line: UInt = #line) throws {
+        for t in try tables ?? a.listTables().map(\.name) {
+            XCTAssertEqual(try TableComparison.differences(a, b, table: t), [], file: file, line: line)
+        }
+    }
+
+    func testDriverConformance() throws {
+        var options = DriverConformance.Options()
+        options.keepsNaN = false           // MySQL has no NaN or infinity in DOUBLE
+        options.keepsNegativeZero = false  // nor -0.0
+        options.keepsInfinity = false
+        let kit = DriverConformance(options: options) { [my] in
+            guard let my else { throw ConformanceFailure("no server") }
+            return try my.connect(try my.makeDatabase("kit"))
+        }
+        for check in kit.checks {
+            do { try check.run() } catch { XCTFail("\(check.name): \(error)") }
+        }
+    }
+
+    func testChinookRoundTrips() throws {
+        let url = try my.chinook("Chinook_MySql.sql")
+        let src = try my.connect(url, role: .source)
+        let tables = try src.listTables()
+        XCTAssertEqual(tables.count, 11)
+        let track = try src.describe(TableName("Track"))
+        XCTAssertEqual(track.primaryKey, ["TrackId"])
+        XCTAssertEqual(track.column(named: "UnitPrice")?.logicalType, .decimal(precision: 10, scale: 2))
+
+        let lite = try sqlite("chinook.db")
+        XCTAssertTrue(try copy(src, lite).ok)
+        try assertSame(src, lite)
+        let back = try my.connect(try my.makeDatabase("back"))
+        let s = try copy(lite, back, jobs: 3)
+        XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
+        try assertSame(src, back)
+        let direct = try my.connect(try my.makeDatabase("direct"))
+        XCTAssertTrue(try copy(src, direct, jobs: 2).ok)
+        try assertSame(src, direct)
+    }
+
+    func testAutoIncrementCounter() throws {
+        let url = try my.chinook("Chinook_MySql_AutoIncrementPKs.sql")
+        let src = try my.connect(url, role: .source)
+        XCTAssertEqual(try src.describe(TableName("Artist")).column(named: "ArtistId")?.serial, .autoincrement)
+        let lite = try sqlite("auto.db")
+        XCTAssertTrue(try copy(src, lite, tables: ["Artist"]).ok)
+        let back = try my.connect(try my.makeDatabase("auto"))
+        XCTAssertTrue(try copy(lite, back, tables: ["Artist"]).ok)
+        try back.run("INSERT INTO Artist (Name) VALUES ('next')")
+        XCTAssertEqual(try back.rows("SELECT max(ArtistId) FROM Artist"), [["276"]])
+        XCTAssertEqual(try back.describe(TableName("Artist")).column(named: "ArtistId")?.serial, .autoincrement)
+    }
+
+    func testEdgeValuesAcrossEngines() throws {
+        let url = try my.makeDatabase("edge")
+        let db = try my.connect(url)
+        try db.run("""
+            CREATE TABLE edge (id INT PRIMARY KEY, d DECIMAL(65,30), dt DATETIME(6), u BIGINT UNSIGNED, t TEXT, b BLOB,
+              f FLOAT, g DOUBLE, y YEAR, e ENUM('small','it''s big'), s SET('a','b'), j JSON, flag TINYINT(1), bits BIT(10), tm TIME(6),
+              uu UUID, vb VARBINARY(16))
+            """)
+        try db.run("""
+            INSERT INTO edge VALUES
+              (1, '12345678901234567890123456789012345.123456789012345678901234567890', '1000-01-01 00:00:00.000001',
+               18446744073709551615, 'emoji 😀 & < > \\' " \\\\ tab\\there\\nnewline é 中文', X'00010200FF00', 0.1, 0.30000000000000004,
+               2024, 'it''s big', 'a,b', '{"k": [1, 2.50], "é": "😀"}', 1, b'1010101010', '23:59:59.999999',
+               'a0eebc99-9c0b-4ef8-bb6d-6bb9bd380a11', X'000000'),
+              (2, '-0.000000000000000000000000000001', '9999-12-31 23:59:59.999999', 0, '', X'', -3.4028e38, 5e-324,
+               1901, 'small', '', 'null', 0, b'0', '00:00:00', NULL, X''),
+              (3, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL)
+            """)
+        let schema = try db.describe(TableName("edge"))
+        XCTAssertEqual(schema.column(named: "u")?.logicalType, .decimal(precision: 20, scale: 0))
+        XCTAssertEqual(schema.column(named: "j")?.logicalType, .json)
+        XCTAssertEqual(schema.column(named: "flag")?.logicalType, .boolean)
+        XCTAssertEqual(schema.column(named: "e")?.logicalType, .enumeration(labels: ["small", "it's big"]))
+        XCTAssertEqual(schema.column(named: "y")?.logicalType, .int16)
+        XCTAssertEqual(schema.column(named: "uu")?.logicalType, .uuid)
+
+        // MySQL -> SQLite -> MySQL, and MySQL -> MySQL.
+        let lite = try sqlite("edge.db")
+        let s1 = try copy(db, lite)
+        XCTAssertTrue(s1.ok, "\(s1.tables.compactMap(\.error))")
+        try assertSame(db, lite)
+        let back = try my.connect(try my.makeDatabase("edgeback"))
+        let s2 = try copy(lite, back)
+        XCTAssertTrue(s2.ok, "\(s2.tables.compactMap(\.error))")
+        try assertSame(db, back)
+        let same = try my.connect(try my.makeDatabase("edgesame"))
+        let sameSummary = try copy(db, same)
+        XCTAssertTrue(sameSummary.ok, "\(sameSummary.tables.compactMap(\.error))")
+        try assertSame(db, same)
+        XCTAssertEqual(try same.rows("SELECT u, HEX(b), f FROM edge WHERE id = 1"), [["18446744073709551615", "00010200FF00", "0.1"]])
+
+        // MySQL <-> PostgreSQL when a server is there.
+        if let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL") {
+            let pg = try PostgresConnection(endpoint: Endpoint(parsing: pgURL), role: .target)
+            defer { try? pg.run("DROP TABLE IF EXISTS edge; DROP TYPE IF EXISTS edge_e") }
+            try? pg.run("DROP TABLE IF EXISTS edge; DROP TYPE IF EXISTS edge_e")
+            let s3 = try copy(db, pg, tables: ["edge"])
+            XCTAssertTrue(s3.ok, "\(s3.tables.compactMap(\.error))")
+            try assertSame(db, pg, tables: [TableName("edge")])
+            let fromPG = try my.connect(try my.makeDatabase("frompg"))
+            let s4 = try copy(pg, fromPG, tables: ["edge"])
+            XCTAssertTrue(s4.ok, "\(s4.tables.compactMap(\.error))")
+            try assertSame(db, fromPG, tables: [TableName("edge")])
+        }
+    }
+
+    func testRefusalsNameTheKeyAndChangeNothing() throws {
+        let url = try my.makeDatabase("bad")
+        let db = try my.connect(url)
+        try db.run("SET SESSION sql_mode = ''")
+        try db.run("CREATE TABLE zero (id INT PRIMARY KEY, d DATE, ts DATETIME)")
+        try db.run("INSERT INTO zero VALUES (1, '2020-01-01', '2020-01-01 00:00:00'), (5, '0000-00-00', '0000-00-00 00:00:00')")
+        let lite = try sqlite("bad.db")
+        let s = try copy(db, lite)
+        XCTAssertTrue(s.tables[0].error?.contains("table zero, column d, key (id=5)") == true, s.tables[0].error ?? "")
+        XCTAssertTrue(s.tables[0].error?.contains("--zero-dates null") == true)
+        XCTAssertFalse(try lite.tableExists(TableName("zero")))
+        // With --zero-dates null the zero dates arrive as NULL.
+        var e = try Endpoint(parsing: url)
+        e.parameters.append(("zero-dates", "null"))
+        let lenient = try MySQLConnection(endpoint: e, role: .source)
+        XCTAssertTrue(try copy(lenient, lite).ok)
+        XCTAssertEqual(try DriverConformance.readAll(lite, TableName("zero")).last, [.int(5), .null, .null])
+
+        // A value too long for the target column is an error naming the row; nothing is changed.
+        let target = try my.connect(try my.makeDatabase("bad2"))
+        try target.run("CREATE TABLE names (id INT PRIMARY KEY, name VARCHAR(5))")
+        try target.run("INSERT INTO names VALUES (100, 'keep')")
+        let src = try sqlite("names.db")
+        try src.begin()
+        try src.createTable(TableSchema(name: TableName("names"), engine: "sqlite", columns: [
+            Column(name: "id", nativeType: "INT", logicalType: .int32, isNullable: false),
+            Column(name: "name", nativeType: "TEXT", logicalType: .text)], primaryKey: ["id"]), named: TableName("names"))
+        let w = try src.writer(table: TableName("names"), columns: try src.describe(TableName("names")).columns)
+        try w.write(RowBatch(rows: [[.int(1), .text("short")], [.int(2), .text("much too long")]], types: [.int32, .text]))
+        try src.commit()
+        let s2 = try copy(src, target, mode: .append)
+        XCTAssertTrue(s2.tables[0].error?.contains("key (id=2)") == true, s2.tables[0].error ?? "")
+        XCTAssertEqual(try target.rows("SELECT id, name FROM names"), [["100", "keep"]])
+    }
+
+    func testConnectionErrors() throws {
+        let good = try Endpoint(parsing: my.adminURL)
+        var wrong = good
+        wrong.password = "not-the-password"
+        XCTAssertThrowsError(try MySQLConnection(endpoint: wrong, role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("access denied for user ferry"), "\(e)")
+            XCTAssertFalse("\(e)".contains("not-the-password"))
+        }
+        var missing = good
+        missing.path = "no_such_database"
+        XCTAssertThrowsError(try MySQLConnection(endpoint: missing, role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("unknown database 'no_such_database'"), "\(e)")
+        }
+        var unreachable = good
+        unreachable.port = 1
+        XCTAssertThrowsError(try MySQLConnection(endpoint: unreachable, role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("server unreachable"), "\(e)")
+        }
+        let db = try my.connect(my.adminURL)
+        XCTAssertThrowsError(try db.describe(TableName("no_such_table"))) { e in
+            XCTAssertTrue("\(e)".contains("table no_such_table not found"), "\(e)")
+        }
+    }
+}
