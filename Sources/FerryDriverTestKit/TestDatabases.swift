@@ -60,9 +60,10 @@ public enum TableComparison {
         let sb = try b.describe(targetTable ?? table.unqualified)
         let carried = sa.columns.filter { $0.logicalType.isSupported && !$0.generated }
         var problems: [String] = []
+        // Every carried column must arrive, in order (the target may have more, e.g. after append).
         let namesA = carried.map(\.name)
-        let namesB = sb.columns.map(\.name)
-        if namesA != namesB { problems.append("\(table): columns \(namesA) became \(namesB)") }
+        let namesB = sb.columns.map(\.name).filter { namesA.contains($0) }
+        if namesA != namesB { problems.append("\(table): columns \(namesA) became \(sb.columns.map(\.name))") }
         let colsB = carried.compactMap { c in sb.column(named: c.name).map { col -> Column in
             var x = col
             x.logicalType = c.logicalType  // compare under the source's logical types

@@ -273,3 +273,70 @@ final class MySQLDriverTests: XCTestCase {
         }
     }
 }
+
+final class MySQLSakilaTests: XCTestCase {
+    /// The Sakila MySQL schema (ENUM, SET, YEAR, MEDIUMBLOB, TIMESTAMP ON UPDATE, triggers,
+    /// views) filled with the PostgreSQL Sakila's data, then MySQL -> SQLite -> MySQL.
+    func testSakilaSchemaFilledFromPostgres() throws {
+        guard let my = try MySQLFixture() else { throw XCTSkip("FERRY_TEST_MYSQL_URL not set (run scripts/test)") }
+        guard let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL") else { throw XCTSkip("needs PostgreSQL too") }
+        guard let datasets = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
+        let folder = try TemporaryFolder()
+        let schema = try String(contentsOf: datasets.appendingPathComponent("sakila/mysql-sakila-schema.sql"), encoding: .utf8)
+            .split(separator: "\n", omittingEmptySubsequences: false)
+            .filter { !$0.hasPrefix("DROP SCHEMA") && !$0.hasPrefix("CREATE SCHEMA") && !$0.hasPrefix("USE ") }
+            .joined(separator: "\n").replacingOccurrences(of: "sakila.", with: "")  // views name the schema
+        let url = try my.makeDatabase("sakila")
+        try my.script(url, schema)
+
+        // PostgreSQL Sakila, loaded with psql.
+        let pgAdmin = try PostgresConnection(endpoint: Endpoint(parsing: pgURL), role: .target)
+        let pgName = "ferry_sakila_\(UUID().uuidString.prefix(8).lowercased())"
+        try pgAdmin.run("CREATE DATABASE \(pgName)")
+        defer { try? pgAdmin.run("DROP DATABASE IF EXISTS \(pgName) WITH (FORCE)") }
+        let pgDB = String(pgURL[..<(pgURL.range(of: "/", options: .backwards)?.lowerBound ?? pgURL.endIndex)]) + "/" + pgName
+        for file in ["sakila/postgres-sakila-schema.sql", "sakila/postgres-sakila-insert-data-using-copy.sql"] {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+            p.arguments = ["psql", "-X", "-q", "-f", datasets.appendingPathComponent(file).path, pgDB]
+            p.standardOutput = FileHandle.nullDevice
+            p.standardError = FileHandle.nullDevice
+            try p.run()
+            p.waitUntilExit()
+        }
+        let pg = try PostgresConnection(endpoint: Endpoint(parsing: pgDB), role: .source)
+        let target = try my.connect(url)
+        let film = try target.describe(TableName("film"))
+        XCTAssertEqual(film.column(named: "rating")?.logicalType, .enumeration(labels: ["G", "PG", "PG-13", "R", "NC-17"]))
+        XCTAssertEqual(film.column(named: "special_features")?.logicalType, .text)
+        XCTAssertEqual(film.column(named: "release_year")?.logicalType, .int16)
+        XCTAssertEqual(try target.describe(TableName("staff")).column(named: "picture")?.logicalType, .binary(maxLength: nil))
+        XCTAssertEqual(film.column(named: "film_id")?.serial, .autoincrement)
+
+        let engine = CopyEngine(registry: DriverRegistry([SQLiteDriver(), PostgresDriver(), MySQLDriver()]))
+        var o = CopyOptions()
+        o.mode = .append
+        o.tables = ["actor", "category", "language", "film", "film_actor", "film_category", "country", "city"].map { TableName($0) }
+        let quiet = ProgressReporter(style: .quiet) { _ in }
+        let fill = engine.run(try engine.plan(source: pg, target: target, options: o), source: pg, target: target, options: o, progress: quiet)
+        XCTAssertTrue(fill.ok, "\(fill.tables.compactMap(\.error))")
+        XCTAssertEqual(try target.rows("SELECT count(*) FROM film"), [["1000"]])
+        XCTAssertEqual(try target.rows("SELECT count(*) FROM film_text"), [["1000"]], "the schema's trigger ran for every row")
+        for t in ["actor", "film", "film_actor", "city"] {
+            XCTAssertEqual(try TableComparison.differences(pg, target, table: TableName(t)), [], t)
+        }
+
+        // MySQL -> SQLite -> MySQL over the filled tables.
+        let lite = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path("sakila.db")), role: .target)
+        var o2 = CopyOptions()
+        o2.tables = o.tables
+        let toLite = engine.run(try engine.plan(source: target, target: lite, options: o2), source: target, target: lite, options: o2, progress: quiet)
+        XCTAssertTrue(toLite.ok, "\(toLite.tables.compactMap(\.error))")
+        let back = try my.connect(try my.makeDatabase("sakila_back"))
+        let toBack = engine.run(try engine.plan(source: lite, target: back, options: o2), source: lite, target: back, options: o2, progress: quiet)
+        XCTAssertTrue(toBack.ok, "\(toBack.tables.compactMap(\.error))")
+        for t in o.tables {
+            XCTAssertEqual(try TableComparison.differences(target, back, table: t), [], t.name)
+        }
+    }
+}
