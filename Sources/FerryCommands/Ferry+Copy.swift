@@ -24,6 +24,8 @@ extension Ferry {
                   ferry copy sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db --mode replace --tables Artist,Album
                   ferry copy sqlite:app.db sqlite:backup.db --exclude audit_log --dry-run
                   ferry copy sqlite:app.db sqlite:backup.db --json --quiet
+                  ferry copy postgres://dba@db/shop sqlite:shop.db --schema public --jobs 4
+                  ferry copy mysql://app@db/shop postgres://dba@pg/shop --zero-dates null
                 """)
 
         @Argument(help: "The database to read from (URL).")
@@ -49,6 +51,13 @@ extension Ferry {
 
         @Option(name: .long, help: "Tables copied at the same time (targets that take one writer at a time use 1).")
         var jobs: Int = 2
+
+        @Option(name: .long, help: "MySQL zero dates (0000-00-00): error (default) or null.")
+        var zeroDates: ZeroDates = .error
+
+        enum ZeroDates: String, ExpressibleByArgument, CaseIterable {
+            case error, null
+        }
 
         @Option(name: .long, help: "Rows per batch.")
         var batchSize: Int = 10_000
@@ -95,7 +104,8 @@ extension Ferry {
             for k in key { if let (t, cols) = parseKey(k) { options.keys[t] = cols } }
 
             let registry = Ferry.registry
-            let sourceEndpoint = try Endpoint(parsing: source)
+            var sourceEndpoint = try Endpoint(parsing: source)
+            if zeroDates == .null { sourceEndpoint.parameters.append(("zero-dates", "null")) }
             let targetEndpoint = try Endpoint(parsing: target)
             _ = try registry.driver(for: sourceEndpoint)
             _ = try registry.driver(for: targetEndpoint)

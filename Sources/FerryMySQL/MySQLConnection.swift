@@ -12,8 +12,6 @@ public final class MySQLConnection: Connection {
     /// The database the URL names (the default schema).
     public let database: String
     public var defaultSchema: String { database }
-    /// MariaDB 10.7+ has a native UUID type.
-    let hasUUIDType: Bool
     /// `--zero-dates null`: read 0000-00-00 as NULL instead of failing.
     let zeroDatesAsNull: Bool
     private var closed = false
@@ -68,9 +66,6 @@ public final class MySQLConnection: Connection {
             throw FerryError.connectionFailed(endpoint: shown, reason: Self.explain(code: code, message: message, endpoint: endpoint))
         }
         mysql = m
-        let version = mysql_get_server_version(m)
-        let info = String(cString: mysql_get_server_info(m))
-        hasUUIDType = info.lowercased().contains("mariadb") && version >= 100_700
         for sql in Self.sessionSQL { try execute(sql) }
         if role == .source { try execute("SET SESSION TRANSACTION READ ONLY") }
         // Tables load in any order (and in parallel): foreign keys are checked by the source, as

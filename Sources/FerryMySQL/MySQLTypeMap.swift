@@ -90,7 +90,7 @@ public enum MySQLTypeMap {
     }
 
     /// The DDL type Ferry gives a column of `type`; nil when MySQL has none.
-    public static func declaredType(for type: LogicalType, uuidType: Bool) -> String? {
+    public static func declaredType(for type: LogicalType) -> String? {
         switch type {
         case .boolean: return "TINYINT(1)"
         case .int16: return "SMALLINT"
@@ -112,7 +112,8 @@ public enum MySQLTypeMap {
         case .date: return "DATE"
         case .time(let p): return "TIME(\(min(p ?? 6, 6)))"
         case .timestamp(let p, _): return "DATETIME(\(min(p ?? 6, 6)))"
-        case .uuid: return uuidType ? "UUID" : "CHAR(36)"
+        // Not MariaDB's UUID type: it refuses 128-bit values that are not RFC 4122 (PostgreSQL's uuid takes any).
+        case .uuid: return "CHAR(36)"
         case .json: return "JSON"
         case .enumeration(let labels): return "ENUM(" + labels.map { MySQLDialect().literal($0) }.joined(separator: ",") + ")"
         case .unsupported: return nil
@@ -131,7 +132,7 @@ public enum MySQLTypeMap {
                 type = col.nativeType
                 if col.logicalType == .json { type = "JSON" }
             } else {
-                guard let t = declaredType(for: col.logicalType, uuidType: c.hasUUIDType) else {
+                guard let t = declaredType(for: col.logicalType) else {
                     throw FerryError.unsupportedType(table: schema.name, column: col.name, type: col.logicalType.description, target: c.endpoint.redacted)
                 }
                 type = t

@@ -108,43 +108,42 @@ final class MySQLWriter: BatchWriter {
 
     /// Appends bytes escaped for LOAD DATA (`\\`, tab, newline, NUL) or, for INSERT, a quoted literal.
     @inline(__always)
-    private func appendEscaped(_ b: UnsafeRawBufferPointer) {
-        if useInsert { buffer.append(39) }
+    private static func appendEscaped(_ b: UnsafeRawBufferPointer, insert: Bool, into out: inout [UInt8]) {
+        if insert { out.append(39) }
         for c in b {
             switch c {
-            case 92: buffer.append(92); buffer.append(92)
-            case 9: buffer.append(92); buffer.append(116)
-            case 10: buffer.append(92); buffer.append(110)
-            case 13 where useInsert: buffer.append(92); buffer.append(114)
-            case 0: buffer.append(92); buffer.append(48)
-            case 39 where useInsert: buffer.append(92); buffer.append(39)
-            case 26 where useInsert: buffer.append(92); buffer.append(90)
-            default: buffer.append(c)
+            case 92: out.append(92); out.append(92)
+            case 9: out.append(92); out.append(116)
+            case 10: out.append(92); out.append(110)
+            case 13 where insert: out.append(92); out.append(114)
+            case 0: out.append(92); out.append(48)
+            case 39 where insert: out.append(92); out.append(39)
+            case 26 where insert: out.append(92); out.append(90)
+            default: out.append(c)
             }
         }
-        if useInsert { buffer.append(39) }
+        if insert { out.append(39) }
     }
 
-    private func appendString(_ s: String) {
-        var s = s
-        s.withUTF8 { appendEscaped(UnsafeRawBufferPointer($0)) }
-    }
-
-    private func appendPlain(_ s: String) {
-        buffer.append(contentsOf: s.utf8)
-    }
-
+    /// Encodes a batch into `buffer` (a local copy while encoding: appending to a class property
+    /// costs an exclusivity check per byte).
     private func encode(_ pinned: PinnedBatch) throws {
+        var out: [UInt8] = []
+        swap(&out, &buffer)
+        defer { swap(&out, &buffer) }
+        let useInsert = self.useInsert
+        func appendEscaped(_ b: UnsafeRawBufferPointer) { Self.appendEscaped(b, insert: useInsert, into: &out) }
+        func appendPlain(_ s: String) { out.append(contentsOf: s.utf8) }
         let cols = pinned.columns
         var scratch: [UInt8] = []
         scratch.reserveCapacity(40)
         for row in 0..<pinned.count {
-            if useInsert { buffer.append(contentsOf: row == 0 ? [40] : [44, 40]) }
+            if useInsert { out.append(contentsOf: row == 0 ? [40] : [44, 40]) }
             for c in 0..<cols.count {
-                if c > 0 { buffer.append(useInsert ? 44 : 9) }
+                if c > 0 { out.append(useInsert ? 44 : 9) }
                 let col = cols[c]
                 if col.isNull(row) {
-                    if useInsert { appendPlain("NULL") } else { buffer.append(92); buffer.append(78) }
+                    if useInsert { appendPlain("NULL") } else { out.append(92); out.append(78) }
                     continue
                 }
                 switch encoders[c] {
@@ -153,7 +152,7 @@ final class MySQLWriter: BatchWriter {
                     if let range, !range.contains(v) { throw fail(row, c, "\(v) does not fit the target's integer column") }
                     appendPlain(String(v))
                 case .bool:
-                    buffer.append(col.int(row) != 0 ? 49 : 48)
+                    out.append(col.int(row) != 0 ? 49 : 48)
                 case .double(let float):
                     let v = col.double(row)
                     guard v.isFinite else { throw fail(row, c, "\(v) cannot be stored in MySQL (no NaN or infinity)") }
@@ -178,10 +177,10 @@ final class MySQLWriter: BatchWriter {
                 case .binary:
                     let b = col.bytes(row)
                     if useInsert {
-                        buffer.append(88); buffer.append(39)
-                        for x in b { buffer.append(Self.hexDigits[Int(x >> 4)]); buffer.append(Self.hexDigits[Int(x & 15)]) }
-                        buffer.append(39)
-                        if b.isEmpty { buffer.removeLast(3); appendPlain("''") }
+                        out.append(88); out.append(39)
+                        for x in b { out.append(Self.hexDigits[Int(x >> 4)]); out.append(Self.hexDigits[Int(x & 15)]) }
+                        out.append(39)
+                        if b.isEmpty { out.removeLast(3); appendPlain("''") }
                     } else {
                         appendEscaped(b)
                     }
@@ -205,7 +204,7 @@ final class MySQLWriter: BatchWriter {
                     scratch.withUnsafeBytes { appendEscaped($0) }
                 }
             }
-            if useInsert { buffer.append(41) } else { buffer.append(10) }
+            if useInsert { out.append(41) } else { out.append(10) }
         }
     }
 

@@ -109,6 +109,10 @@ final class PostgresWriter: BatchWriter {
     func write(_ batch: RowBatch) throws {
         let pinned = PinnedBatch(batch)
         let cols = pinned.columns
+        // Encode into a local array: appending to a class property costs an exclusivity check each time.
+        var buffer: [UInt8] = []
+        swap(&buffer, &self.buffer)
+        defer { swap(&buffer, &self.buffer) }
         buffer.removeAll(keepingCapacity: true)
         buffer.append(contentsOf: PostgresBinary.header)
         // Encode the whole batch first: nothing is sent when a value is refused.
@@ -184,7 +188,7 @@ final class PostgresWriter: BatchWriter {
             }
         }
         PostgresBinary.put16(-1, &buffer)
-        try send(rows: pinned.count)
+        try send(buffer, rows: pinned.count)
     }
 
     /// True when `text` (a decimal) has a non-zero digit more than `scale` places after the point.
@@ -198,7 +202,7 @@ final class PostgresWriter: BatchWriter {
         return false
     }
 
-    private func send(rows: Int) throws {
+    private func send(_ buffer: [UInt8], rows: Int) throws {
         let conn = connection.conn
         guard let start = PQexec(conn, copySQL) else { throw connection.error(nil, sql: copySQL) }
         let status = PQresultStatus(start)
