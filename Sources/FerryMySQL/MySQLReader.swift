@@ -50,14 +50,7 @@ final class MySQLReader: BatchReader {
         }
         self.kinds = kinds
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + d.quote(table.name)
-        if let range = keyRange, !range.key.isEmpty {
-            let tuple = "(" + range.key.map { d.quote($0) }.joined(separator: ", ") + ")"
-            var conditions: [String] = []
-            if let after = range.after { conditions.append("\(tuple) > (\(try Self.literals(after, connection)))") }
-            if let upTo = range.upTo { conditions.append("\(tuple) <= (\(try Self.literals(upTo, connection)))") }
-            if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
-            sql += " ORDER BY " + range.key.map { d.quote($0) }.joined(separator: ", ")
-        }
+        if let range = keyRange { sql += try range.sqlSuffix(dialect: d) { try Self.literals($0, connection) } }
         let rc = sql.withCString { mysql_real_query(connection.mysql, $0, UInt(strlen($0))) }
         guard rc == 0 else {
             let e = connection.error(sql: sql)

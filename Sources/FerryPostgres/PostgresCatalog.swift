@@ -64,6 +64,20 @@ extension PostgresConnection {
         return try query("SELECT count(*) FROM \(dialect.quote(table))").int(0, 0) ?? 0
     }
 
+    /// `resolved(attnum, typid, typmod)`: each column of relation `$1` with domains resolved to
+    /// their base type (a domain over a domain too).
+    static let resolvedTypesCTE = """
+        WITH RECURSIVE base(attnum, typid, typmod, depth) AS (
+            SELECT a.attnum, a.atttypid, a.atttypmod, 0 FROM pg_attribute a
+            WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped
+          UNION ALL
+            SELECT b.attnum, t.typbasetype, t.typtypmod, b.depth + 1 FROM base b JOIN pg_type t ON t.oid = b.typid
+            WHERE t.typtype = 'd'
+        ), resolved AS (
+            SELECT DISTINCT ON (attnum) attnum, typid, typmod FROM base ORDER BY attnum, depth DESC
+        )
+        """
+
     public func describe(_ table: TableName) throws -> TableSchema {
         guard let oid = try relationOID(table) else {
             throw FerryError.tableNotFound(table: table, endpoint: endpoint.redacted)
@@ -81,15 +95,7 @@ extension PostgresConnection {
         // Columns, with domains resolved to their base type (a domain over a domain too).
         let cols = try query(
             """
-            WITH RECURSIVE base(attnum, typid, typmod, depth) AS (
-                SELECT a.attnum, a.atttypid, a.atttypmod, 0 FROM pg_attribute a
-                WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped
-              UNION ALL
-                SELECT b.attnum, t.typbasetype, t.typtypmod, b.depth + 1 FROM base b JOIN pg_type t ON t.oid = b.typid
-                WHERE t.typtype = 'd'
-            ), resolved AS (
-                SELECT DISTINCT ON (attnum) attnum, typid, typmod FROM base ORDER BY attnum, depth DESC
-            )
+            \(Self.resolvedTypesCTE)
             SELECT a.attname, format_type(a.atttypid, a.atttypmod), a.attnotnull, pg_get_expr(d.adbin, d.adrelid),
                    a.attidentity, a.attgenerated, t.typname, tn.nspname, t.typtype, t.typcategory,
                    format_type(r.typid, r.typmod), r.typmod, t.oid::text

@@ -54,14 +54,7 @@ final class PostgresReader: BatchReader {
         self.kinds = kinds
         let only = try connection.readsWithOnly(table.name) ? "ONLY " : ""
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + only + d.quote(table.name)
-        if let range = keyRange, !range.key.isEmpty {
-            let tuple = "(" + range.key.map { d.quote($0) }.joined(separator: ", ") + ")"
-            var conditions: [String] = []
-            if let after = range.after { conditions.append("\(tuple) > (\(try Self.literals(after, connection)))") }
-            if let upTo = range.upTo { conditions.append("\(tuple) <= (\(try Self.literals(upTo, connection)))") }
-            if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
-            sql += " ORDER BY " + range.key.map { d.quote($0) }.joined(separator: ", ")
-        }
+        if let range = keyRange { sql += try range.sqlSuffix(dialect: d) { try Self.literals($0, connection) } }
         let copy = "COPY (\(sql)) TO STDOUT (FORMAT binary)"
         guard let res = PQexec(connection.conn, copy) else { throw connection.error(nil, sql: copy) }
         defer { PQclear(res) }

@@ -39,15 +39,9 @@ final class PostgresWriter: BatchWriter {
         // The target's own column types, domains resolved.
         let r = try connection.query(
             """
-            WITH RECURSIVE base(attname, typid, typmod, depth) AS (
-                SELECT a.attname, a.atttypid, a.atttypmod, 0 FROM pg_attribute a
-                WHERE a.attrelid = $1::oid AND a.attnum > 0 AND NOT a.attisdropped
-              UNION ALL
-                SELECT b.attname, t.typbasetype, t.typtypmod, b.depth + 1 FROM base b JOIN pg_type t ON t.oid = b.typid
-                WHERE t.typtype = 'd'
-            )
-            SELECT DISTINCT ON (b.attname) b.attname, t.typname, t.typtype, b.typmod, format_type(b.typid, b.typmod)
-            FROM base b JOIN pg_type t ON t.oid = b.typid ORDER BY b.attname, b.depth DESC
+            \(PostgresConnection.resolvedTypesCTE)
+            SELECT a.attname, t.typname, t.typtype, r.typmod, format_type(r.typid, r.typmod)
+            FROM resolved r JOIN pg_attribute a ON a.attrelid = $1::oid AND a.attnum = r.attnum JOIN pg_type t ON t.oid = r.typid
             """, [oid])
         var target: [String: (name: String, typtype: String, typmod: Int, formatted: String)] = [:]
         for i in 0..<r.count {

@@ -20,20 +20,11 @@ final class SQLiteReader: BatchReader {
         var sql = "SELECT " + columns.map { d.quote($0.name) }.joined(separator: ", ")
             + " FROM " + d.quote(connection.qualified(table.name))
         var binds: [Value] = []
-        if let range = keyRange, !range.key.isEmpty {
-            let tuple = "(" + range.key.map { d.quote($0) }.joined(separator: ", ") + ")"
-            let marks = "(" + range.key.map { _ in "?" }.joined(separator: ", ") + ")"
-            var conditions: [String] = []
-            if let after = range.after {
-                conditions.append("\(tuple) > \(marks)")
-                binds += after
+        if let range = keyRange {
+            sql += range.sqlSuffix(dialect: d) { values in
+                binds += values
+                return values.map { _ in "?" }.joined(separator: ", ")
             }
-            if let upTo = range.upTo {
-                conditions.append("\(tuple) <= \(marks)")
-                binds += upTo
-            }
-            if !conditions.isEmpty { sql += " WHERE " + conditions.joined(separator: " AND ") }
-            sql += " ORDER BY " + range.key.map { d.quote($0) }.joined(separator: ", ")
         }
         // A dedicated statement (not the connection's cache): a reader lives as long as the copy.
         statement = try SQLiteStatement(connection, sql)

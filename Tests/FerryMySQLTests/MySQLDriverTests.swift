@@ -37,28 +37,9 @@ final class MySQLFixture {
     /// Runs a script with the mariadb client (for dumps with DELIMITER and the like).
     func script(_ url: String, _ sql: String) throws {
         let e = try Endpoint(parsing: url)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["mariadb", "--no-defaults", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path]
-        var env = ProcessInfo.processInfo.environment
-        env["MYSQL_PWD"] = e.password
-        p.environment = env
-        let input = Pipe()
-        let output = Pipe()
-        p.standardInput = input
-        p.standardOutput = output
-        p.standardError = output
-        try p.run()
-        let writer = Thread {
-            input.fileHandleForWriting.write(Data(sql.utf8))
-            try? input.fileHandleForWriting.close()
-        }
-        writer.start()
-        let out = output.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        if p.terminationStatus != 0 {
-            throw ConformanceFailure("mariadb exited with \(p.terminationStatus): \(String(decoding: out, as: UTF8.self).prefix(500))")
-        }
+        try ExternalTool.run(
+            ["mariadb", "--no-defaults", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path],
+            input: sql, environment: ["MYSQL_PWD": e.password ?? ""])
     }
 
     func chinook(_ file: String) throws -> String {
@@ -93,21 +74,14 @@ final class MySQLDriverTests: XCTestCase {
         try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path(name)), role: .target)
     }
 
+    let harness = CopyHarness([SQLiteDriver(), PostgresDriver(), MySQLDriver()])
+
     func copy(_ src: any Connection, _ dst: any Connection, mode: WriteMode = .create, tables: [String] = [], jobs: Int = 1) throws -> CopySummary {
-        let engine = CopyEngine(registry: DriverRegistry([SQLiteDriver(), PostgresDriver(), MySQLDriver()]))
-        var o = CopyOptions()
-        o.mode = mode
-        o.tables = tables.map { TableName(parsing: $0) }
-        o.batchSize = 600
-        o.jobs = jobs
-        let plan = try engine.plan(source: src, target: dst, options: o)
-        return engine.run(plan, source: src, target: dst, options: o, progress: ProgressReporter(style: .quiet) { _ in })
+        try harness.copy(src, dst, mode: mode, tables: tables, jobs: jobs, batchSize: 600)
     }
 
     func assertSame(_ a: any Connection, _ b: any Connection, tables: [TableName]? = nil, file: StaticString = #filePath, line: UInt = #line) throws {
-        for t in try tables ?? a.listTables().map(\.name) {
-            XCTAssertEqual(try TableComparison.differences(a, b, table: t), [], file: file, line: line)
-        }
+        XCTAssertEqual(try harness.differences(a, b, tables: tables), [], file: file, line: line)
     }
 
     func testDriverConformance() throws {

@@ -18,21 +18,14 @@ final class PostgresDriverTests: XCTestCase {
         try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path(name)), role: role)
     }
 
+    let harness = CopyHarness([SQLiteDriver(), PostgresDriver()])
+
     func copy(_ src: any Connection, _ dst: any Connection, mode: WriteMode = .create, tables: [String] = [], jobs: Int = 1) throws -> CopySummary {
-        let engine = CopyEngine(registry: DriverRegistry([SQLiteDriver(), PostgresDriver()]))
-        var o = CopyOptions()
-        o.mode = mode
-        o.tables = tables.map { TableName(parsing: $0) }
-        o.batchSize = 700
-        o.jobs = jobs
-        let plan = try engine.plan(source: src, target: dst, options: o)
-        return engine.run(plan, source: src, target: dst, options: o, progress: ProgressReporter(style: .quiet) { _ in })
+        try harness.copy(src, dst, mode: mode, tables: tables, jobs: jobs, batchSize: 700)
     }
 
     func assertSame(_ a: any Connection, _ b: any Connection, tables: [TableName]? = nil, file: StaticString = #filePath, line: UInt = #line) throws {
-        for t in try tables ?? a.listTables().map(\.name) {
-            XCTAssertEqual(try TableComparison.differences(a, b, table: t), [], file: file, line: line)
-        }
+        XCTAssertEqual(try harness.differences(a, b, tables: tables), [], file: file, line: line)
     }
 
     func testDriverConformance() throws {

@@ -39,23 +39,7 @@ final class PostgresFixture {
 
     /// Runs a SQL script with psql (scripts use psql-only syntax such as COPY … FROM stdin).
     func psql(_ url: String, script: String) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = ["psql", "-X", "-q", url]
-        let input = Pipe()
-        let output = Pipe()
-        p.standardInput = input
-        p.standardOutput = output
-        p.standardError = output
-        try p.run()
-        let writer = Thread {
-            input.fileHandleForWriting.write(Data(script.utf8))
-            try? input.fileHandleForWriting.close()
-        }
-        writer.start()
-        _ = output.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        if p.terminationStatus != 0 { throw ConformanceFailure("psql exited with \(p.terminationStatus)") }
+        try ExternalTool.run(["psql", "-X", "-q", url], input: script)
     }
 
     func dataset(_ path: String) throws -> String {

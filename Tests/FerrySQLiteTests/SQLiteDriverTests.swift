@@ -19,21 +19,15 @@ final class SQLiteDriverTests: XCTestCase {
         return datasets.appendingPathComponent("chinook")
     }
 
+    let harness = CopyHarness([SQLiteDriver()])
+
     /// Copies every table with the engine and returns the summary.
     func copy(_ src: any Connection, _ dst: any Connection, mode: WriteMode = .create, tables: [String] = [], batchSize: Int = 500) throws -> CopySummary {
-        let engine = CopyEngine(registry: DriverRegistry([SQLiteDriver()]))
-        var o = CopyOptions()
-        o.mode = mode
-        o.tables = tables.map { TableName(parsing: $0) }
-        o.batchSize = batchSize
-        let plan = try engine.plan(source: src, target: dst, options: o)
-        return engine.run(plan, source: src, target: dst, options: o, progress: ProgressReporter(style: .quiet) { _ in })
+        try harness.copy(src, dst, mode: mode, tables: tables, batchSize: batchSize)
     }
 
     func assertSame(_ a: any Connection, _ b: any Connection, file: StaticString = #filePath, line: UInt = #line) throws {
-        for t in try a.listTables() {
-            XCTAssertEqual(try TableComparison.differences(a, b, table: t.name), [], file: file, line: line)
-        }
+        XCTAssertEqual(try harness.differences(a, b), [], file: file, line: line)
     }
 
     /// Every value and its storage class, straight from SQLite, in rowid order.

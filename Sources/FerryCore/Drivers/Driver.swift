@@ -40,3 +40,18 @@ public struct KeyRange: Sendable, Hashable {
         self.upTo = upTo
     }
 }
+
+extension KeyRange {
+    /// ` WHERE (k1, k2) > (…) AND (k1, k2) <= (…) ORDER BY k1, k2` for this range, with values
+    /// rendered by the driver (`render` returns placeholders or literals for a key tuple).
+    /// Empty when the range names no key.
+    public func sqlSuffix(dialect: any Dialect, render: ([Value]) throws -> String) rethrows -> String {
+        guard !key.isEmpty else { return "" }
+        let tuple = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
+        var conditions: [String] = []
+        if let after { conditions.append("\(tuple) > (\(try render(after)))") }
+        if let upTo { conditions.append("\(tuple) <= (\(try render(upTo)))") }
+        return (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
+            + " ORDER BY " + key.map { dialect.quote($0) }.joined(separator: ", ")
+    }
+}
