@@ -223,6 +223,33 @@ final class MySQLDriverTests: XCTestCase {
         XCTAssertEqual(try target.rows("SELECT id, name FROM names"), [["100", "keep"]])
     }
 
+    func testInsertFallbackWhenLocalInfileIsRefused() throws {
+        let admin = try my.connect(my.adminURL)
+        try admin.run("SET GLOBAL local_infile = 0")
+        defer { try? admin.run("SET GLOBAL local_infile = 1") }
+        let src = try sqlite("fallback.db")
+        let schema = TableSchema(name: TableName("fb"), engine: "test", columns: [
+            Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false),
+            Column(name: "t", nativeType: "", logicalType: .text),
+            Column(name: "b", nativeType: "", logicalType: .binary(maxLength: nil)),
+            Column(name: "d", nativeType: "", logicalType: .decimal(precision: 30, scale: 10))], primaryKey: ["id"])
+        try src.begin()
+        try src.createTable(schema, named: schema.name)
+        var rows: [[Value]] = []
+        for i in 0..<2500 {
+            let text: Value = i % 7 == 0 ? .null : .text("it's \\ a \"test\" \t\n\r \u{1A} é😀 #\(i)")
+            let bytes: [UInt8] = i % 5 == 0 ? [] : [0, 39, 92, UInt8(i % 256)]
+            rows.append([.int(Int64(i)), text, .binary(bytes), .decimal("-\(i).0000000001")])
+        }
+        let w = try src.writer(table: schema.name, columns: schema.columns)
+        try w.write(RowBatch(rows: rows, types: schema.columns.map(\.logicalType)))
+        try src.commit()
+        let dst = try my.connect(try my.makeDatabase("fallback"))
+        let summary = try copy(src, dst)
+        XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))")
+        try assertSame(src, dst)
+    }
+
     func testConnectionErrors() throws {
         let good = try Endpoint(parsing: my.adminURL)
         var wrong = good

@@ -245,17 +245,19 @@ public struct CopyEngine: Sendable {
         }
         var rows: Int64 = 0
         do {
-            while let batch = try queue.take() {
-                do {
+            var last: RowBatch?
+            do {
+                while let batch = try queue.take() {
+                    last = batch
                     try writer.write(batch)
-                } catch let e as BatchRowError {
-                    throw e.error.adding(
-                        table: table.source, key: keyDescription(table, batch: batch, row: e.row))
+                    rows += Int64(batch.count)
+                    progress.advanced(table.source.description, by: batch.count)
                 }
-                rows += Int64(batch.count)
-                progress.advanced(table.source.description, by: batch.count)
+                try writer.finish()
+            } catch let e as BatchRowError {
+                guard let batch = e.batch ?? last else { throw e.error.adding(table: table.source) }
+                throw e.error.adding(table: table.source, key: keyDescription(table, batch: batch, row: e.row))
             }
-            try writer.finish()
         } catch {
             queue.cancel()
             producer.join()

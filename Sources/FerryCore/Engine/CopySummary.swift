@@ -27,8 +27,12 @@ public struct CopySummary: Sendable, Codable {
 public struct BatchRowError: Error, Sendable {
     public var row: Int
     public var error: FerryError
-    public init(row: Int, error: FerryError) {
+    /// The batch the row is in, when it is not the one just passed to `write` (a writer that
+    /// sends in the background reports a failure of the previous batch).
+    public var batch: RowBatch?
+    public init(row: Int, error: FerryError, batch: RowBatch? = nil) {
         self.row = row
         self.error = error
+        self.batch = batch
     }
 }
