@@ -9,6 +9,7 @@ let package = Package(
         .library(name: "FerrySQLite", targets: ["FerrySQLite"]),
         .library(name: "FerryPostgres", targets: ["FerryPostgres"]),
         .library(name: "FerryMySQL", targets: ["FerryMySQL"]),
+        .library(name: "FerryXML", targets: ["FerryXML"]),
         .library(name: "FerryCommands", targets: ["FerryCommands"]),
         .library(name: "FerryDriverTestKit", targets: ["FerryDriverTestKit"]),
         .executable(name: "ferry", targets: ["ferry"]),
@@ -34,6 +35,8 @@ let package = Package(
         .target(name: "FerrySQLite", dependencies: ["FerryCore", "CSQLite"]),
         .target(name: "FerryPostgres", dependencies: ["FerryCore", "CLibPQ"]),
         .target(name: "FerryMySQL", dependencies: ["FerryCore", "CMariaDB"]),
+        // The XML wire format (shared by the service and its client).
+        .target(name: "FerryXML", dependencies: ["FerryCore"]),
         // The conformance suite every driver's tests run.
         .target(name: "FerryDriverTestKit", dependencies: ["FerryCore"]),
         // The command-line commands (testable) and the executable.
@@ -55,6 +58,7 @@ let package = Package(
         .testTarget(
             name: "FerryMySQLTests",
             dependencies: ["FerryMySQL", "FerryPostgres", "FerrySQLite", "FerryDriverTestKit", "FerryCore"]),
+        .testTarget(name: "FerryXMLTests", dependencies: ["FerryXML", "FerryCore"]),
         .testTarget(
             name: "FerryCommandsTests",
             dependencies: ["FerryCommands", "FerryDriverTestKit", "FerrySQLite", "ferry"]),

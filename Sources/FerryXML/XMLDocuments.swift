@@ -1,0 +1,226 @@
+import FerryCore
+import Foundation
+
+/// Writers and readers for the protocol's documents (docs/xml-protocol.md).
+public enum XMLDocuments {
+    static let declaration = Array("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n".utf8)
+
+    static func attr(_ name: String, _ value: String?, into out: inout [UInt8]) {
+        guard let value else { return }
+        out.append(32)
+        out.append(contentsOf: name.utf8)
+        out.append(contentsOf: [61, 34])
+        XMLText.appendAttribute(value, into: &out)
+        out.append(34)
+    }
+
+    // MARK: Table list
+
+    /// `<tables><table name="…" schema="…" rows="…"/>…</tables>`
+    public static func tables(_ list: [TableInfo]) -> Data {
+        var out = declaration
+        out.append(contentsOf: "<tables>".utf8)
+        for t in list {
+            out.append(contentsOf: "<table".utf8)
+            attr("name", t.name.name, into: &out)
+            attr("schema", t.name.schema, into: &out)
+            attr("rows", t.rowEstimate.map(String.init), into: &out)
+            out.append(contentsOf: "/>".utf8)
+        }
+        out.append(contentsOf: "</tables>\n".utf8)
+        return Data(out)
+    }
+
+    public static func decodeTables(_ data: Data) throws -> [TableInfo] {
+        let root = try XMLTree.parse(data)
+        guard root.name == "tables" else { throw XMLWireError.unexpected("expected <tables>, got <\(root.name)>") }
+        return try root.children("table").map { t in
+            guard let name = t.attributes["name"] else { throw XMLWireError.unexpected("<table> without a name") }
+            return TableInfo(name: TableName(schema: t.attributes["schema"], name), rowEstimate: t.attributes["rows"].flatMap { Int64($0) })
+        }
+    }
+
+    // MARK: Schema
+
+    /// `<table name engine rows><column name native type … nullable serial default generated>
+    /// <label>…</label></column>…<primaryKey><c>…</c></primaryKey><unique><c>…</c></unique>
+    /// <skipped column="…" reason="…"/></table>`
+    public static func schema(_ s: TableSchema) -> Data {
+        var out = declaration
+        out.append(contentsOf: "<table".utf8)
+        attr("name", s.name.name, into: &out)
+        attr("schema", s.name.schema, into: &out)
+        attr("engine", s.engine, into: &out)
+        attr("rows", s.rowEstimate.map(String.init), into: &out)
+        out.append(62)
+        for c in s.columns {
+            out.append(contentsOf: "<column".utf8)
+            attr("name", c.name, into: &out)
+            attr("native", c.nativeType, into: &out)
+            var labels: [String] = []
+            for (k, v) in typeAttributes(c.logicalType, labels: &labels) { attr(k, v, into: &out) }
+            attr("nullable", c.isNullable ? "true" : "false", into: &out)
+            attr("serial", c.serial?.rawValue, into: &out)
+            attr("default", c.defaultExpression, into: &out)
+            if c.generated { attr("generated", "true", into: &out) }
+            if labels.isEmpty {
+                out.append(contentsOf: "/>".utf8)
+            } else {
+                out.append(62)
+                for l in labels {
+                    out.append(contentsOf: "<label>".utf8)
+                    XMLText.appendEscaped(l, into: &out)
+                    out.append(contentsOf: "</label>".utf8)
+                }
+                out.append(contentsOf: "</column>".utf8)
+            }
+        }
+        func key(_ element: String, _ cols: [String]) {
+            out.append(contentsOf: "<\(element)>".utf8)
+            for c in cols {
+                out.append(contentsOf: "<c>".utf8)
+                XMLText.appendEscaped(c, into: &out)
+                out.append(contentsOf: "</c>".utf8)
+            }
+            out.append(contentsOf: "</\(element)>".utf8)
+        }
+        if !s.primaryKey.isEmpty { key("primaryKey", s.primaryKey) }
+        for u in s.uniqueKeys { key("unique", u) }
+        for skip in s.unsupportedColumns {
+            out.append(contentsOf: "<skipped".utf8)
+            attr("column", skip.column, into: &out)
+            attr("reason", skip.reason, into: &out)
+            out.append(contentsOf: "/>".utf8)
+        }
+        out.append(contentsOf: "</table>\n".utf8)
+        return Data(out)
+    }
+
+    /// The attributes that spell a logical type: `type` plus its parameters.
+    static func typeAttributes(_ t: LogicalType, labels: inout [String]) -> [(String, String?)] {
+        func s(_ v: Int?) -> String? { v.map(String.init) }
+        switch t {
+        case .boolean: return [("type", "boolean")]
+        case .int16: return [("type", "int16")]
+        case .int32: return [("type", "int32")]
+        case .int64: return [("type", "int64")]
+        case .decimal(let p, let sc): return [("type", "decimal"), ("precision", s(p)), ("scale", s(sc))]
+        case .float32: return [("type", "float32")]
+        case .float64: return [("type", "float64")]
+        case .text(let n, let fixed): return [("type", "text"), ("maxLength", s(n)), ("fixed", fixed ? "true" : nil)]
+        case .binary(let n): return [("type", "binary"), ("maxLength", s(n))]
+        case .date: return [("type", "date")]
+        case .time(let p): return [("type", "time"), ("precision", s(p))]
+        case .timestamp(let p, let tz): return [("type", "timestamp"), ("precision", s(p)), ("timeZone", tz ? "true" : "false")]
+        case .uuid: return [("type", "uuid")]
+        case .json: return [("type", "json")]
+        case .enumeration(let l):
+            labels = l
+            return [("type", "enumeration")]
+        case .unsupported(let native): return [("type", "unsupported"), ("unsupportedNative", native)]
+        }
+    }
+
+    static func logicalType(_ e: XMLElementNode) throws -> LogicalType {
+        let a = e.attributes
+        func i(_ k: String) -> Int? { a[k].flatMap { Int($0) } }
+        switch a["type"] ?? "" {
+        case "boolean": return .boolean
+        case "int16": return .int16
+        case "int32": return .int32
+        case "int64": return .int64
+        case "decimal": return .decimal(precision: i("precision"), scale: i("scale"))
+        case "float32": return .float32
+        case "float64": return .float64
+        case "text": return .text(maxLength: i("maxLength"), fixed: a["fixed"] == "true")
+        case "binary": return .binary(maxLength: i("maxLength"))
+        case "date": return .date
+        case "time": return .time(precision: i("precision"))
+        case "timestamp": return .timestamp(precision: i("precision"), timeZone: a["timeZone"] == "true")
+        case "uuid": return .uuid
+        case "json": return .json
+        case "enumeration": return .enumeration(labels: e.children("label").map(\.text))
+        case "unsupported": return .unsupported(native: a["unsupportedNative"] ?? "")
+        case let other: throw XMLWireError.unexpected("unknown type '\(other)' for column \(a["name"] ?? "?")")
+        }
+    }
+
+    public static func decodeSchema(_ data: Data) throws -> TableSchema {
+        let root = try XMLTree.parse(data)
+        guard root.name == "table", let name = root.attributes["name"] else {
+            throw XMLWireError.unexpected("expected <table name=…>, got <\(root.name)>")
+        }
+        let columns = try root.children("column").map { c -> Column in
+            guard let n = c.attributes["name"] else { throw XMLWireError.unexpected("<column> without a name") }
+            return Column(
+                name: n, nativeType: c.attributes["native"] ?? "", logicalType: try logicalType(c),
+                isNullable: c.attributes["nullable"] != "false", defaultExpression: c.attributes["default"],
+                serial: c.attributes["serial"].flatMap { SerialKind(rawValue: $0) }, generated: c.attributes["generated"] == "true")
+        }
+        guard !columns.isEmpty else { throw XMLWireError.unexpected("table \(name) has no columns") }
+        return TableSchema(
+            name: TableName(schema: root.attributes["schema"], name), engine: root.attributes["engine"] ?? "xml",
+            columns: columns, primaryKey: root.child("primaryKey")?.children("c").map(\.text) ?? [],
+            uniqueKeys: root.children("unique").map { $0.children("c").map(\.text) },
+            rowEstimate: root.attributes["rows"].flatMap { Int64($0) })
+    }
+
+    // MARK: Rows
+
+    /// Streams a `<rows>` document: `begin`, then `append` per batch, then `end` with the key
+    /// where the next page starts (keyset paging), if any.
+    public struct RowsWriter {
+        public let types: [LogicalType]
+        public init(types: [LogicalType]) { self.types = types }
+
+        public func begin(table: TableName) -> [UInt8] {
+            var out = declaration
+            out.append(contentsOf: "<rows".utf8)
+            attr("table", table.name, into: &out)
+            attr("schema", table.schema, into: &out)
+            out.append(contentsOf: ">\n".utf8)
+            return out
+        }
+
+        /// Rows `range` of `batch` as `<r><v>…</v>…</r>` lines.
+        public func rows(_ batch: RowBatch, range: Range<Int>? = nil, into out: inout [UInt8]) {
+            for r in range ?? 0..<batch.count {
+                out.append(contentsOf: "<r>".utf8)
+                for (c, t) in types.enumerated() { WireValue.appendCell(batch.columns[c], row: r, type: t, into: &out) }
+                out.append(contentsOf: "</r>\n".utf8)
+            }
+        }
+
+        /// `<next>` (the last row's key, as cells) and `</rows>`.
+        public func end(next: (batch: RowBatch, row: Int, keyColumns: [Int])? = nil) -> [UInt8] {
+            var out: [UInt8] = []
+            if let next {
+                out.append(contentsOf: "<next>".utf8)
+                for k in next.keyColumns { WireValue.appendCell(next.batch.columns[k], row: next.row, type: types[k], into: &out) }
+                out.append(contentsOf: "</next>\n".utf8)
+            }
+            out.append(contentsOf: "</rows>\n".utf8)
+            return out
+        }
+    }
+
+    // MARK: Errors
+
+    /// `<error code="…" table="…">message</error>`
+    public static func error(code: String, table: String?, message: String) -> Data {
+        var out = declaration
+        out.append(contentsOf: "<error".utf8)
+        attr("code", code, into: &out)
+        attr("table", table, into: &out)
+        out.append(62)
+        XMLText.appendEscaped(message, into: &out)
+        out.append(contentsOf: "</error>\n".utf8)
+        return Data(out)
+    }
+
+    /// (code, table, message) of an `<error>` document, or nil when the body is not one.
+    public static func decodeError(_ data: Data) -> (code: String, table: String?, message: String)? {
+        guard let root = try? XMLTree.parse(data), root.name == "error" else { return nil }
+        return (root.attributes["code"] ?? "error", root.attributes["table"], root.text)
+    }
+}

@@ -1,0 +1,182 @@
+import FerryCore
+import FerryXML
+import Foundation
+import XCTest
+
+final class XMLWireFormatTests: XCTestCase {
+    func roundTrip(_ columns: [Column], _ rows: [[Value]], batchSize: Int = 3, file: StaticString = #filePath, line: UInt = #line) throws -> Data {
+        let types = columns.map(\.logicalType)
+        let batch = try RowBatch(rows: rows, types: types)
+        let w = XMLDocuments.RowsWriter(types: types)
+        var out = w.begin(table: TableName("t"))
+        w.rows(batch, into: &out)
+        out += w.end(next: (batch, rows.count - 1, [0]))
+        let data = Data(out)
+        var got: [[Value]] = []
+        let decoder = XMLRowsDecoder(columns: columns, batchSize: batchSize)
+        let (next, count) = try decoder.decode(data) { b in
+            XCTAssertLessThanOrEqual(b.count, batchSize)
+            for r in 0..<b.count { got.append(b.row(r, types: types)) }
+        }
+        XCTAssertEqual(count, rows.count, file: file, line: line)
+        XCTAssertEqual(got.count, rows.count, file: file, line: line)
+        for (g, w) in zip(got, rows) { XCTAssertEqual(g, w, file: file, line: line) }
+        XCTAssertEqual(next?.count, 1, file: file, line: line)
+        return data
+    }
+
+    func col(_ name: String, _ t: LogicalType) -> Column { Column(name: name, nativeType: "", logicalType: t) }
+
+    func testEveryLogicalTypeRoundTrips() throws {
+        let columns = [
+            col("id", .int64), col("b", .boolean), col("i16", .int16), col("i32", .int32), col("dec", .decimal(precision: nil, scale: nil)),
+            col("f32", .float32), col("f64", .float64), col("t", .text), col("bin", .binary(maxLength: nil)), col("d", .date),
+            col("tm", .time(precision: 6)), col("ts", .timestamp(precision: 6, timeZone: false)),
+            col("tz", .timestamp(precision: 6, timeZone: true)), col("u", .uuid), col("j", .json),
+            col("e", .enumeration(labels: ["a", "b"])),
+        ]
+        let rows: [[Value]] = [
+            [.int(.min), .bool(true), .int(-32768), .int(Int64(Int32.max)), .decimal("-1234567890123456789012345678901234567890.000000000000000000001"),
+             .double(Double(Float.leastNonzeroMagnitude)), .double(-0.0), .text("plain"), .binary([0, 1, 2, 0, 255]),
+             .date(Temporal.days(year: 1, month: 1, day: 1)), .time(Temporal.microsPerDay - 1), .timestamp(-2_208_988_800_000_001),
+             .timestamp(4_102_444_800_123_456), .uuid(Array(0..<16)), .json("{\"k\": [1, 2.50], \"é\": \"😀\"}"), .text("b")],
+            [.int(.max), .bool(false), .int(0), .int(0), .decimal("NaN"), .double(.nan), .double(.infinity), .text(""), .binary([]),
+             .date(Temporal.days(year: 9999, month: 12, day: 31)), .time(0), .timestamp(0), .timestamp(1), .uuid(Array(repeating: 255, count: 16)),
+             .json("12.30"), .text("a")],
+            [.int(0), .null, .null, .null, .null, .null, .double(-.infinity), .null, .null, .null, .null, .null, .null, .null, .null, .null],
+            [.int(1), .bool(true), .int(1), .int(1), .decimal("0.1"), .double(5e-324), .double(1.7976931348623157e308), .text(" "),
+             .binary(Array(repeating: 0, count: 3)), .date(0), .time(1), .timestamp(-1), .timestamp(-1), .uuid(Array(0..<16)), .json("null"), .text("a")],
+        ]
+        _ = try roundTrip(columns, rows)
+    }
+
+    func testNastyTextIsExact() throws {
+        let nasty = [
+            "&amp; written literally", "]]> closes CDATA", "<v>not a tag</v>", "quotes \" and ' apostrophes", "tab\there",
+            "CR\rLF\nCRLF\r\nend", "NUL \u{0} inside", "bell \u{7} and escape \u{1B}", "emoji 😀 🚀 and CJK 中文 and RTL עברית",
+            String(repeating: "1 MB of text & <markup> ", count: 45_000), "", "   leading and trailing spaces   ", "\n", "\r", "\u{FFFD}",
+            "&#13; literal reference text", "a\u{FEFF}b (BOM inside)",
+        ]
+        let rows = nasty.enumerated().map { [Value.int(Int64($0.offset)), .text($0.element)] } + [[.int(99), .null]]
+        let data = try roundTrip([col("id", .int64), col("t", .text)], rows, batchSize: 4)
+        let xml = String(decoding: data, as: UTF8.self)
+        XCTAssertTrue(xml.contains("&amp;amp; written literally"), "ampersands are escaped")
+        XCTAssertTrue(xml.contains("<v enc=\"b64\">"), "control characters travel as base64")
+        XCTAssertTrue(xml.contains("CR&#13;LF"), "CR is kept with a character reference")
+        XCTAssertTrue(xml.contains("<v null=\"1\"/>"))
+        XCTAssertTrue(xml.contains("<v></v>"), "the empty string is not NULL")
+    }
+
+    func testSchemaAndTablesDocuments() throws {
+        let schema = TableSchema(
+            name: TableName(schema: "sales", "Odd \"name\" <&>\ttab"), engine: "postgres",
+            columns: [
+                Column(name: "id", nativeType: "bigint", logicalType: .int64, isNullable: false, serial: .identityByDefault),
+                Column(name: "price", nativeType: "numeric(10,2)", logicalType: .decimal(precision: 10, scale: 2), defaultExpression: "0.00"),
+                Column(name: "mood", nativeType: "mood", logicalType: .enumeration(labels: ["ok", "it's <bad>", " spaced "])),
+                Column(name: "at", nativeType: "timestamptz", logicalType: .timestamp(precision: 3, timeZone: true)),
+                Column(name: "code", nativeType: "char(3)", logicalType: .text(maxLength: 3, fixed: true), isNullable: false),
+                Column(name: "fts", nativeType: "tsvector", logicalType: .unsupported(native: "tsvector")),
+                Column(name: "twice", nativeType: "int", logicalType: .int32, generated: true),
+            ],
+            primaryKey: ["id"], uniqueKeys: [["code"], ["at", "mood"]], rowEstimate: 42)
+        let back = try XMLDocuments.decodeSchema(XMLDocuments.schema(schema))
+        XCTAssertEqual(back, schema)
+        XCTAssertTrue(String(decoding: XMLDocuments.schema(schema), as: UTF8.self).contains("<skipped column=\"fts\""))
+
+        let tables = [TableInfo(name: TableName("a&b"), rowEstimate: 3), TableInfo(name: TableName(schema: "s", "x y"), rowEstimate: nil)]
+        XCTAssertEqual(try XMLDocuments.decodeTables(XMLDocuments.tables(tables)), tables)
+
+        let e = XMLDocuments.error(code: "not_found", table: "t<1>", message: "table t<1> & friends not found")
+        XCTAssertEqual(XMLDocuments.decodeError(e)?.code, "not_found")
+        XCTAssertEqual(XMLDocuments.decodeError(e)?.table, "t<1>")
+        XCTAssertEqual(XMLDocuments.decodeError(e)?.message, "table t<1> & friends not found")
+    }
+
+    func testHostileDocumentsAreRefusedWithoutExpansion() throws {
+        let laughs = """
+            <?xml version="1.0"?>
+            <!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">
+            <!ENTITY lol3 "&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;&lol2;">]>
+            <rows><r><v>&lol3;</v></r></rows>
+            """
+        let external = """
+            <?xml version="1.0"?><!DOCTYPE r [<!ENTITY x SYSTEM "file:///etc/passwd">]><rows><r><v>&x;</v></r></rows>
+            """
+        let decoder = XMLRowsDecoder(columns: [col("t", .text)], batchSize: 10)
+        for doc in [laughs, external] {
+            XCTAssertThrowsError(try decoder.decode(Data(doc.utf8)) { _ in XCTFail("no rows may come out") }) { e in
+                XCTAssertEqual(e as? XMLWireError, .forbiddenDeclaration)
+            }
+        }
+        let deep = String(repeating: "<a>", count: 100) + String(repeating: "</a>", count: 100)
+        XCTAssertThrowsError(try XMLTree.parse(Data(deep.utf8))) { e in
+            guard case .limitExceeded = e as? XMLWireError else { return XCTFail("\(e)") }
+        }
+        XCTAssertThrowsError(try decoder.decode(Data("<rows><r><v>1</v><v>2</v></r></rows>".utf8)) { _ in }) { e in
+            XCTAssertTrue("\(e)".contains("more than 1 values"), "\(e)")
+        }
+        let typed = XMLRowsDecoder(columns: [col("n", .int16)], batchSize: 10)
+        XCTAssertThrowsError(try typed.decode(Data("<rows><r><v>70000</v></r></rows>".utf8)) { _ in }) { e in
+            XCTAssertTrue("\(e)".contains("row 1, column n"), "\(e)")
+        }
+    }
+
+    /// Random and mutated documents: the decoder never crashes, it only returns clean errors.
+    func testFuzzedDocumentsOnlyFailCleanly() throws {
+        let columns = [col("id", .int64), col("t", .text), col("b", .binary(maxLength: nil)), col("ts", .timestamp(precision: 6, timeZone: true)),
+                       col("d", .decimal(precision: nil, scale: nil)), col("f", .float64), col("u", .uuid)]
+        let types = columns.map(\.logicalType)
+        let rows: [[Value]] = (0..<20).map { i in
+            [.int(Int64(i)), .text("row <\(i)> & \"\u{1}\""), .binary([UInt8(i), 0]), .timestamp(Int64(i) * 1_000_001), .decimal("\(i).5"),
+             .double(Double(i) / 3), .uuid(Array(repeating: UInt8(i), count: 16))]
+        }
+        let w = XMLDocuments.RowsWriter(types: types)
+        var valid = w.begin(table: TableName("t"))
+        w.rows(try RowBatch(rows: rows, types: types), into: &valid)
+        valid += w.end()
+        var rng = SplitMix64(seed: 0xFE22)
+        let alphabet = Array("<>/&;\"'= vr!?[]-#x0123456789abcdefghijklmnopqrstuvwxyzABCDEF\n\t\u{0}\u{80}\u{FF}".utf8)
+        var clean = 0
+        let iterations = Int(ProcessInfo.processInfo.environment["FERRY_FUZZ_ITERATIONS"] ?? "") ?? 3000
+        for _ in 0..<iterations {
+            var doc = valid
+            let edits = 1 + Int(rng.next() % 8)
+            for _ in 0..<edits where !doc.isEmpty {
+                let pos = Int(rng.next() % UInt64(doc.count))
+                switch rng.next() % 4 {
+                case 0: doc[pos] = alphabet[Int(rng.next() % UInt64(alphabet.count))]
+                case 1: doc.remove(at: pos)
+                case 2: doc.insert(alphabet[Int(rng.next() % UInt64(alphabet.count))], at: pos)
+                default: doc = Array(doc[..<pos])
+                }
+            }
+            do {
+                _ = try XMLRowsDecoder(columns: columns, batchSize: 7).decode(Data(doc)) { _ in }
+                clean += 1
+            } catch is XMLWireError {
+            } catch {
+                XCTFail("unexpected error type \(type(of: error)): \(error)")
+            }
+        }
+        // Pure random bytes, too.
+        for _ in 0..<500 {
+            let doc = (0..<Int(rng.next() % 400)).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            do { _ = try XMLTree.parse(Data(doc)) } catch is XMLWireError {} catch { XCTFail("\(error)") }
+        }
+        XCTAssertGreaterThan(clean, 0, "some mutations (inside text) still decode")
+    }
+}
+
+/// A small deterministic generator, so fuzz runs are repeatable.
+struct SplitMix64 {
+    var state: UInt64
+    init(seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+}
