@@ -1,4 +1,4 @@
-// swift-tools-version:6.0
+// swift-tools-version:6.1
 import PackageDescription
 
 let package = Package(
@@ -10,12 +10,15 @@ let package = Package(
         .library(name: "FerryPostgres", targets: ["FerryPostgres"]),
         .library(name: "FerryMySQL", targets: ["FerryMySQL"]),
         .library(name: "FerryXML", targets: ["FerryXML"]),
+        .library(name: "FerryServer", targets: ["FerryServer"]),
         .library(name: "FerryCommands", targets: ["FerryCommands"]),
         .library(name: "FerryDriverTestKit", targets: ["FerryDriverTestKit"]),
         .executable(name: "ferry", targets: ["ferry"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.20.0", traits: []),
     ],
     targets: [
         // C client libraries, from Debian's -dev packages.
@@ -37,13 +40,24 @@ let package = Package(
         .target(name: "FerryMySQL", dependencies: ["FerryCore", "CMariaDB"]),
         // The XML wire format (shared by the service and its client).
         .target(name: "FerryXML", dependencies: ["FerryCore"]),
+        // `ferry serve`: any connection exposed through the XML service (imports no concrete driver).
+        .target(
+            name: "FerryServer",
+            dependencies: [
+                "FerryCore", "FerryXML",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+            ]),
         // The conformance suite every driver's tests run.
         .target(name: "FerryDriverTestKit", dependencies: ["FerryCore"]),
         // The command-line commands (testable) and the executable.
         .target(
             name: "FerryCommands",
             dependencies: [
-                "FerryCore", "FerrySQLite", "FerryPostgres", "FerryMySQL",
+                "FerryCore", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryServer",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         .executableTarget(name: "ferry", dependencies: ["FerryCommands"]),
@@ -59,6 +73,9 @@ let package = Package(
             name: "FerryMySQLTests",
             dependencies: ["FerryMySQL", "FerryPostgres", "FerrySQLite", "FerryDriverTestKit", "FerryCore"]),
         .testTarget(name: "FerryXMLTests", dependencies: ["FerryXML", "FerryCore"]),
+        .testTarget(
+            name: "FerryServerTests",
+            dependencies: ["FerryServer", "FerryXML", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore"]),
         .testTarget(
             name: "FerryCommandsTests",
             dependencies: ["FerryCommands", "FerryDriverTestKit", "FerrySQLite", "ferry"]),

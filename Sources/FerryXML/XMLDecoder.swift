@@ -184,6 +184,9 @@ private final class RowsDelegate: BoundedSAXDelegate {
         case ("next", 2):
             inNext = true
             next = []
+        case ("error", 2):
+            // The server failed after it had started answering: it says so inside the rows.
+            fail(XMLWireError.unexpected("the server stopped: \(attributes["code"] ?? "error")"), parser)
         case ("v", 3) where inRow || inNext:
             cellOpen = true
             cellText.removeAll(keepingCapacity: true)

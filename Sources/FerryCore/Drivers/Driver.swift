@@ -34,10 +34,13 @@ public struct KeyRange: Sendable, Hashable {
     public var key: [String]
     public var after: [Value]?
     public var upTo: [Value]?
-    public init(key: [String], after: [Value]? = nil, upTo: [Value]? = nil) {
+    /// At most this many rows (keyset paging).
+    public var limit: Int?
+    public init(key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil) {
         self.key = key
         self.after = after
         self.upTo = upTo
+        self.limit = limit
     }
 }
 
@@ -53,5 +56,6 @@ extension KeyRange {
         if let upTo { conditions.append("\(tuple) <= (\(try render(upTo)))") }
         return (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
             + " ORDER BY " + key.map { dialect.quote($0) }.joined(separator: ", ")
+            + (limit.map { " LIMIT \(max($0, 0))" } ?? "")
     }
 }

@@ -1,0 +1,101 @@
+import ArgumentParser
+import FerryCore
+import FerryServer
+import Foundation
+import Logging
+
+extension Ferry {
+    /// `ferry serve DATABASE-URL`: the XML-over-HTTP data service.
+    struct Serve: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Expose a database through Ferry's XML-over-HTTP service.",
+            discussion: """
+                Every request needs a bearer token from --token-file (read and write) or
+                --read-only-token-file. No endpoint takes SQL text. Stop with Ctrl-C (graceful).
+                The protocol is described in docs/xml-protocol.md.
+
+                Examples:
+                  openssl rand -hex 24 > tokens.txt
+                  ferry serve sqlite:samples/chinook.sqlite --listen 127.0.0.1:8080 --token-file tokens.txt
+                  ferry copy http://:$(cat tokens.txt)@127.0.0.1:8080/ sqlite:chinook-copy.db
+                  ferry serve postgres://app@db/shop --listen 0.0.0.0:8443 --token-file rw.txt \\
+                      --read-only-token-file ro.txt --tables artist,album --tls-cert cert.pem --tls-key key.pem
+                """)
+
+        @Argument(help: "The database to serve (URL).")
+        var url: String
+
+        @Option(name: .long, help: "Address and port to listen on.")
+        var listen: String = "127.0.0.1:8080"
+
+        @Option(name: .long, help: "File of read-write tokens, one per line.")
+        var tokenFile: String?
+
+        @Option(name: .long, help: "File of read-only tokens, one per line.")
+        var readOnlyTokenFile: String?
+
+        @Option(name: .long, parsing: .upToNextOption, help: "Serve only these tables (comma-separated).")
+        var tables: [String] = []
+
+        @Option(name: .long, help: "TLS certificate chain (PEM).")
+        var tlsCert: String?
+
+        @Option(name: .long, help: "TLS private key (PEM).")
+        var tlsKey: String?
+
+        @Option(name: .long, help: "Largest request body, in MB.")
+        var maxBodyMb: Int = 64
+
+        func validate() throws {
+            guard tokenFile != nil || readOnlyTokenFile != nil else {
+                throw ValidationError("give at least one of --token-file and --read-only-token-file: no token, no data")
+            }
+            guard (tlsCert == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
+            guard parseListen() != nil else { throw ValidationError("--listen must be HOST:PORT, e.g. 127.0.0.1:8080") }
+            guard maxBodyMb >= 1 else { throw ValidationError("--max-body-mb must be at least 1") }
+        }
+
+        func parseListen() -> (String, Int)? {
+            guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
+                  (0...65535).contains(port) else { return nil }
+            var host = String(listen[..<colon])
+            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            return host.isEmpty ? nil : (host, port)
+        }
+
+        func run() throws {
+            let endpoint = try Endpoint(parsing: url)
+            let registry = Ferry.registry
+            // Open once now: a wrong URL fails before the service starts.
+            try registry.connect(endpoint, role: tokenFile == nil ? .source : .target).close()
+            guard let (host, port) = parseListen() else { throw FerryError.invalidOption("--listen must be HOST:PORT") }
+            let config = ServerConfiguration(
+                database: endpoint, registry: registry,
+                readWriteTokens: try tokenFile.map { try ServerConfiguration.tokens(fromFile: $0) } ?? [],
+                readOnlyTokens: try readOnlyTokenFile.map { try ServerConfiguration.tokens(fromFile: $0) } ?? [],
+                tables: tables.flatMap { $0.split(separator: ",") }.map { TableName(parsing: String($0)) },
+                host: host, port: port, tlsCertificate: tlsCert, tlsKey: tlsKey, maxBodyBytes: maxBodyMb << 20)
+            if config.exposedWithoutTLS {
+                Console.error("ferry: warning: listening on \(host) without TLS: tokens and data cross the network in clear text; use --tls-cert and --tls-key")
+            }
+            var logger = Logger(label: "ferry.serve")
+            logger.logLevel = .info
+            let service = XMLService(configuration: config)
+            let app = try service.application(logger: logger) { bound in
+                Console.error("ferry: serving \(endpoint) on \(config.tlsCertificate == nil ? "http" : "https")://\(host):\(bound)/")
+            }
+            let failure = FailureBox()
+            let done = DispatchSemaphore(value: 0)
+            Task {
+                do { try await app.runService() } catch { failure.error = error }
+                done.signal()
+            }
+            done.wait()
+            if let error = failure.error { throw FerryError.connectionFailed(endpoint: "\(host):\(port)", reason: "\(error)") }
+        }
+    }
+}
+
+private final class FailureBox: @unchecked Sendable {
+    var error: (any Error)?
+}

@@ -1,0 +1,62 @@
+import FerryCore
+import Foundation
+
+/// What `ferry serve` exposes and how: the database, who may read or write, limits, TLS.
+public struct ServerConfiguration: Sendable {
+    /// The database served (any registered driver).
+    public var database: Endpoint
+    public var registry: DriverRegistry
+    /// Bearer tokens allowed to read and write.
+    public var readWriteTokens: [String]
+    /// Bearer tokens allowed to read only.
+    public var readOnlyTokens: [String]
+    /// Tables served (empty: every table the catalog lists).
+    public var tables: [TableName]
+    public var host: String
+    public var port: Int
+    public var tlsCertificate: String?
+    public var tlsKey: String?
+    /// Largest request body accepted (413 beyond).
+    public var maxBodyBytes: Int
+    /// Rows per page when the client does not ask, and the most it may ask for.
+    public var defaultPageRows: Int
+    public var maxPageRows: Int
+
+    public init(
+        database: Endpoint, registry: DriverRegistry, readWriteTokens: [String], readOnlyTokens: [String] = [],
+        tables: [TableName] = [], host: String = "127.0.0.1", port: Int = 8080, tlsCertificate: String? = nil, tlsKey: String? = nil,
+        maxBodyBytes: Int = 64 << 20, defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000
+    ) {
+        self.database = database
+        self.registry = registry
+        self.readWriteTokens = readWriteTokens
+        self.readOnlyTokens = readOnlyTokens
+        self.tables = tables
+        self.host = host
+        self.port = port
+        self.tlsCertificate = tlsCertificate
+        self.tlsKey = tlsKey
+        self.maxBodyBytes = maxBodyBytes
+        self.defaultPageRows = defaultPageRows
+        self.maxPageRows = maxPageRows
+    }
+
+    /// Reads tokens from a file: one per line; blank lines and `#` comments ignored.
+    public static func tokens(fromFile path: String) throws -> [String] {
+        guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
+            throw FerryError.invalidOption("cannot read the token file \(path)")
+        }
+        let tokens = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
+            .filter { !$0.isEmpty && !$0.hasPrefix("#") }
+        guard !tokens.isEmpty else { throw FerryError.invalidOption("the token file \(path) holds no token") }
+        guard tokens.allSatisfy({ $0.count >= 16 }) else {
+            throw FerryError.invalidOption("tokens in \(path) must be at least 16 characters (e.g. `openssl rand -hex 24`)")
+        }
+        return tokens
+    }
+
+    /// True when the service listens beyond this machine without TLS.
+    public var exposedWithoutTLS: Bool {
+        !(host == "127.0.0.1" || host == "::1" || host == "localhost") && tlsCertificate == nil
+    }
+}

@@ -1,0 +1,48 @@
+import FerryCore
+import FerryXML
+import Foundation
+
+/// An error the service answers with: an HTTP status and `<error code="…" table="…">`.
+struct ServiceError: Error, Sendable {
+    var status: Int
+    var code: String
+    var table: String?
+    var message: String
+
+    static func notFound(_ table: TableName) -> ServiceError {
+        ServiceError(status: 404, code: "not_found", table: table.description, message: "table \(table) is not served here; GET /v1/tables lists the tables")
+    }
+    static let unauthorized = ServiceError(status: 401, code: "unauthorized", message: "a bearer token is required (Authorization: Bearer TOKEN)")
+    static let forbidden = ServiceError(status: 403, code: "forbidden", message: "this token may only read")
+    static func badRequest(_ message: String, table: String? = nil) -> ServiceError {
+        ServiceError(status: 400, code: "bad_request", table: table, message: message)
+    }
+    static func tooLarge(_ limit: Int) -> ServiceError {
+        ServiceError(status: 413, code: "too_large", message: "the request body is larger than \(limit) bytes; send smaller batches")
+    }
+
+    /// Maps any error from the core, a driver or the wire format to a status and code.
+    static func from(_ error: any Error, table: TableName?) -> ServiceError {
+        if let e = error as? ServiceError { return e }
+        if let e = error as? XMLWireError {
+            if case .limitExceeded = e { return ServiceError(status: 413, code: "too_large", table: table?.description, message: e.description) }
+            return .badRequest(e.description, table: table?.description)
+        }
+        if let e = error as? FerryError {
+            switch e {
+            case .tableNotFound(let t, _): return .notFound(t)
+            case .targetTableExists: return ServiceError(status: 409, code: "exists", table: table?.description, message: e.description)
+            case .invalidValue, .columnNotFound, .unsupportedType, .noKey:
+                return ServiceError(status: 422, code: "invalid", table: table?.description, message: e.description)
+            case .readOnlyTarget: return ServiceError(status: 403, code: "read_only", table: table?.description, message: e.description)
+            default: return ServiceError(status: 500, code: "failed", table: table?.description, message: e.description)
+            }
+        }
+        if let e = error as? BatchRowError {
+            return ServiceError(status: 422, code: "invalid", table: table?.description, message: "row \(e.row + 1): \(e.error)")
+        }
+        return ServiceError(status: 500, code: "failed", table: table?.description, message: "\(error)")
+    }
+
+    var document: Data { XMLDocuments.error(code: code, table: table, message: message) }
+}

@@ -1,0 +1,376 @@
+import FerryCore
+import FerryXML
+import Foundation
+import Hummingbird
+import HummingbirdCore
+import HummingbirdTLS
+import Logging
+import NIOCore
+import NIOSSL
+
+/// The XML-over-HTTP data service (protocol v1, docs/xml-protocol.md): any connection the
+/// registry can open, exposed through a handful of endpoints that never take SQL text. Each
+/// request opens its own connection; blocking database work runs off the event loops.
+public struct XMLService: Sendable {
+    public let configuration: ServerConfiguration
+
+    public init(configuration: ServerConfiguration) {
+        self.configuration = configuration
+    }
+
+    static let xmlHeaders: HTTPFields = [.contentType: "application/xml; charset=utf-8"]
+
+    /// Builds the application; `onRunning` receives the bound port (useful with port 0).
+    public func application(logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: ErrorAndLogMiddleware())
+        router.add(middleware: AuthMiddleware(readWrite: configuration.readWriteTokens, readOnly: configuration.readOnlyTokens))
+        addRoutes(router)
+        var server: HTTPServerBuilder = .http1()
+        if let cert = configuration.tlsCertificate, let key = configuration.tlsKey {
+            let chain = try NIOSSLCertificate.fromPEMFile(cert).map { NIOSSLCertificateSource.certificate($0) }
+            let tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .file(key))
+            server = try .tls(.http1(), tlsConfiguration: tls)
+        }
+        return Application(
+            router: router, server: server,
+            configuration: .init(address: .hostname(configuration.host, port: configuration.port), serverName: "ferry"),
+            onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
+            logger: logger)
+    }
+
+    // MARK: Helpers
+
+    func xml(_ data: Data, status: HTTPResponse.Status = .ok) -> Response {
+        Response(status: status, headers: Self.xmlHeaders, body: .init(byteBuffer: ByteBuffer(bytes: data)))
+    }
+
+    func tableParameter(_ context: BasicRequestContext) throws -> TableName {
+        guard let raw = context.parameters.get("table"), let name = raw.removingPercentEncoding, !name.isEmpty else {
+            throw ServiceError.badRequest("no table in the path")
+        }
+        return TableName(parsing: name)
+    }
+
+    /// Opens a connection for one request. A database served for writing is opened as a
+    /// target even to read (a new SQLite file is then created by the first write, not refused).
+    func open(write: Bool) throws -> any Connection {
+        let writable = write || !configuration.readWriteTokens.isEmpty
+        return try configuration.registry.connect(configuration.database, role: writable ? .target : .source)
+    }
+
+    /// The served table matching `name`, checked against the catalog before any query.
+    /// Ferry's own staging tables (the `_ferry_` prefix) are served when they exist, so that
+    /// a client can load and swap or merge them.
+    func served(_ name: TableName, in connection: any Connection) throws -> TableName {
+        if name.name.hasPrefix(CopyEngine.internalPrefix), try connection.tableExists(name) { return name }
+        let listed = try connection.listTables().map(\.name)
+        guard let table = listed.first(where: { $0 == name }) ?? listed.first(where: { $0.matches(name) && name.schema == nil }),
+              configuration.tables.isEmpty || configuration.tables.contains(where: { table.matches($0) })
+        else { throw ServiceError.notFound(name) }
+        return table
+    }
+
+    func body(_ request: Request) async throws -> Data {
+        do {
+            var buffer = try await request.body.collect(upTo: configuration.maxBodyBytes)
+            return Data(buffer.readBytes(length: buffer.readableBytes) ?? [])
+        } catch let e as HTTPError where e.status == .contentTooLarge {
+            throw ServiceError.tooLarge(configuration.maxBodyBytes)
+        }
+    }
+
+    static func applied(_ counts: [(String, Int)]) -> Data {
+        var out = Array("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<applied".utf8)
+        for (k, v) in counts { out += Array(" \(k)=\"\(v)\"".utf8) }
+        out += Array("/>\n".utf8)
+        return Data(out)
+    }
+
+    // MARK: Routes
+
+    func addRoutes(_ router: Router<BasicRequestContext>) {
+        let service = self
+
+        router.get("/v1/tables") { _, _ -> Response in
+            let data = try await Offload.run {
+                let c = try service.open(write: false)
+                defer { c.close() }
+                let all = try c.listTables()
+                let tables = service.configuration.tables.isEmpty ? all : all.filter { t in service.configuration.tables.contains { t.name.matches($0) } }
+                return XMLDocuments.tables(tables)
+            }
+            return service.xml(data)
+        }
+
+        router.get("/v1/tables/:table") { _, context -> Response in
+            let name = try service.tableParameter(context)
+            let data = try await Offload.run {
+                let c = try service.open(write: false)
+                defer { c.close() }
+                return XMLDocuments.schema(try c.describe(try service.served(name, in: c)))
+            }
+            return service.xml(data)
+        }
+
+        router.get("/v1/tables/:table/count") { _, context -> Response in
+            let name = try service.tableParameter(context)
+            let n = try await Offload.run {
+                let c = try service.open(write: false)
+                defer { c.close() }
+                return try c.countRows(try service.served(name, in: c))
+            }
+            return service.xml(Data("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<count rows=\"\(n)\"/>\n".utf8))
+        }
+
+        router.get("/v1/tables/:table/rows") { request, context -> Response in
+            let name = try service.tableParameter(context)
+            let query = request.uri.queryParameters
+            let limit = min(max(query["limit"].flatMap { Int($0) } ?? service.configuration.defaultPageRows, 1), service.configuration.maxPageRows)
+            let after = query[values: "after"].map { String($0) }
+            let wanted = query[values: "columns"].map { String($0) }
+            let stream = try await Offload.run { try RowStream(service: service, table: name, after: after, columns: wanted, limit: limit) }
+            return Response(status: .ok, headers: Self.xmlHeaders, body: ResponseBody { writer in
+                defer { stream.close() }
+                do {
+                    try await writer.write(ByteBuffer(bytes: stream.begin()))
+                    while let chunk = try await Offload.run({ try stream.nextChunk() }) {
+                        try await writer.write(ByteBuffer(bytes: chunk))
+                    }
+                    try await writer.write(ByteBuffer(bytes: stream.end()))
+                } catch {
+                    // The status line is gone: say it inside the document, so the client fails too.
+                    let e = ServiceError.from(error, table: name)
+                    var out = Array("<error".utf8)
+                    out += Array(" code=\"\(e.code)\">".utf8)
+                    XMLText.appendEscaped(e.message, into: &out)
+                    out += Array("</error></rows>\n".utf8)
+                    try await writer.write(ByteBuffer(bytes: out))
+                }
+                try await writer.finish(nil)
+            })
+        }
+
+        router.post("/v1/tables") { request, _ -> Response in
+            let data = try await service.body(request)
+            let result = try await Offload.run { () -> Data in
+                let schema = try XMLDocuments.decodeSchema(data)
+                let c = try service.open(write: true)
+                defer { c.close() }
+                if try c.tableExists(schema.name) {
+                    throw FerryError.targetTableExists(table: schema.name, endpoint: "this service")
+                }
+                try c.begin()
+                do {
+                    try c.createTable(schema, named: schema.name)
+                    try c.commit()
+                } catch {
+                    try? c.rollback()
+                    if !c.dialect.supportsTransactionalDDL { try? c.dropTable(schema.name) }
+                    throw error
+                }
+                return XMLDocuments.schema(try c.describe(schema.name))
+            }
+            return service.xml(result, status: .created)
+        }
+
+        router.delete("/v1/tables/:table") { _, context -> Response in
+            let name = try service.tableParameter(context)
+            try await Offload.run {
+                let c = try service.open(write: true)
+                defer { c.close() }
+                let t = try service.served(name, in: c)
+                try c.begin()
+                try c.dropTable(t)
+                try c.commit()
+            }
+            return service.xml(Self.applied([("dropped", 1)]))
+        }
+
+        router.post("/v1/tables/:table/rows") { request, context -> Response in
+            let name = try service.tableParameter(context)
+            let wanted = request.uri.queryParameters[values: "columns"].map { String($0) }
+            let data = try await service.body(request)
+            let inserted = try await Offload.run { () -> Int in
+                let c = try service.open(write: true)
+                defer { c.close() }
+                let t = try service.served(name, in: c)
+                let schema = try c.describe(t)
+                let columns = try wanted.isEmpty ? schema.columns : wanted.map { w in
+                    guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: t, column: w) }
+                    return col
+                }
+                let writer = try c.writer(table: t, columns: columns)
+                try c.begin()
+                do {
+                    let (_, rows) = try XMLRowsDecoder(columns: columns, batchSize: 10_000).decode(data) { batch in
+                        try writer.write(batch)
+                    }
+                    try writer.finish()
+                    try c.commit()
+                    return rows
+                } catch {
+                    try? c.rollback()
+                    throw error
+                }
+            }
+            return service.xml(Self.applied([("inserted", inserted)]))
+        }
+
+        // Moves every row of a staging table into its target in one transaction, then drops
+        // the staging table: how the http driver appends without leaving half a load behind.
+        router.post("/v1/tables/:table/merge") { request, context -> Response in
+            let staging = try service.tableParameter(context)
+            guard let into = request.uri.queryParameters["into"].map({ TableName(parsing: String($0)) }) else {
+                throw ServiceError.badRequest("merge needs ?into=TABLE")
+            }
+            let moved = try await Offload.run { () -> Int in
+                let c = try service.open(write: true)
+                defer { c.close() }
+                let from = try service.served(staging, in: c)
+                let to = try service.served(into, in: c)
+                let schema = try c.describe(from)
+                try c.begin()
+                do {
+                    let reader = try c.reader(table: schema, columns: schema.columns, keyRange: nil, batchSize: 10_000)
+                    var batches: [RowBatch] = []
+                    while let b = try reader.next() { batches.append(b) }
+                    reader.close()
+                    let writer = try c.writer(table: to, columns: schema.columns)
+                    var n = 0
+                    for b in batches {
+                        try writer.write(b)
+                        n += b.count
+                    }
+                    try writer.finish()
+                    try c.dropTable(from)
+                    try c.commit()
+                    return n
+                } catch {
+                    try? c.rollback()
+                    throw error
+                }
+            }
+            return service.xml(Self.applied([("inserted", moved)]))
+        }
+
+        router.post("/v1/tables/:table/swap") { request, context -> Response in
+            let staging = try service.tableParameter(context)
+            guard let into = request.uri.queryParameters["into"].map({ TableName(parsing: String($0)) }) else {
+                throw ServiceError.badRequest("swap needs ?into=TABLE")
+            }
+            try await Offload.run {
+                let c = try service.open(write: true)
+                defer { c.close() }
+                let from = try service.served(staging, in: c)
+                try c.begin()
+                do {
+                    try c.swapTable(from, into: into)
+                    try c.commit()
+                } catch {
+                    try? c.rollback()
+                    throw error
+                }
+            }
+            return service.xml(Self.applied([("swapped", 1)]))
+        }
+
+        router.post("/v1/tables/:table/reset-serial") { _, context -> Response in
+            let name = try service.tableParameter(context)
+            try await Offload.run {
+                let c = try service.open(write: true)
+                defer { c.close() }
+                let t = try service.served(name, in: c)
+                try c.begin()
+                try c.resetSerial(t, schema: try c.describe(t))
+                try c.commit()
+            }
+            return service.xml(Self.applied([("reset", 1)]))
+        }
+    }
+}
+
+/// One streamed page of rows: the connection and reader live across the blocking steps.
+final class RowStream {
+    let connection: any Connection
+    let reader: any BatchReader
+    let writer: XMLDocuments.RowsWriter
+    let table: TableName
+    let keyIndexes: [Int]
+    let limit: Int?
+    var sent = 0
+    var last: RowBatch?
+
+    init(service: XMLService, table name: TableName, after: [String], columns wanted: [String], limit: Int) throws {
+        let c = try service.open(write: false)
+        do {
+            let table = try service.served(name, in: c)
+            let schema = try c.describe(table)
+            var columns = try wanted.isEmpty ? schema.columns : wanted.map { w in
+                guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: table, column: w) }
+                return col
+            }
+            columns.removeAll { !$0.logicalType.isSupported }
+            var range: KeyRange?
+            var keyIndexes: [Int] = []
+            if let key = schema.preferredKey?.columns {
+                // Keyset paging needs the key in the page, to say where the next one starts.
+                for k in key where !columns.contains(where: { $0.name == k }) {
+                    guard let col = schema.column(named: k) else { continue }
+                    columns.append(col)
+                }
+                keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k } }
+                var afterValues: [Value]?
+                if !after.isEmpty {
+                    guard after.count == key.count else {
+                        throw ServiceError.badRequest("after needs \(key.count) values, one per key column (\(key.joined(separator: ", ")))", table: table.description)
+                    }
+                    afterValues = try zip(after, keyIndexes).map { text, index in
+                        var buf = ColumnBuffer(storage: columns[index].logicalType.storage)
+                        do { try WireValue.append(Array(text.utf8), as: columns[index].logicalType, to: &buf) } catch {
+                            throw ServiceError.badRequest("after: \(error)", table: table.description)
+                        }
+                        return Value(column: buf, row: 0, type: columns[index].logicalType)
+                    }
+                }
+                range = KeyRange(key: key, after: afterValues, limit: limit)
+            }
+            self.reader = try c.reader(table: schema, columns: columns, keyRange: range, batchSize: min(limit, 10_000))
+            self.connection = c
+            self.writer = XMLDocuments.RowsWriter(types: columns.map(\.logicalType))
+            self.table = table
+            self.keyIndexes = keyIndexes
+            self.limit = range == nil ? nil : limit
+        } catch {
+            c.close()
+            throw error
+        }
+    }
+
+    func begin() -> [UInt8] { writer.begin(table: table) }
+
+    func nextChunk() throws -> [UInt8]? {
+        guard let batch = try reader.next() else { return nil }
+        var out: [UInt8] = []
+        out.reserveCapacity(batch.count * 128)
+        writer.rows(batch, into: &out)
+        sent += batch.count
+        last = batch
+        return out
+    }
+
+    /// `</rows>`, with `<next>` when the page is full (more rows may follow).
+    func end() -> [UInt8] {
+        if let limit, sent >= limit, let last, last.count > 0 {
+            return writer.end(next: (last, last.count - 1, keyIndexes))
+        }
+        return writer.end()
+    }
+
+    func close() {
+        reader.close()
+        connection.close()
+    }
+}
+
+extension RowStream: @unchecked Sendable {}

@@ -1,0 +1,197 @@
+import FerryCore
+import Foundation
+
+/// A Ferry XML service used like a database. Every call is one request; a load is made safe
+/// with the service's staging operations: a created table is dropped when the load fails, and
+/// rows appended to an existing table go into a staging table first and are merged into it in
+/// one server-side transaction at commit.
+public final class HTTPConnection: Connection {
+    public let endpoint: Endpoint
+    public let dialect: any Dialect = HTTPDialect()
+    public var defaultSchema: String { "" }
+    let client: HTTPClient
+    /// Tables created since `begin`, and appends waiting to be merged (staging → target).
+    private var created: Set<TableName> = []
+    private var pendingMerges: [(staging: TableName, target: TableName)] = []
+    private var inTransaction = false
+
+    public init(endpoint: Endpoint) throws {
+        self.endpoint = endpoint
+        client = try HTTPClient(endpoint: endpoint)
+        // One request up front: a wrong URL or token fails here, with a clear message.
+        _ = try client.expect("GET", "v1/tables")
+    }
+
+    public func close() {}
+
+    func path(_ table: TableName, _ rest: String = "") -> String {
+        "v1/tables/" + HTTPClient.escape(table.description) + rest
+    }
+
+    public func listTables() throws -> [TableInfo] {
+        try XMLDocuments.decodeTables(client.expect("GET", "v1/tables"))
+    }
+
+    public func countRows(_ table: TableName) throws -> Int64 {
+        let root = try XMLTree.parse(client.expect("GET", path(table, "/count"), table: table))
+        guard let n = root.attributes["rows"].flatMap({ Int64($0) }) else { throw XMLWireError.unexpected("<count> without rows") }
+        return n
+    }
+
+    public func describe(_ table: TableName) throws -> TableSchema {
+        try XMLDocuments.decodeSchema(client.expect("GET", path(table), table: table))
+    }
+
+    public func tableExists(_ table: TableName) throws -> Bool {
+        let reply = try client.send("GET", path(table))
+        if reply.status == 404 { return false }
+        guard (200..<300).contains(reply.status) else { throw client.error(reply, table: table) }
+        return true
+    }
+
+    public func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader {
+        if keyRange?.upTo != nil || keyRange?.after != nil {
+            throw FerryError.invalidOption("reading a key range through the XML service is not supported yet")
+        }
+        return HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize)
+    }
+
+    public func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String] {
+        var s = schema
+        s.name = name
+        return ["POST /v1/tables\n" + String(decoding: XMLDocuments.schema(s), as: UTF8.self)]
+    }
+
+    public func createTable(_ schema: TableSchema, named name: TableName) throws {
+        var s = schema
+        s.name = name
+        _ = try client.expect("POST", "v1/tables", body: XMLDocuments.schema(s), table: name)
+        if inTransaction { created.insert(name) }
+    }
+
+    public func dropTable(_ name: TableName) throws {
+        let reply = try client.send("DELETE", path(name))
+        guard (200..<300).contains(reply.status) || reply.status == 404 else { throw client.error(reply, table: name) }
+        created.remove(name)
+    }
+
+    public func swapTable(_ staging: TableName, into target: TableName) throws {
+        _ = try client.expect("POST", path(staging, "/swap") + HTTPClient.query([("into", target.description)]), table: target)
+        created.remove(staging)
+    }
+
+    public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
+        var into = table
+        if inTransaction && !created.contains(table) {
+            // Appending to a table that was there: stage, merge at commit.
+            var schema = try describe(table)
+            let staging = TableName(schema: table.schema, CopyEngine.internalPrefix + "append_" + table.name)
+            if try tableExists(staging) { try dropTable(staging) }
+            schema.columns = schema.columns.filter { c in columns.contains { $0.name == c.name } }
+            schema.primaryKey = []
+            schema.uniqueKeys = []
+            try createTable(schema, named: staging)
+            pendingMerges.append((staging, table))
+            into = staging
+        }
+        return HTTPWriter(client: client, path: path(into, "/rows") + HTTPClient.query(columns.map { ("columns", $0.name) }),
+                          table: into, columns: columns)
+    }
+
+    public func begin() throws {
+        inTransaction = true
+        created = []
+        pendingMerges = []
+    }
+
+    public func commit() throws {
+        for merge in pendingMerges {
+            _ = try client.expect("POST", path(merge.staging, "/merge") + HTTPClient.query([("into", merge.target.description)]), table: merge.target)
+        }
+        pendingMerges = []
+        created = []
+        inTransaction = false
+    }
+
+    public func rollback() throws {
+        for merge in pendingMerges { try? dropTable(merge.staging) }
+        for t in created { try? dropTable(t) }
+        pendingMerges = []
+        created = []
+        inTransaction = false
+    }
+
+    public func resetSerial(_ table: TableName, schema: TableSchema) throws {
+        _ = try client.expect("POST", path(table, "/reset-serial"), table: table)
+    }
+}
+
+/// Reads a table page by page (keyset paging with `<next>`), each page decoded by the SAX
+/// rows decoder; memory holds one page.
+final class HTTPReader: BatchReader {
+    let connection: HTTPConnection
+    let table: TableName
+    /// The columns asked for, then the key columns (the service needs them to page).
+    let requested: [Column]
+    let wanted: Int
+    let batchSize: Int
+    var after: [String]?
+    var pending: [RowBatch] = []
+    var finished = false
+    static let pageRows = 50_000
+
+    init(connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int) {
+        self.connection = connection
+        self.table = table.name
+        var requested = columns
+        for k in table.preferredKey?.columns ?? [] where !requested.contains(where: { $0.name == k }) {
+            if let c = table.column(named: k) { requested.append(c) }
+        }
+        self.requested = requested
+        self.wanted = columns.count
+        self.batchSize = batchSize
+    }
+
+    func close() {}
+
+    func next() throws -> RowBatch? {
+        while pending.isEmpty && !finished { try fetchPage() }
+        return pending.isEmpty ? nil : pending.removeFirst()
+    }
+
+    private func fetchPage() throws {
+        var items: [(String, String)] = [("limit", String(Self.pageRows))]
+        items += requested.map { ("columns", $0.name) }
+        items += (after ?? []).map { ("after", $0) }
+        let body = try connection.client.expect("GET", connection.path(table, "/rows") + HTTPClient.query(items), table: table)
+        var batches: [RowBatch] = []
+        let (next, _) = try XMLRowsDecoder(columns: requested, batchSize: batchSize).decode(body) { batches.append($0) }
+        pending += batches.map { RowBatch(columns: Array($0.columns.prefix(wanted))) }
+        after = next
+        finished = next == nil
+    }
+}
+
+/// Posts each batch as one `<rows>` document (one server-side transaction per request).
+final class HTTPWriter: BatchWriter {
+    let client: HTTPClient
+    let path: String
+    let table: TableName
+    let writer: XMLDocuments.RowsWriter
+
+    init(client: HTTPClient, path: String, table: TableName, columns: [Column]) {
+        self.client = client
+        self.path = path
+        self.table = table
+        writer = XMLDocuments.RowsWriter(types: columns.map(\.logicalType))
+    }
+
+    func write(_ batch: RowBatch) throws {
+        var out = writer.begin(table: table)
+        writer.rows(batch, into: &out)
+        out += writer.end()
+        _ = try client.expect("POST", path, body: Data(out), table: table)
+    }
+
+    func finish() throws {}
+}
