@@ -36,12 +36,15 @@ extension SQLiteConnection {
         let st = try prepare(
             "SELECT 1 FROM \(dialect.quote(schemaName(table))).sqlite_schema WHERE type = 'table' AND name = ?1")
         try st.bind([.text(table.name)])
+        // Reset before returning: a statement left on a row holds a read lock on the file.
+        defer { st.reset() }
         return try st.step()
     }
 
     public func countRows(_ table: TableName) throws -> Int64 {
         guard try tableExists(table) else { throw FerryError.tableNotFound(table: table, endpoint: endpoint.redacted) }
         let st = try prepare("SELECT count(*) FROM \(dialect.quote(qualified(table)))")
+        defer { st.reset() }
         _ = try st.step()
         return st.columnInt(0)
     }
@@ -58,6 +61,7 @@ extension SQLiteConnection {
         try sqlSt.bind([.text(table.name)])
         guard try sqlSt.step() else { throw FerryError.tableNotFound(table: table, endpoint: endpoint.redacted) }
         let createSQL = sqlSt.columnText(0) ?? ""
+        sqlSt.reset()
         let hasAutoincrement = Self.containsKeyword(createSQL, "AUTOINCREMENT")
 
         // Columns: cid, name, type, notnull, dflt_value, pk, hidden (2, 3 = generated).

@@ -57,7 +57,9 @@ public final class SQLiteConnection: Connection {
         sqlite3_busy_timeout(db, 10_000)
         do {
             // Touch the schema: a file that is not a database fails here, not mid-copy.
-            _ = try prepare("SELECT count(*) FROM sqlite_schema").step()
+            let check = try prepare("SELECT count(*) FROM sqlite_schema")
+            _ = try check.step()
+            check.reset()
         } catch let e as SQLiteError {
             statementCache.removeAll()
             sqlite3_close_v2(db)
@@ -192,12 +194,17 @@ public final class SQLiteConnection: Connection {
         let sqlSt = try prepare(
             "SELECT sql FROM \(dialect.quote(schemaName(table))).sqlite_schema WHERE type = 'table' AND name = ?1")
         try sqlSt.bind([.text(table.name)])
-        guard try sqlSt.step(), Self.containsKeyword(sqlSt.columnText(0) ?? "", "AUTOINCREMENT") else { return }
+        let found = try sqlSt.step()
+        let createSQL = found ? sqlSt.columnText(0) ?? "" : ""
+        sqlSt.reset()
+        guard found, Self.containsKeyword(createSQL, "AUTOINCREMENT") else { return }
         let seq = "\(dialect.quote(schemaName(table))).sqlite_sequence"
         let maxSt = try prepare("SELECT max(rowid) FROM \(dialect.quote(qualified(table)))")
         _ = try maxSt.step()
-        guard sqlite3_column_type(maxSt.handle, 0) != SQLITE_NULL else { return }
+        let isNull = sqlite3_column_type(maxSt.handle, 0) == SQLITE_NULL
         let maxValue = maxSt.columnInt(0)
+        maxSt.reset()
+        guard !isNull else { return }
         let update = try prepare("UPDATE \(seq) SET seq = max(seq, ?2) WHERE name = ?1")
         try update.bind([.text(table.name), .int(maxValue)])
         _ = try update.step()

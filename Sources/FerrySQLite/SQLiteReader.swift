@@ -38,7 +38,8 @@ final class SQLiteReader: BatchReader {
         self.keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k }.map { (k, Int32($0)) } }
     }
 
-    func close() {}
+    /// Releases the statement's read lock even when the read stopped early.
+    func close() { statement.reset() }
 
     func next() throws -> RowBatch? {
         guard !done else { return nil }

@@ -77,6 +77,8 @@ public struct XMLService: Sendable {
             return Data(buffer.readBytes(length: buffer.readableBytes) ?? [])
         } catch let e as HTTPError where e.status == .contentTooLarge {
             throw ServiceError.tooLarge(configuration.maxBodyBytes)
+        } catch is NIOTooManyBytesError {
+            throw ServiceError.tooLarge(configuration.maxBodyBytes)
         }
     }
 

@@ -1,0 +1,205 @@
+import FerryCore
+import FerryDriverTestKit
+import FerryMySQL
+import FerryPostgres
+import FerrySQLite
+import FerryServer
+import FerryXML
+import Foundation
+import Hummingbird
+import Logging
+import XCTest
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+
+/// A real service on a loopback port, for one test.
+final class RunningService {
+    let port: Int
+    let task: Task<Void, any Error>
+    let readWrite = "rw-" + UUID().uuidString
+    let readOnly = "ro-" + UUID().uuidString
+
+    init(database: String, drivers: [any Driver], maxBodyBytes: Int = 8 << 20, tables: [TableName] = []) async throws {
+        let config = ServerConfiguration(
+            database: try Endpoint(parsing: database), registry: DriverRegistry(drivers), readWriteTokens: [readWrite],
+            readOnlyTokens: [readOnly], tables: tables, port: 0, maxBodyBytes: maxBodyBytes, defaultPageRows: 1000)
+        var logger = Logger(label: "ferry.serve.test")
+        logger.logLevel = .critical
+        let (stream, continuation) = AsyncStream<Int>.makeStream()
+        let app = try XMLService(configuration: config).application(logger: logger) { port in continuation.yield(port) }
+        task = Task { try await app.run() }
+        var bound = 0
+        for await p in stream {
+            bound = p
+            break
+        }
+        port = bound
+    }
+
+    func url(token: String? = nil) -> String { "http://:\(token ?? readWrite)@127.0.0.1:\(port)/" }
+
+    /// A raw request: (status, body).
+    func request(_ method: String, _ path: String, token: String?, body: Data? = nil) throws -> (Int, String) {
+        var r = URLRequest(url: URL(string: "http://127.0.0.1:\(port)/\(path)")!)
+        r.httpMethod = method
+        r.httpBody = body
+        if let token { r.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        let done = DispatchSemaphore(value: 0)
+        let box = Box()
+        URLSession.shared.dataTask(with: r) { data, response, _ in
+            box.status = (response as? HTTPURLResponse)?.statusCode ?? 0
+            box.body = String(decoding: data ?? Data(), as: UTF8.self)
+            done.signal()
+        }.resume()
+        done.wait()
+        return (box.status, box.body)
+    }
+
+    final class Box: @unchecked Sendable {
+        var status = 0
+        var body = ""
+    }
+
+    func stop() { task.cancel() }
+}
+
+final class XMLServiceTests: XCTestCase {
+    var folder: TemporaryFolder!
+    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+    var harness: CopyHarness { CopyHarness(drivers) }
+
+    override func setUpWithError() throws {
+        folder = try TemporaryFolder()
+    }
+
+    var chinook: String { TestDatabases.packageRoot().appendingPathComponent("samples/chinook.sqlite").path }
+
+    func sqlite(_ name: String) throws -> any Connection {
+        try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path(name)), role: .target)
+    }
+
+    func testSQLiteThroughTheServiceAndBack() async throws {
+        let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers)
+        defer { service.stop() }
+        let src = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + chinook), role: .source)
+        let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .source)
+        XCTAssertEqual(try http.listTables().count, 11)
+        XCTAssertEqual(try http.describe(TableName("Track")).primaryKey, ["TrackId"])
+        let lite = try sqlite("copy.db")
+        let s = try harness.copy(http, lite, batchSize: 400)
+        XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
+        XCTAssertEqual(try harness.differences(src, lite), [])
+
+        // SQLite -> http -> SQLite: a second service over an empty file, written through HTTP.
+        let target = try await RunningService(database: "sqlite:" + folder.path("served.db"), drivers: drivers)
+        defer { target.stop() }
+        let writer = try HTTPDriver().connect(Endpoint(parsing: target.url()), role: .target)
+        let s2 = try harness.copy(src, writer)
+        XCTAssertTrue(s2.ok, "\(s2.tables.compactMap(\.error))")
+        let served = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path("served.db")), role: .source)
+        XCTAssertEqual(try harness.differences(src, served), [])
+        // Append of duplicate keys fails whole and leaves no staging table behind.
+        let dup = try harness.copy(src, writer, mode: .append, tables: ["Genre"])
+        XCTAssertFalse(dup.ok)
+        XCTAssertEqual(try served.countRows(TableName("Genre")), 25)
+        XCTAssertFalse(try served.listTables().contains { $0.name.name.hasPrefix("_ferry_") })
+        let replaced = try harness.copy(src, writer, mode: .replace, tables: ["Genre"])
+        XCTAssertTrue(replaced.ok, "\(replaced.tables.compactMap(\.error))")
+    }
+
+    func testEveryTypeThroughTheService() async throws {
+        // The conformance kit's type samples, written and read through HTTP.
+        let service = try await RunningService(database: "sqlite:" + folder.path("kit.db"), drivers: drivers)
+        defer { service.stop() }
+        let src = try sqlite("types.db")
+        let columns = DriverConformance.typeSamples.map { Column(name: $0.name, nativeType: "", logicalType: $0.type) }
+        let schema = TableSchema(name: TableName("types"), engine: "test",
+                                 columns: [Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false)] + columns, primaryKey: ["id"])
+        try src.begin()
+        try src.createTable(schema, named: schema.name)
+        var rows: [[Value]] = []
+        for i in 0..<2 { rows.append([.int(Int64(i))] + DriverConformance.typeSamples.map { $0.values[i] }) }
+        rows.append([.int(2)] + DriverConformance.typeSamples.map { _ in .null })
+        let w = try src.writer(table: schema.name, columns: schema.columns)
+        try w.write(RowBatch(rows: rows, types: schema.columns.map(\.logicalType)))
+        try src.commit()
+        let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .target)
+        let s = try harness.copy(src, http)
+        XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
+        let back = try sqlite("back.db")
+        XCTAssertTrue(try harness.copy(http, back).ok)
+        XCTAssertEqual(try harness.differences(src, back), [])
+    }
+
+    func testServersThroughTheService() async throws {
+        guard let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"),
+              let myURL = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        else { throw XCTSkip("needs the test servers (run scripts/test)") }
+        let src = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + chinook), role: .source)
+        for url in [pgURL, myURL] {
+            let db = try harness.registry.connect(url, role: .target)
+            for t in try db.listTables() where ["Artist", "Album"].contains(t.name.name) {
+                try db.begin(); try db.dropTable(t.name); try db.commit()
+            }
+            db.close()
+            let service = try await RunningService(database: url, drivers: drivers)
+            defer { service.stop() }
+            let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .target)
+            let s = try harness.copy(src, http, tables: ["Artist", "Album"])
+            XCTAssertTrue(s.ok, "\(url.prefix(8)): \(s.tables.compactMap(\.error))")
+            let direct = try harness.registry.connect(url, role: .source)
+            XCTAssertEqual(try harness.differences(src, direct, tables: [TableName("Artist"), TableName("Album")]), [])
+            // And back out through the service.
+            let lite = try sqlite("from-\(url.prefix(5)).db")
+            XCTAssertTrue(try harness.copy(http, lite, tables: ["Artist", "Album"]).ok)
+            XCTAssertEqual(try harness.differences(src, lite, tables: [TableName("Artist"), TableName("Album")]), [])
+            let cleanup = try harness.registry.connect(url, role: .target)
+            try cleanup.begin(); try cleanup.dropTable(TableName("Artist")); try cleanup.dropTable(TableName("Album")); try cleanup.commit()
+        }
+    }
+
+    func testSecurity() async throws {
+        let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers, maxBodyBytes: 4096)
+        defer { service.stop() }
+        var (status, body) = try service.request("GET", "v1/tables", token: nil)
+        XCTAssertEqual(status, 401)
+        XCTAssertTrue(body.contains("<error code=\"unauthorized\""), body)
+        (status, _) = try service.request("GET", "v1/tables", token: "wrong-token-but-long-enough")
+        XCTAssertEqual(status, 401)
+        (status, body) = try service.request("POST", "v1/tables/Artist/rows", token: service.readOnly, body: Data("<rows/>".utf8))
+        XCTAssertEqual(status, 403)
+        XCTAssertTrue(body.contains("may only read"), body)
+        (status, body) = try service.request("GET", "v1/tables/NoSuchTable", token: service.readOnly)
+        XCTAssertEqual(status, 404)
+        XCTAssertTrue(body.hasPrefix("<?xml") && body.contains("code=\"not_found\""), body)
+        (status, body) = try service.request("GET", "v1/tables/Artist%3B%20DROP%20TABLE%20Artist%3B--/rows", token: service.readWrite)
+        XCTAssertEqual(status, 404, body)
+        (status, _) = try service.request("GET", "v1/tables/Artist", token: service.readOnly)
+        XCTAssertEqual(status, 200, "nothing was dropped")
+        let laughs = """
+            <?xml version="1.0"?><!DOCTYPE lolz [<!ENTITY lol "lol"><!ENTITY lol2 "&lol;&lol;&lol;&lol;&lol;&lol;&lol;&lol;">]>
+            <rows><r><v>1</v><v>&lol2;</v></r></rows>
+            """
+        (status, body) = try service.request("POST", "v1/tables/Artist/rows", token: service.readWrite, body: Data(laughs.utf8))
+        XCTAssertEqual(status, 400, body)
+        XCTAssertTrue(body.contains("DOCTYPE"), body)
+        let external = "<?xml version=\"1.0\"?><!DOCTYPE r [<!ENTITY x SYSTEM \"file:///etc/passwd\">]><rows><r><v>1</v><v>&x;</v></r></rows>"
+        (status, body) = try service.request("POST", "v1/tables/Artist/rows", token: service.readWrite, body: Data(external.utf8))
+        XCTAssertEqual(status, 400, body)
+        XCTAssertFalse(body.contains("root:"), "the external entity was not read")
+        let big = "<rows>" + String(repeating: "<r><v>1</v><v>x</v></r>", count: 1000) + "</rows>"
+        (status, body) = try service.request("POST", "v1/tables/Artist/rows", token: service.readWrite, body: Data(big.utf8))
+        XCTAssertEqual(status, 413, body)
+        (status, body) = try service.request("GET", "v2/nothing", token: service.readWrite)
+        XCTAssertEqual(status, 404)
+        XCTAssertTrue(body.contains("<error"), body)
+        XCTAssertEqual(try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + chinook), role: .source).countRows(TableName("Artist")), 275)
+
+        // The client reports a wrong token as one clear line, without the token.
+        XCTAssertThrowsError(try HTTPDriver().connect(Endpoint(parsing: service.url(token: "not-a-valid-token-123")), role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("refused the token"), "\(e)")
+            XCTAssertFalse("\(e)".contains("not-a-valid-token-123"))
+        }
+    }
+}
