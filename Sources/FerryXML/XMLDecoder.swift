@@ -74,7 +74,9 @@ class BoundedSAXDelegate: NSObject, XMLParserDelegate {
     /// Parses `data`, rethrowing the delegate's error or the parser's.
     func run(_ data: Data) throws {
         try XMLGuard.check(data, limits: limits)
-        let parser = XMLParser(data: data)
+        // Stream mode: XMLParser(data:) on Linux fails documents past about 10 MB (measured
+        // here with a 23 MB page); the InputStream path parses them whole.
+        let parser = XMLParser(stream: InputStream(data: data))
         parser.shouldResolveExternalEntities = false
         parser.shouldProcessNamespaces = false
         parser.delegate = self
@@ -137,116 +139,61 @@ public final class XMLRowsDecoder {
 
     /// Decodes a whole response body. `onBatch` receives each full batch as soon as it is made.
     public func decode(_ data: Data, onBatch: @escaping (RowBatch) throws -> Void) throws -> (next: [String]?, rows: Int) {
-        let d = RowsDelegate(decoder: self, onBatch: onBatch)
-        try d.run(data)
-        try d.flush()
-        if let e = d.failure { throw e }
-        guard d.sawRoot else { throw XMLWireError.unexpected("no <rows> element") }
-        return (d.next, d.totalRows)
-    }
-}
-
-private final class RowsDelegate: BoundedSAXDelegate {
-    let decoder: XMLRowsDecoder
-    let onBatch: (RowBatch) throws -> Void
-    var batch: RowBatch
-    var sawRoot = false
-    var inRow = false
-    var inNext = false
-    var column = 0
-    var cellText: [UInt8] = []
-    var cellOpen = false
-    var cellNull = false
-    var cellB64 = false
-    var next: [String]?
-    var totalRows = 0
-
-    init(decoder: XMLRowsDecoder, onBatch: @escaping (RowBatch) throws -> Void) {
-        self.decoder = decoder
-        self.onBatch = onBatch
-        batch = RowBatch(types: decoder.types, capacity: decoder.batchSize)
-        super.init(limits: decoder.limits)
-    }
-
-    func flush() throws {
-        if !batch.isEmpty {
-            try onBatch(batch)
-            batch = RowBatch(types: decoder.types, capacity: decoder.batchSize)
-        }
-    }
-
-    override func start(_ name: String, _ attributes: [String: String], _ parser: XMLParser) {
-        switch (name, depth) {
-        case ("rows", 1): sawRoot = true
-        case ("r", 2):
-            inRow = true
-            column = 0
-        case ("next", 2):
-            inNext = true
-            next = []
-        case ("error", 2):
-            // The server failed after it had started answering: it says so inside the rows.
-            fail(XMLWireError.unexpected("the server stopped: \(attributes["code"] ?? "error")"), parser)
-        case ("v", 3) where inRow || inNext:
-            cellOpen = true
-            cellText.removeAll(keepingCapacity: true)
-            cellNull = attributes["null"] == "1"
-            cellB64 = attributes["enc"] == "b64"
-        default:
-            fail(XMLWireError.unexpected("element <\(name)> at depth \(depth) in a rows document"), parser)
-        }
-    }
-
-    override func characters(_ text: String, _ parser: XMLParser) {
-        guard cellOpen else { return }
-        cellText.append(contentsOf: text.utf8)
-        if cellText.count > limits.maxValueBytes {
-            fail(XMLWireError.limitExceeded("a value longer than \(limits.maxValueBytes) bytes"), parser)
-        }
-    }
-
-    override func end(_ name: String, _ parser: XMLParser) {
-        switch name {
-        case "v" where cellOpen:
-            cellOpen = false
-            var bytes = cellText
-            if cellB64 {
-                guard let d = Data(base64Encoded: Data(cellText), options: .ignoreUnknownCharacters) else {
-                    return fail(XMLWireError.badValue(row: totalRows, column: currentName, message: "invalid base64"), parser)
+        try XMLGuard.check(data, limits: limits)
+        return try data.withUnsafeBytes { raw in
+            var p = RowsParser(raw, limits: limits)
+            var batch = RowBatch(types: types, capacity: batchSize)
+            var next: [String]?
+            var rows = 0
+            var text: [UInt8] = []
+            text.reserveCapacity(256)
+            if try p.start() {
+                loop: while true {
+                    switch try p.nextItem() {
+                    case .end: break loop
+                    case .next:
+                        var values: [String] = []
+                        while let cell = try p.cell(closing: "</next>", into: &text) {
+                            let bytes = cell.base64 ? try Self.base64(text, row: rows, column: "next") : text
+                            values.append(String(decoding: bytes, as: UTF8.self))
+                        }
+                        next = values
+                    case .row:
+                        var column = 0
+                        while let cell = try p.cell(closing: "</r>", into: &text) {
+                            guard column < types.count else {
+                                throw XMLWireError.unexpected("row \(rows + 1) has more than \(types.count) values")
+                            }
+                            if cell.null {
+                                batch.columns[column].appendNull()
+                            } else {
+                                let bytes = cell.base64 ? try Self.base64(text, row: rows, column: names[column]) : text
+                                do { try WireValue.append(bytes, as: types[column], to: &batch.columns[column]) } catch {
+                                    throw XMLWireError.badValue(row: rows, column: names[column], message: "\(error)")
+                                }
+                            }
+                            column += 1
+                        }
+                        guard column == types.count else {
+                            throw XMLWireError.unexpected("row \(rows + 1) has \(column) values for \(types.count) columns")
+                        }
+                        rows += 1
+                        if batch.count >= batchSize {
+                            try onBatch(batch)
+                            batch = RowBatch(types: types, capacity: batchSize)
+                        }
+                    }
                 }
-                bytes = Array(d)
             }
-            if inNext {
-                next?.append(String(decoding: bytes, as: UTF8.self))
-                return
-            }
-            guard column < decoder.types.count else {
-                return fail(XMLWireError.unexpected("row \(totalRows + 1) has more than \(decoder.types.count) values"), parser)
-            }
-            do {
-                if cellNull {
-                    batch.columns[column].appendNull()
-                } else {
-                    try WireValue.append(bytes, as: decoder.types[column], to: &batch.columns[column])
-                }
-            } catch {
-                return fail(XMLWireError.badValue(row: totalRows, column: currentName, message: "\(error)"), parser)
-            }
-            column += 1
-        case "r":
-            inRow = false
-            guard column == decoder.types.count else {
-                return fail(XMLWireError.unexpected("row \(totalRows + 1) has \(column) values for \(decoder.types.count) columns"), parser)
-            }
-            totalRows += 1
-            if batch.count >= decoder.batchSize {
-                do { try flush() } catch { fail(error, parser) }
-            }
-        case "next":
-            inNext = false
-        default: break
+            if !batch.isEmpty { try onBatch(batch) }
+            return (next, rows)
         }
     }
 
-    var currentName: String { column < decoder.names.count ? decoder.names[column] : "#\(column + 1)" }
+    static func base64(_ text: [UInt8], row: Int, column: String) throws -> [UInt8] {
+        guard let d = Data(base64Encoded: Data(text), options: .ignoreUnknownCharacters) else {
+            throw XMLWireError.badValue(row: row, column: column, message: "invalid base64")
+        }
+        return Array(d)
+    }
 }

@@ -122,6 +122,29 @@ final class XMLWireFormatTests: XCTestCase {
         }
     }
 
+    /// XML written by other producers: comments, CDATA, character references, single quotes,
+    /// CR LF line ends (normalised to LF, as XML requires) and an XML declaration with a BOM.
+    func testOtherProducersXMLFeatures() throws {
+        let doc = "\u{FEFF}<?xml version='1.0' encoding='UTF-8'?>\n<!-- made elsewhere -->\n<rows table='t'>\r\n"
+            + "  <r><v>1</v> <!-- a comment --> <v><![CDATA[<b>&amp;</b> ]]]]><![CDATA[>]]></v></r>\r\n"
+            + "  <r><v>2</v><v>line1\r\nline2\rline3 &#13;&#x1F600;&#233;</v></r>\n"
+            + "  <r><v>3</v><v null='1' /></r><r><v>4</v><v/></r>\n"
+            + "</rows>\n"
+        var got: [[Value]] = []
+        let columns = [col("id", .int64), col("t", .text)]
+        _ = try XMLRowsDecoder(columns: columns, batchSize: 10).decode(Data(doc.utf8)) { b in
+            for r in 0..<b.count { got.append(b.row(r, types: [.int64, .text])) }
+        }
+        XCTAssertEqual(got, [
+            [.int(1), .text("<b>&amp;</b> ]]>")], [.int(2), .text("line1\nline2\nline3 \r😀é")], [.int(3), .null], [.int(4), .text("")],
+        ])
+        for bad in ["<rows><r><v>1</v><v>&nbsp;</v></r></rows>", "<rows><r><v>1</v><v>&#0;</v></r></rows>",
+                    "<rows><r><v>1</v><v>x</v></r></rows><rows/>", "<rows><r><v a=\"1\" a=\"2\">1</v><v/></r></rows>",
+                    "<?xml version=\"1.0\"?><rows><r><v>1</v><v>\u{1}</v></r></rows>"] {
+            XCTAssertThrowsError(try XMLRowsDecoder(columns: columns, batchSize: 10).decode(Data(bad.utf8)) { _ in }, bad)
+        }
+    }
+
     /// Random and mutated documents: the decoder never crashes, it only returns clean errors.
     func testFuzzedDocumentsOnlyFailCleanly() throws {
         let columns = [col("id", .int64), col("t", .text), col("b", .binary(maxLength: nil)), col("ts", .timestamp(precision: 6, timeZone: true)),
