@@ -59,16 +59,20 @@ public struct XMLService: Sendable {
         return try configuration.registry.connect(configuration.database, role: writable ? .target : .source)
     }
 
-    /// The served table matching `name`, checked against the catalog before any query.
+    /// The served table `name`, checked against the catalog before any query touches it.
     /// Ferry's own staging tables (the `_ferry_` prefix) are served when they exist, so that
     /// a client can load and swap or merge them.
     func served(_ name: TableName, in connection: any Connection) throws -> TableName {
-        if name.name.hasPrefix(CopyEngine.internalPrefix), try connection.tableExists(name) { return name }
-        let listed = try connection.listTables().map(\.name)
-        guard let table = listed.first(where: { $0 == name }) ?? listed.first(where: { $0.matches(name) && name.schema == nil }),
-              configuration.tables.isEmpty || configuration.tables.contains(where: { table.matches($0) })
-        else { throw ServiceError.notFound(name) }
-        return table
+        // A catalog lookup of the one name (listing every table would count every table's rows).
+        guard try connection.tableExists(name) else {
+            // Names are matched exactly; `schema.name` may also be written without the default schema.
+            throw ServiceError.notFound(name)
+        }
+        if name.name.hasPrefix(CopyEngine.internalPrefix) { return name }
+        guard configuration.tables.isEmpty || configuration.tables.contains(where: { name.matches($0) }) else {
+            throw ServiceError.notFound(name)
+        }
+        return name
     }
 
     func body(_ request: Request) async throws -> Data {

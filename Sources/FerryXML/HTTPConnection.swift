@@ -159,16 +159,65 @@ final class HTTPReader: BatchReader {
         return pending.isEmpty ? nil : pending.removeFirst()
     }
 
-    private func fetchPage() throws {
+    /// The page being fetched in the background while the previous one is decoded.
+    private var prefetch: Prefetch?
+
+    private final class Prefetch: @unchecked Sendable {
+        let done = DispatchSemaphore(value: 0)
+        var body: Data?
+        var error: (any Error)?
+    }
+
+    private func pagePath(after: [String]?) -> String {
         var items: [(String, String)] = [("limit", String(Self.pageRows))]
         items += requested.map { ("columns", $0.name) }
         items += (after ?? []).map { ("after", $0) }
-        let body = try connection.client.expect("GET", connection.path(table, "/rows") + HTTPClient.query(items), table: table)
+        return connection.path(table, "/rows") + HTTPClient.query(items)
+    }
+
+    private func fetchPage() throws {
+        let body: Data
+        if let p = prefetch {
+            prefetch = nil
+            p.done.wait()
+            if let e = p.error { throw e }
+            body = p.body ?? Data()
+        } else {
+            body = try connection.client.expect("GET", pagePath(after: after), table: table)
+        }
+        // Where the next page starts is at the end of this one: ask for it before decoding,
+        // so the service prepares the next page while this one is parsed.
+        let next = try Self.nextKey(in: body, columns: requested)
+        if let next {
+            let p = Prefetch()
+            let client = connection.client
+            let path = pagePath(after: next)
+            let table = self.table
+            Thread {
+                do { p.body = try client.expect("GET", path, table: table) } catch { p.error = error }
+                p.done.signal()
+            }.start()
+            prefetch = p
+        }
         var batches: [RowBatch] = []
-        let (next, _) = try XMLRowsDecoder(columns: requested, batchSize: batchSize).decode(body) { batches.append($0) }
+        _ = try XMLRowsDecoder(columns: requested, batchSize: batchSize).decode(body) { batches.append($0) }
         pending += batches.map { RowBatch(columns: Array($0.columns.prefix(wanted))) }
         after = next
         finished = next == nil
+    }
+
+    /// The `<next>` key of a page, read from its last bytes only.
+    static func nextKey(in body: Data, columns: [Column]) throws -> [String]? {
+        let marker = Data("<next>".utf8)
+        let tailStart = max(body.startIndex, body.endIndex - 1 << 16)
+        guard let r = body.range(of: marker, options: .backwards, in: tailStart..<body.endIndex) else { return nil }
+        let doc = Data("<rows>".utf8) + body[r.lowerBound...]
+        return try XMLRowsDecoder(columns: columns, batchSize: 1).decode(doc) { _ in }.next
+    }
+
+    deinit {
+        // Never leave a background request writing into a released box.
+        prefetch?.done.wait()
     }
 }
 

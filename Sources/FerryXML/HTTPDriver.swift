@@ -25,7 +25,8 @@ struct HTTPReply {
 }
 
 /// A synchronous HTTP client on URLSession, with retries for idempotent requests.
-final class HTTPClient {
+/// Immutable after init, and URLSession is thread-safe: a reader may prefetch on another thread.
+final class HTTPClient: @unchecked Sendable {
     let base: String
     let token: String?
     let endpoint: Endpoint
