@@ -26,6 +26,7 @@ extension Ferry {
                   ferry copy sqlite:app.db sqlite:backup.db --json --quiet
                   ferry copy postgres://dba@db/shop sqlite:shop.db --schema public --jobs 4
                   ferry copy mysql://app@db/shop postgres://dba@pg/shop --zero-dates null
+                  ferry copy http://127.0.0.1:8080/ sqlite:laptop.db --token-file token.txt
                 """)
 
         @Argument(help: "The database to read from (URL).")
@@ -58,6 +59,9 @@ extension Ferry {
         enum ZeroDates: String, ExpressibleByArgument, CaseIterable {
             case error, null
         }
+
+        @Option(name: .long, help: "Bearer token file for http(s):// endpoints (else the URL's password or FERRY_TOKEN).")
+        var tokenFile: String?
 
         @Option(name: .long, help: "Rows per batch.")
         var batchSize: Int = 10_000
@@ -106,7 +110,11 @@ extension Ferry {
             let registry = Ferry.registry
             var sourceEndpoint = try Endpoint(parsing: source)
             if zeroDates == .null { sourceEndpoint.parameters.append(("zero-dates", "null")) }
-            let targetEndpoint = try Endpoint(parsing: target)
+            var targetEndpoint = try Endpoint(parsing: target)
+            if let tokenFile {
+                sourceEndpoint.parameters.append(("token-file", tokenFile))
+                targetEndpoint.parameters.append(("token-file", tokenFile))
+            }
             _ = try registry.driver(for: sourceEndpoint)
             _ = try registry.driver(for: targetEndpoint)
             let src = try registry.connect(sourceEndpoint, role: .source)

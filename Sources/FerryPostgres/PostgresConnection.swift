@@ -32,7 +32,7 @@ public final class PostgresConnection: Connection {
     private var closed = false
 
     /// URL query parameters that are Ferry's, not libpq's.
-    static let ferryParameters: Set<String> = ["schema", "zero-dates"]
+    static let ferryParameters: Set<String> = ["schema", "zero-dates", "token-file"]
 
     public init(endpoint: Endpoint, role: ConnectionRole) throws {
         self.endpoint = endpoint

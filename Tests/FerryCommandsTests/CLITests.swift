@@ -1,12 +1,14 @@
 import FerryCore
 import FerryDriverTestKit
+import FerrySQLite
 import Foundation
 import XCTest
 
 /// End-to-end tests that run the built `ferry` binary.
 final class CLITests: XCTestCase {
     var folder: TemporaryFolder!
-    let chinook = TestDatabases.packageRoot().appendingPathComponent("samples/chinook.sqlite").path
+    let chinook = CLITests.chinookPath
+    static let chinookPath = TestDatabases.packageRoot().appendingPathComponent("samples/chinook.sqlite").path
 
     override func setUpWithError() throws {
         folder = try TemporaryFolder()
@@ -20,7 +22,9 @@ final class CLITests: XCTestCase {
         var err: String
     }
 
-    var binary: URL {
+    var binary: URL { Self.binaryURL }
+
+    static var binaryURL: URL {
         // On Linux, XCTest's bundle sits in the products folder next to the executables.
         let products = Bundle.main.bundleURL
         let candidate = products.appendingPathComponent("ferry")
@@ -29,6 +33,10 @@ final class CLITests: XCTestCase {
     }
 
     func ferry(_ args: [String], asUser user: String? = nil) throws -> Result {
+        try Self.run(binary, args, asUser: user)
+    }
+
+    static func run(_ binary: URL, _ args: [String], asUser user: String? = nil) throws -> Result {
         let p = Process()
         if let user {
             p.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
@@ -164,5 +172,52 @@ final class TestServicesTests: XCTestCase {
             let endpoint = try Endpoint(parsing: url)
             XCTAssertEqual(endpoint.host, "127.0.0.1", "test servers listen on loopback only")
         }
+    }
+}
+
+/// `ferry serve` the Chinook sample, copy it through http with a token, stop with SIGINT.
+final class ServeCLITests: XCTestCase {
+    func testServeChinookAndCopyThroughHTTP() throws {
+        let folder = try TemporaryFolder()
+        let binary = CLITests.binaryURL
+        let chinook = CLITests.chinookPath
+        func ferry(_ args: [String]) throws -> CLITests.Result { try CLITests.run(binary, args) }
+        let tokenFile = folder.path("token.txt")
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokenFile))
+        let port = 20_000 + Int(getpid() % 20_000)
+        let server = Process()
+        server.executableURL = binary
+        server.arguments = ["serve", "sqlite:" + chinook, "--listen", "127.0.0.1:\(port)", "--read-only-token-file", tokenFile]
+        let log = Pipe()
+        server.standardError = log
+        server.standardOutput = FileHandle.nullDevice
+        try server.run()
+        defer { if server.isRunning { server.terminate() } }
+        // Wait until it answers.
+        var up = false
+        for _ in 0..<100 where !up {
+            up = (try? ferry(["tables", "http://:\(token)@127.0.0.1:\(port)/"]))?.code == 0
+            if !up { usleep(100_000) }
+        }
+        XCTAssertTrue(up, "ferry serve did not come up")
+        let target = folder.path("copy.db")
+        let r = try ferry(["copy", "http://127.0.0.1:\(port)/", "sqlite:" + target, "--token-file", tokenFile])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(r.err.contains("copied 11 of 11 tables, 15607 rows"), r.err)
+        XCTAssertFalse(r.err.contains(token), "the token was printed")
+        let src = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + chinook), role: .source)
+        let dst = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + target), role: .source)
+        XCTAssertEqual(try CopyHarness([SQLiteDriver()]).differences(src, dst), [])
+        // A wrong token is one clear line, exit 1.
+        let bad = try ferry(["tables", "http://:wrong-token-0123456789@127.0.0.1:\(port)/"])
+        XCTAssertEqual(bad.code, 1)
+        XCTAssertTrue(bad.err.contains("refused the token"), bad.err)
+        // Graceful shutdown on SIGINT.
+        kill(server.processIdentifier, SIGINT)
+        server.waitUntilExit()
+        XCTAssertEqual(server.terminationStatus, 0)
+        let output = String(decoding: log.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertFalse(output.contains(token), "the token was logged")
     }
 }
