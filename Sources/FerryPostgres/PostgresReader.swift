@@ -89,9 +89,15 @@ final class PostgresReader: BatchReader {
     }
 
     func close() {
-        // Drain an unfinished COPY so the connection is usable again.
+        // An unfinished COPY (the copy failed elsewhere): ask the server to stop sending, then
+        // drain what is in flight so the connection is usable again.
         guard active else { return }
         active = false
+        if let cancel = PQgetCancel(connection.conn) {
+            var message = [CChar](repeating: 0, count: 256)
+            _ = PQcancel(cancel, &message, Int32(message.count))
+            PQfreeCancel(cancel)
+        }
         var buf: UnsafeMutablePointer<CChar>?
         while PQgetCopyData(connection.conn, &buf, 0) > 0 { PQfreemem(buf) }
         while let r = PQgetResult(connection.conn) { PQclear(r) }
