@@ -49,6 +49,7 @@ public struct DriverConformance {
             Check(name: "serial counter moves past the copied maximum", run: serialCounter),
             Check(name: "missing tables are clear errors", run: missingTable),
             Check(name: "key ranges read slices in key order", run: keyRanges),
+            Check(name: "upsert and delete by key", run: upsertAndDelete),
         ]
     }
 
@@ -332,6 +333,30 @@ public struct DriverConformance {
             guard e.description.contains("no_such_table") else { throw ConformanceFailure("the error does not name the table: \(e)") }
         }
         guard try !db.tableExists(TableName("no_such_table")) else { throw ConformanceFailure("tableExists says yes") }
+    }
+
+    func upsertAndDelete() throws {
+        let db = try freshDatabase()
+        defer { db.close() }
+        let columns = [col("k1", .int32, nullable: false), col("k2", .text(maxLength: 10, fixed: false), nullable: false),
+                       col("price", .decimal(precision: 12, scale: 2)), col("note", .text)]
+        let schema = makeSchema("keyed_changes", columns: columns, primaryKey: ["k1", "k2"])
+        try load(db, schema, [[.int(1), .text("a"), .decimal("1.00"), .text("one")], [.int(2), .text("b"), .decimal("2.00"), .text("two")],
+                              [.int(3), .text("c"), .decimal("3.00"), .null]])
+        let types = columns.map(\.logicalType)
+        try db.begin()
+        let upserted = try db.upsertRows(
+            table: schema.name, columns: columns, key: ["k1", "k2"],
+            rows: RowBatch(rows: [[.int(2), .text("b"), .decimal("20.50"), .null], [.int(4), .text("d"), .decimal("4.00"), .text("it's new")]], types: types))
+        let deleted = try db.deleteRows(
+            table: schema.name, key: Array(columns.prefix(2)),
+            keys: RowBatch(rows: [[.int(1), .text("a")], [.int(99), .text("zz")], [.int(3), .text("x")]], types: [.int32, .text(maxLength: 10, fixed: false)]))
+        try db.commit()
+        guard upserted == 2 else { throw ConformanceFailure("upsertRows returned \(upserted), expected 2") }
+        guard deleted == 1 else { throw ConformanceFailure("deleteRows returned \(deleted), expected 1 (one key matched)") }
+        let got = try Self.readAll(db, schema.name, columns: columns).sorted { $0[0].description < $1[0].description }
+        try expectEqual(got, [[.int(2), .text("b"), .decimal("20.50"), .null], [.int(3), .text("c"), .decimal("3.00"), .null],
+                              [.int(4), .text("d"), .decimal("4.00"), .text("it's new")]], "after upsert and delete", names: columns.map(\.name))
     }
 
     func keyRanges() throws {

@@ -197,6 +197,30 @@ public final class MySQLConnection: Connection {
     public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
         try MySQLWriter(connection: self, table: table, columns: columns)
     }
+
+    public func upsertRows(table: TableName, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+        guard !rows.isEmpty else { return 0 }
+        let q = { (s: String) in self.dialect.quote(s) }
+        let others = columns.map(\.name).filter { !key.contains($0) }
+        // With no other column, "update" the key to itself: the row stays as it is.
+        let updates = (others.isEmpty ? [key[0]] : others).map { "\(q($0)) = VALUES(\(q($0)))" }.joined(separator: ", ")
+        let w = try MySQLWriter(
+            connection: self, table: table, columns: columns,
+            prefix: "INSERT INTO \(dialect.quote(table)) (" + columns.map { q($0.name) }.joined(separator: ", ") + ") VALUES ",
+            suffix: " ON DUPLICATE KEY UPDATE " + updates)
+        try w.write(rows)
+        return rows.count
+    }
+
+    public func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int {
+        guard !keys.isEmpty else { return 0 }
+        let w = try MySQLWriter(
+            connection: self, table: table, columns: key,
+            prefix: "DELETE FROM \(dialect.quote(table)) WHERE (" + key.map { dialect.quote($0.name) }.joined(separator: ", ") + ") IN (",
+            suffix: ")")
+        try w.write(keys)
+        return w.affected
+    }
 }
 
 extension MySQLConnection {

@@ -13,8 +13,11 @@ final class MySQLWriter: BatchWriter {
     private let encoders: [Encoder]
     private let table: TableName
     private let loadSQL: String
-    private let insertPrefix: String
+    private var insertPrefix: String
+    private var insertSuffix = ""
     private var useInsert = false
+    /// Rows the statements reported as affected (mysql_affected_rows).
+    private(set) var affected = 0
     private var buffer: [UInt8] = []
 
     enum Encoder {
@@ -65,6 +68,15 @@ final class MySQLWriter: BatchWriter {
             + (sets.isEmpty ? "" : " SET " + sets.joined(separator: ", "))
         insertPrefix = "INSERT INTO \(d.quote(table)) (\(cols)) VALUES "
         buffer.reserveCapacity(1 << 20)
+    }
+
+    /// A writer that runs `prefix (row), (row), … suffix` with the rows as literals: keyed
+    /// statements (upsert, delete by key) built on the same exact encoding.
+    convenience init(connection: MySQLConnection, table: TableName, columns: [Column], prefix: String, suffix: String) throws {
+        try self.init(connection: connection, table: table, columns: columns)
+        useInsert = true
+        insertPrefix = prefix
+        insertSuffix = suffix
     }
 
     static func encoder(from type: LogicalType, to target: Column) -> Encoder? {
@@ -242,6 +254,7 @@ final class MySQLWriter: BatchWriter {
             try awaitInFlight()
             buffer.append(contentsOf: insertPrefix.utf8)
             try encode(pinned)
+            buffer.append(contentsOf: insertSuffix.utf8)
             try runInsert(buffer, rows: pinned.count)
             return
         }
@@ -320,6 +333,7 @@ final class MySQLWriter: BatchWriter {
             }
             throw e
         }
+        affected += Int(mysql_affected_rows(connection.mysql))
         try checkWarnings(rows: rows)
     }
 

@@ -236,6 +236,40 @@ public final class PostgresConnection: Connection {
     public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
         try PostgresWriter(connection: self, table: table, columns: columns)
     }
+
+    /// Loads `rows` into a scratch table shaped like `columns` of `table` (binary COPY, exact
+    /// values), runs `statement` with it, drops it; all inside the caller's transaction.
+    private func withScratch(_ table: TableName, columns: [Column], rows: RowBatch, _ statement: (String) -> String) throws -> Int {
+        let q = { (s: String) in self.dialect.quote(s) }
+        let scratch = TableName(schema: table.schema, CopyEngine.internalPrefix + "changes_" + String(UInt32.random(in: 0...UInt32.max), radix: 16))
+        try execute("CREATE TABLE \(dialect.quote(scratch)) AS SELECT " + columns.map { q($0.name) }.joined(separator: ", ")
+                    + " FROM \(dialect.quote(table)) WITH NO DATA")
+        let w = try PostgresWriter(connection: self, table: scratch, columns: columns)
+        try w.write(rows)
+        let result = try query(statement(dialect.quote(scratch)))
+        try execute("DROP TABLE \(dialect.quote(scratch))")
+        return Int(String(cString: PQcmdTuples(result.handle))) ?? 0
+    }
+
+    public func upsertRows(table: TableName, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+        let q = { (s: String) in self.dialect.quote(s) }
+        let list = columns.map { q($0.name) }.joined(separator: ", ")
+        let others = columns.map(\.name).filter { !key.contains($0) }
+        _ = try withScratch(table, columns: columns, rows: rows) { scratch in
+            "INSERT INTO \(dialect.quote(table)) (\(list)) OVERRIDING SYSTEM VALUE SELECT \(list) FROM \(scratch) ON CONFLICT ("
+                + key.map(q).joined(separator: ", ") + ") "
+                + (others.isEmpty ? "DO NOTHING" : "DO UPDATE SET " + others.map { "\(q($0)) = EXCLUDED.\(q($0))" }.joined(separator: ", "))
+        }
+        return rows.count
+    }
+
+    public func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int {
+        let q = { (s: String) in self.dialect.quote(s) }
+        return try withScratch(table, columns: key, rows: keys) { scratch in
+            "DELETE FROM \(dialect.quote(table)) t USING \(scratch) k WHERE "
+                + key.map { "t.\(q($0.name)) = k.\(q($0.name))" }.joined(separator: " AND ")
+        }
+    }
 }
 
 /// Calls `body` with a NULL-terminated array of C strings.

@@ -224,4 +224,24 @@ public final class SQLiteConnection: Connection {
     public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
         try SQLiteWriter(connection: self, table: table, columns: columns)
     }
+
+    public func upsertRows(table: TableName, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+        let q = { (s: String) in self.dialect.quote(s) }
+        let others = columns.map(\.name).filter { !key.contains($0) }
+        let sql = "INSERT INTO \(dialect.quote(qualified(table))) (" + columns.map { q($0.name) }.joined(separator: ", ")
+            + ") VALUES (" + columns.map { _ in "?" }.joined(separator: ", ") + ") ON CONFLICT ("
+            + key.map(q).joined(separator: ", ") + ") "
+            + (others.isEmpty ? "DO NOTHING" : "DO UPDATE SET " + others.map { "\(q($0)) = excluded.\(q($0))" }.joined(separator: ", "))
+        let w = try SQLiteWriter(connection: self, table: table, columns: columns, sql: sql)
+        try w.write(rows)
+        return rows.count
+    }
+
+    public func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int {
+        let sql = "DELETE FROM \(dialect.quote(qualified(table))) WHERE "
+            + key.map { "\(dialect.quote($0.name)) = ?" }.joined(separator: " AND ")
+        let w = try SQLiteWriter(connection: self, table: table, columns: key, sql: sql)
+        try w.write(keys)
+        return w.changed
+    }
 }

@@ -13,7 +13,12 @@ final class SQLiteWriter: BatchWriter {
     private let signedZeroLost: [Bool]
     private let table: TableName
 
-    init(connection: SQLiteConnection, table: TableName, columns: [Column]) throws {
+    /// Total rows changed by the statements run (sqlite3_changes after each step).
+    private(set) var changed = 0
+
+    /// `sql` is the statement run once per row with the row's values bound in column order
+    /// (default: the INSERT).
+    init(connection: SQLiteConnection, table: TableName, columns: [Column], sql custom: String? = nil) throws {
         let d = connection.dialect
         // The target's declared types decide affinity; every column must exist there.
         let info = try connection.prepare("SELECT name, type FROM pragma_table_xinfo(?1, ?2)")
@@ -30,7 +35,7 @@ final class SQLiteWriter: BatchWriter {
         let sql = "INSERT INTO \(d.quote(connection.qualified(table))) ("
             + columns.map { d.quote($0.name) }.joined(separator: ", ") + ") VALUES ("
             + columns.map { _ in "?" }.joined(separator: ", ") + ")"
-        statement = try SQLiteStatement(connection, sql)
+        statement = try SQLiteStatement(connection, custom ?? sql)
         self.columns = columns
         self.kinds = columns.map { BindKind($0.logicalType) }
         self.table = table
@@ -106,6 +111,7 @@ final class SQLiteWriter: BatchWriter {
                 }
             }
             let rc = sqlite3_step(st)
+            if rc == SQLITE_DONE { changed += Int(sqlite3_changes(statement.connection.db)) }
             sqlite3_reset(st)
             guard rc == SQLITE_DONE else {
                 let e = statement.connection.error(rc, sql: nil)

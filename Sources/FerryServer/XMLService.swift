@@ -281,6 +281,47 @@ public struct XMLService: Sendable {
             return service.xml(Self.applied([("swapped", 1)]))
         }
 
+        // Inserts, upserts by key and deletes by key, in one transaction, all or nothing.
+        router.post("/v1/tables/:table/changes") { request, context -> Response in
+            let name = try service.tableParameter(context)
+            let wanted = request.uri.queryParameters[values: "columns"].map { String($0) }
+            let keyNames = request.uri.queryParameters[values: "key"].map { String($0) }
+            let data = try await service.body(request)
+            let counts = try await Offload.run { () -> [(String, Int)] in
+                let c = try service.open(write: true)
+                defer { c.close() }
+                let t = try service.served(name, in: c)
+                let schema = try c.describe(t)
+                let columns = try wanted.isEmpty ? schema.columns.filter { $0.logicalType.isSupported && !$0.generated } : wanted.map { w in
+                    guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: t, column: w) }
+                    return col
+                }
+                let key = keyNames.isEmpty ? (schema.preferredKey?.columns ?? []) : keyNames
+                guard !key.isEmpty else { throw FerryError.noKey(table: t) }
+                let keyColumns = try key.map { k in
+                    guard let col = schema.column(named: k) else { throw FerryError.columnNotFound(table: t, column: k) }
+                    return col
+                }
+                let set = try ChangeSet.decode(data, columns: columns, key: keyColumns)
+                try c.begin()
+                do {
+                    if !set.inserts.isEmpty {
+                        let w = try c.writer(table: t, columns: columns)
+                        try w.write(set.inserts)
+                        try w.finish()
+                    }
+                    let upserted = set.upserts.isEmpty ? 0 : try c.upsertRows(table: t, columns: columns, key: key, rows: set.upserts)
+                    let deleted = set.deletes.isEmpty ? 0 : try c.deleteRows(table: t, key: keyColumns, keys: set.deletes)
+                    try c.commit()
+                    return [("inserted", set.inserts.count), ("upserted", upserted), ("deleted", deleted)]
+                } catch {
+                    try? c.rollback()
+                    throw error
+                }
+            }
+            return service.xml(Self.applied(counts))
+        }
+
         router.post("/v1/tables/:table/reset-serial") { _, context -> Response in
             let name = try service.tableParameter(context)
             try await Offload.run {

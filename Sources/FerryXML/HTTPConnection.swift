@@ -98,6 +98,25 @@ public final class HTTPConnection: Connection {
                           table: into, columns: columns)
     }
 
+    public func upsertRows(table: TableName, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+        let keyColumns = columns.filter { key.contains($0.name) }
+        return try changes(table, columns: columns, key: key, ChangeSet.encode(inserts: nil, upserts: rows, deletes: nil, columns: columns, key: keyColumns)).upserted
+    }
+
+    public func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int {
+        let schema = try describe(table)
+        return try changes(table, columns: schema.columns, key: key.map(\.name),
+                           ChangeSet.encode(inserts: nil, upserts: nil, deletes: keys, columns: schema.columns, key: key)).deleted
+    }
+
+    /// Posts a change set; the service applies it in one transaction.
+    func changes(_ table: TableName, columns: [Column], key: [String], _ body: Data) throws -> (inserted: Int, upserted: Int, deleted: Int) {
+        let query = HTTPClient.query(columns.map { ("columns", $0.name) } + key.map { ("key", $0) })
+        let root = try XMLTree.parse(client.expect("POST", path(table, "/changes") + query, body: body, table: table))
+        func n(_ k: String) -> Int { root.attributes[k].flatMap { Int($0) } ?? 0 }
+        return (n("inserted"), n("upserted"), n("deleted"))
+    }
+
     public func begin() throws {
         inTransaction = true
         created = []

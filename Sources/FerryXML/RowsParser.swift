@@ -69,6 +69,11 @@ struct RowsParser {
 
     /// The prolog and the `<rows …>` start tag. Returns false for an empty `<rows/>`.
     mutating func start() throws -> Bool {
+        try start(root: "<rows")
+    }
+
+    /// The prolog and the root start tag (`<rows`, `<changes`). Returns false when it is empty (`/>`).
+    mutating func start(root: StaticString) throws -> Bool {
         if eat("\u{FEFF}") {}
         if peek("<?xml") {
             while i + 1 < b.count && !(b[i] == 63 && b[i + 1] == 62) { i += 1 }
@@ -76,7 +81,7 @@ struct RowsParser {
             i += 2
         }
         try skipMisc()
-        guard eat("<rows") else { throw XMLWireError.unexpected("no <rows> element") }
+        guard eat(root) else { throw XMLWireError.unexpected("no \(root)> element") }
         let (_, selfClosing) = try attributes()
         return !selfClosing
     }

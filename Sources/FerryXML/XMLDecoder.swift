@@ -167,24 +167,7 @@ public final class XMLRowsDecoder {
                         }
                         next = values
                     case .row:
-                        var column = 0
-                        while let cell = try p.cell(closing: "</r>", into: &text) {
-                            guard column < types.count else {
-                                throw XMLWireError.unexpected("row \(rows + 1) has more than \(types.count) values")
-                            }
-                            if cell.null {
-                                batch.columns[column].appendNull()
-                            } else {
-                                let bytes = cell.base64 ? try Self.base64(text, row: rows, column: names[column]) : text
-                                do { try WireValue.append(bytes, as: types[column], to: &batch.columns[column]) } catch {
-                                    throw XMLWireError.badValue(row: rows, column: names[column], message: "\(error)")
-                                }
-                            }
-                            column += 1
-                        }
-                        guard column == types.count else {
-                            throw XMLWireError.unexpected("row \(rows + 1) has \(column) values for \(types.count) columns")
-                        }
+                        try Self.row(&p, closing: "</r>", types: types, names: names, index: rows, text: &text, into: &batch)
                         rows += 1
                         if batch.count >= batchSize {
                             try onBatch(batch)
@@ -198,10 +181,106 @@ public final class XMLRowsDecoder {
         }
     }
 
+    /// Decodes the `<v>` cells of one row (after `<r>`) into `batch`.
+    static func row(
+        _ p: inout RowsParser, closing: StaticString, types: [LogicalType], names: [String], index: Int,
+        text: inout [UInt8], into batch: inout RowBatch
+    ) throws {
+        var column = 0
+        while let cell = try p.cell(closing: closing, into: &text) {
+            guard column < types.count else { throw XMLWireError.unexpected("row \(index + 1) has more than \(types.count) values") }
+            if cell.null {
+                batch.columns[column].appendNull()
+            } else {
+                let bytes = cell.base64 ? try base64(text, row: index, column: names[column]) : text
+                do { try WireValue.append(bytes, as: types[column], to: &batch.columns[column]) } catch {
+                    throw XMLWireError.badValue(row: index, column: names[column], message: "\(error)")
+                }
+            }
+            column += 1
+        }
+        guard column == types.count else {
+            throw XMLWireError.unexpected("row \(index + 1) has \(column) values for \(types.count) columns")
+        }
+    }
+
     static func base64(_ text: [UInt8], row: Int, column: String) throws -> [UInt8] {
         guard let d = Data(base64Encoded: Data(text), options: .ignoreUnknownCharacters) else {
             throw XMLWireError.badValue(row: row, column: column, message: "invalid base64")
         }
         return Array(d)
+    }
+}
+
+/// A change set: rows to insert, rows to upsert by key, keys of rows to delete — applied by the
+/// service in one transaction.
+public struct ChangeSet {
+    public var inserts: RowBatch
+    public var upserts: RowBatch
+    public var deletes: RowBatch
+
+    /// `<changes><insert><r>…</r></insert><upsert>…</upsert><delete><r>KEY…</r></delete></changes>`;
+    /// sections are optional and may repeat.
+    public static func decode(_ data: Data, columns: [Column], key: [Column], limits: XMLLimits = XMLLimits()) throws -> ChangeSet {
+        try XMLGuard.check(data, limits: limits)
+        let types = columns.map(\.logicalType)
+        let names = columns.map(\.name)
+        let keyTypes = key.map(\.logicalType)
+        let keyNames = key.map(\.name)
+        var set = ChangeSet(
+            inserts: RowBatch(types: types, capacity: 0), upserts: RowBatch(types: types, capacity: 0),
+            deletes: RowBatch(types: keyTypes, capacity: 0))
+        try data.withUnsafeBytes { raw in
+            var p = RowsParser(raw, limits: limits)
+            var text: [UInt8] = []
+            var index = 0
+            guard try p.start(root: "<changes") else { return }
+            while true {
+                try p.skipMisc()
+                if p.eat("</changes>") {
+                    try p.skipMisc()
+                    guard p.i == raw.count else { throw p.error("content after </changes>") }
+                    return
+                }
+                let section: (StaticString, Int)
+                if p.eat("<insert>") { section = ("</insert>", 0) } else if p.eat("<upsert>") { section = ("</upsert>", 1) } else if p.eat("<delete>") {
+                    section = ("</delete>", 2)
+                } else if p.eat("<insert/>") || p.eat("<upsert/>") || p.eat("<delete/>") {
+                    continue
+                } else {
+                    throw p.error("expected <insert>, <upsert>, <delete> or </changes>")
+                }
+                while true {
+                    try p.skipMisc()
+                    if p.eat(section.0) { break }
+                    guard p.eat("<r>") else { throw p.error("expected <r> in a change section") }
+                    switch section.1 {
+                    case 0: try XMLRowsDecoder.row(&p, closing: "</r>", types: types, names: names, index: index, text: &text, into: &set.inserts)
+                    case 1: try XMLRowsDecoder.row(&p, closing: "</r>", types: types, names: names, index: index, text: &text, into: &set.upserts)
+                    default: try XMLRowsDecoder.row(&p, closing: "</r>", types: keyTypes, names: keyNames, index: index, text: &text, into: &set.deletes)
+                    }
+                    index += 1
+                }
+            }
+        }
+        return set
+    }
+
+    /// Encodes a change set for `columns` (inserts, upserts) and `key` (deletes).
+    public static func encode(inserts: RowBatch?, upserts: RowBatch?, deletes: RowBatch?, columns: [Column], key: [Column]) -> Data {
+        var out = Array("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<changes>\n".utf8)
+        let rows = XMLDocuments.RowsWriter(types: columns.map(\.logicalType))
+        let keys = XMLDocuments.RowsWriter(types: key.map(\.logicalType))
+        if let inserts, !inserts.isEmpty {
+            out += Array("<insert>\n".utf8); rows.rows(inserts, into: &out); out += Array("</insert>\n".utf8)
+        }
+        if let upserts, !upserts.isEmpty {
+            out += Array("<upsert>\n".utf8); rows.rows(upserts, into: &out); out += Array("</upsert>\n".utf8)
+        }
+        if let deletes, !deletes.isEmpty {
+            out += Array("<delete>\n".utf8); keys.rows(deletes, into: &out); out += Array("</delete>\n".utf8)
+        }
+        out += Array("</changes>\n".utf8)
+        return Data(out)
     }
 }

@@ -159,6 +159,54 @@ final class XMLServiceTests: XCTestCase {
         }
     }
 
+    func testChangesAreAllOrNothing() async throws {
+        var urls = ["sqlite:" + folder.path("changes.db")]
+        if let pg = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL") { urls.append(pg) }
+        if let my = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL") { urls.append(my) }
+        for url in urls {
+            let db = try harness.registry.connect(url, role: .target)
+            let table = TableName("ferry_changes_test")
+            try db.begin()
+            try db.dropTable(table)
+            try db.createTable(TableSchema(name: table, engine: "test", columns: [
+                Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false),
+                Column(name: "name", nativeType: "", logicalType: .text(maxLength: 20, fixed: false))], primaryKey: ["id"]), named: table)
+            try db.commit()
+            let w = try db.writer(table: table, columns: try db.describe(table).columns)
+            try db.begin()
+            try w.write(RowBatch(rows: [[.int(1), .text("one")], [.int(2), .text("two")], [.int(3), .text("three")]], types: [.int64, .text]))
+            try w.finish()
+            try db.commit()
+            let service = try await RunningService(database: url, drivers: drivers)
+            defer { service.stop() }
+            let ok = """
+                <changes><insert><r><v>4</v><v>four &amp; more</v></r></insert>
+                <upsert><r><v>2</v><v>TWO</v></r><r><v>5</v><v>five</v></r></upsert>
+                <delete><r><v>1</v></r><r><v>42</v></r></delete></changes>
+                """
+            var (status, body) = try service.request("POST", "v1/tables/ferry_changes_test/changes", token: service.readWrite, body: Data(ok.utf8))
+            XCTAssertEqual(status, 200, "\(url.prefix(8)): \(body)")
+            XCTAssertTrue(body.contains("inserted=\"1\" upserted=\"2\" deleted=\"1\""), body)
+            func rows() throws -> [[Value]] {
+                try DriverConformance.readAll(db, table).sorted { $0[0].description < $1[0].description }
+            }
+            let expected: [[Value]] = [[.int(2), .text("TWO")], [.int(3), .text("three")], [.int(4), .text("four & more")], [.int(5), .text("five")]]
+            XCTAssertEqual(try rows(), expected)
+            // A duplicate insert fails the whole change set: the upsert and delete beside it are not applied.
+            let bad = "<changes><upsert><r><v>3</v><v>changed</v></r></upsert><delete><r><v>5</v></r></delete><insert><r><v>4</v><v>dup</v></r></insert></changes>"
+            (status, body) = try service.request("POST", "v1/tables/ferry_changes_test/changes", token: service.readWrite, body: Data(bad.utf8))
+            XCTAssertEqual(status, 422, "\(url.prefix(8)): \(body)")
+            XCTAssertEqual(try rows(), expected, "nothing applied")
+            // The http driver's keyed calls go through the same endpoint.
+            let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .target)
+            let cols = try http.describe(table).columns
+            XCTAssertEqual(try http.upsertRows(table: table, columns: cols, key: ["id"], rows: RowBatch(rows: [[.int(3), .text("THREE")]], types: [.int64, .text])), 1)
+            XCTAssertEqual(try http.deleteRows(table: table, key: [cols[0]], keys: RowBatch(rows: [[.int(5)]], types: [.int64])), 1)
+            XCTAssertEqual(try rows(), [[.int(2), .text("TWO")], [.int(3), .text("THREE")], [.int(4), .text("four & more")]])
+            try db.begin(); try db.dropTable(table); try db.commit()
+        }
+    }
+
     func testSecurity() async throws {
         let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers, maxBodyBytes: 4096)
         defer { service.stop() }

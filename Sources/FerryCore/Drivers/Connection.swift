@@ -39,6 +39,15 @@ public protocol Connection: AnyObject {
     /// A writer inserting rows into `columns` of the existing table `table`.
     func writer(table: TableName, columns: [Column]) throws -> any BatchWriter
 
+    /// Inserts each row of `rows` (laid out for `columns`) or, when a row with the same `key`
+    /// exists, updates its other columns. Returns the number of rows given. Runs in the caller's
+    /// transaction.
+    func upsertRows(table: TableName, columns: [Column], key: [String], rows: RowBatch) throws -> Int
+
+    /// Deletes the rows whose key equals a row of `keys` (laid out for `key`, in key order).
+    /// Returns how many rows were deleted. Runs in the caller's transaction.
+    func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int
+
     func begin() throws
     func commit() throws
     func rollback() throws
