@@ -29,6 +29,9 @@ let package = Package(
             name: "CLibPQ", path: "Sources/CLibPQ", pkgConfig: "libpq",
             providers: [.apt(["libpq-dev"]), .brew(["libpq"])]),
         .systemLibrary(
+            name: "CZlib", path: "Sources/CZlib", pkgConfig: "zlib",
+            providers: [.apt(["zlib1g-dev"]), .brew(["zlib"])]),
+        .systemLibrary(
             name: "CMariaDB", path: "Sources/CMariaDB", pkgConfig: "libmariadb",
             providers: [.apt(["libmariadb-dev"]), .brew(["mariadb-connector-c"])]),
 
@@ -44,7 +47,7 @@ let package = Package(
         .target(
             name: "FerryServer",
             dependencies: [
-                "FerryCore", "FerryXML",
+                "FerryCore", "FerryXML", "CZlib",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),

@@ -136,14 +136,27 @@ public struct XMLService: Sendable {
             let after = query[values: "after"].map { String($0) }
             let wanted = query[values: "columns"].map { String($0) }
             let stream = try await Offload.run { try RowStream(service: service, table: name, after: after, columns: wanted, limit: limit) }
-            return Response(status: .ok, headers: Self.xmlHeaders, body: ResponseBody { writer in
-                defer { stream.close() }
+            // gzip when the client asks for it (streamed, chunk by chunk).
+            let gzip = request.headers[.acceptEncoding].map { $0.lowercased().contains("gzip") } ?? false
+            var headers = Self.xmlHeaders
+            if gzip { headers[.contentEncoding] = "gzip" }
+            let logger = context.logger
+            return Response(status: .ok, headers: headers, body: ResponseBody { writer in
+                defer {
+                    logger.info("streamed \(stream.sent) rows of \(stream.table)")
+                    stream.close()
+                }
+                let compressor = gzip ? try GzipStream() : nil
+                func send(_ bytes: [UInt8], last: Bool = false) async throws {
+                    let out = try compressor.map { try $0.compress(bytes, finish: last) } ?? bytes
+                    if !out.isEmpty { try await writer.write(ByteBuffer(bytes: out)) }
+                }
                 do {
-                    try await writer.write(ByteBuffer(bytes: stream.begin()))
+                    try await send(stream.begin())
                     while let chunk = try await Offload.run({ try stream.nextChunk() }) {
-                        try await writer.write(ByteBuffer(bytes: chunk))
+                        try await send(chunk)
                     }
-                    try await writer.write(ByteBuffer(bytes: stream.end()))
+                    try await send(stream.end(), last: true)
                 } catch {
                     // The status line is gone: say it inside the document, so the client fails too.
                     let e = ServiceError.from(error, table: name)
@@ -151,7 +164,7 @@ public struct XMLService: Sendable {
                     out += Array(" code=\"\(e.code)\">".utf8)
                     XMLText.appendEscaped(e.message, into: &out)
                     out += Array("</error></rows>\n".utf8)
-                    try await writer.write(ByteBuffer(bytes: out))
+                    try await send(out, last: true)
                 }
                 try await writer.finish(nil)
             })

@@ -20,10 +20,11 @@ final class RunningService {
     let readWrite = "rw-" + UUID().uuidString
     let readOnly = "ro-" + UUID().uuidString
 
-    init(database: String, drivers: [any Driver], maxBodyBytes: Int = 8 << 20, tables: [TableName] = []) async throws {
+    init(database: String, drivers: [any Driver], maxBodyBytes: Int = 8 << 20, tables: [TableName] = [], tls: (cert: String, key: String)? = nil) async throws {
         let config = ServerConfiguration(
             database: try Endpoint(parsing: database), registry: DriverRegistry(drivers), readWriteTokens: [readWrite],
-            readOnlyTokens: [readOnly], tables: tables, port: 0, maxBodyBytes: maxBodyBytes, defaultPageRows: 1000)
+            readOnlyTokens: [readOnly], tables: tables, port: 0, tlsCertificate: tls?.cert, tlsKey: tls?.key,
+            maxBodyBytes: maxBodyBytes, defaultPageRows: 1000)
         var logger = Logger(label: "ferry.serve.test")
         logger.logLevel = .critical
         let (stream, continuation) = AsyncStream<Int>.makeStream()
@@ -157,6 +158,34 @@ final class XMLServiceTests: XCTestCase {
             let cleanup = try harness.registry.connect(url, role: .target)
             try cleanup.begin(); try cleanup.dropTable(TableName("Artist")); try cleanup.dropTable(TableName("Album")); try cleanup.commit()
         }
+    }
+
+    func testTLS() async throws {
+        let cert = folder.path("cert.pem"), key = folder.path("key.pem")
+        try ExternalTool.run(
+            ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", key, "-out", cert, "-days", "1",
+             "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"], input: "")
+        let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers, tls: (cert, key))
+        defer { service.stop() }
+        let out = try ExternalTool.run(
+            ["curl", "-s", "--cacert", cert, "-H", "Authorization: Bearer \(service.readOnly)", "https://127.0.0.1:\(service.port)/v1/tables/Genre/count"],
+            input: "")
+        XCTAssertTrue(out.contains("<count rows=\"25\"/>"), out)
+        XCTAssertThrowsError(try ExternalTool.run(["curl", "-s", "-f", "http://127.0.0.1:\(service.port)/v1/tables"], input: ""),
+                             "plain HTTP to the TLS port must fail")
+    }
+
+    func testGzipWhenAsked() async throws {
+        let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers)
+        defer { service.stop() }
+        let plain = try service.request("GET", "v1/tables/Track/rows?limit=5000", token: service.readOnly).1
+        // curl is the client here: it shows the raw encoding and decodes it.
+        let out = try ExternalTool.run(
+            ["curl", "-s", "--compressed", "-D", "-", "-H", "Authorization: Bearer \(service.readOnly)",
+             "http://127.0.0.1:\(service.port)/v1/tables/Track/rows?limit=5000"], input: "")
+        XCTAssertTrue(out.lowercased().contains("content-encoding: gzip"), String(out.prefix(300)))
+        let body = out.components(separatedBy: "\r\n\r\n").dropFirst().joined(separator: "\r\n\r\n")
+        XCTAssertEqual(body, plain, "gzip must not change a byte")
     }
 
     func testChangesAreAllOrNothing() async throws {
