@@ -35,13 +35,13 @@ extension Ferry {
         @Argument(help: "The database to write to (URL); a SQLite file is created when missing.")
         var target: String
 
-        @Option(name: .long, parsing: .upToNextOption, help: "Tables to copy, comma-separated or repeated (default: all).")
+        @Option(name: .long, help: "Tables to copy: --tables a,b or --tables a --tables b (default: all).")
         var tables: [String] = []
 
-        @Option(name: .long, parsing: .upToNextOption, help: "Tables to leave out, comma-separated or repeated.")
+        @Option(name: .long, help: "Tables to leave out, comma-separated or repeated.")
         var exclude: [String] = []
 
-        @Option(name: .long, parsing: .upToNextOption, help: "Only tables in these schemas (PostgreSQL schemas, SQLite attached databases), comma-separated.")
+        @Option(name: .long, help: "Only tables in these schemas (PostgreSQL schemas, SQLite attached databases), comma-separated.")
         var schema: [String] = []
 
         @Option(name: .long, help: "create, replace or append.")
@@ -69,6 +69,9 @@ extension Ferry {
         @Flag(name: .long, help: "Print the plan (tables, keys, columns, skipped columns, DDL) and touch nothing.")
         var dryRun = false
 
+        @Flag(name: .long, help: "After the copy, compare every copied table value by value (ferry verify).")
+        var verify = false
+
         @Flag(name: .shortAndLong, help: "No progress on stderr.")
         var quiet = false
 
@@ -79,33 +82,20 @@ extension Ferry {
             guard batchSize >= 1 && batchSize <= 1_000_000 else {
                 throw ValidationError("--batch-size must be between 1 and 1000000, not \(batchSize)")
             }
-            for k in key where parseKey(k) == nil {
+            for k in key where parseKeyOption(k) == nil {
                 throw ValidationError("--key '\(k)' must look like TABLE=COL1,COL2")
             }
         }
 
-        private func parseKey(_ text: String) -> (TableName, [String])? {
-            guard let eq = text.lastIndex(of: "=") else { return nil }
-            let table = String(text[..<eq]).trimmingCharacters(in: .whitespaces)
-            let cols = text[text.index(after: eq)...].split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
-            guard !table.isEmpty, !cols.isEmpty, !cols.contains(where: \.isEmpty) else { return nil }
-            return (TableName(parsing: table), cols)
-        }
-
-        private func names(_ list: [String]) -> [TableName] {
-            list.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
-                .filter { !$0.isEmpty }.map { TableName(parsing: $0) }
-        }
-
         func run() throws {
             var options = CopyOptions()
-            options.tables = names(tables)
-            options.exclude = names(exclude)
+            options.tables = splitNames(tables)
+            options.exclude = splitNames(exclude)
             options.schemas = schema.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
             options.mode = mode
             options.jobs = jobs
             options.batchSize = batchSize
-            for k in key { if let (t, cols) = parseKey(k) { options.keys[t] = cols } }
+            for k in key { if let (t, cols) = parseKeyOption(k) { options.keys[t] = cols } }
 
             let registry = Ferry.registry
             var sourceEndpoint = try Endpoint(parsing: source)
@@ -148,6 +138,14 @@ extension Ferry {
                         + "(\(String(format: "%.0f", rate)) rows/s) from \(summary.source) to \(summary.target)")
             }
             let failures = summary.tables.filter { $0.status != "ok" }
+            if verify && failures.isEmpty && !plan.tables.isEmpty {
+                var v = Verifier.Options()
+                v.tables = plan.tables.map(\.source)
+                v.keys = options.keys
+                let report = try Verifier().verify(source: src, target: dst, options: v)
+                if !output.json { try Verify.print(report, json: false) }
+                if !report.equal { throw ExitCode(1) }
+            }
             if !failures.isEmpty {
                 if quiet || output.json {
                     for f in failures { Console.error("ferry: error: \(f.error ?? "failed")") }

@@ -34,7 +34,7 @@ extension Ferry {
         @Option(name: .long, help: "File of read-only tokens, one per line.")
         var readOnlyTokenFile: String?
 
-        @Option(name: .long, parsing: .upToNextOption, help: "Serve only these tables (comma-separated).")
+        @Option(name: .long, help: "Serve only these tables (comma-separated).")
         var tables: [String] = []
 
         @Option(name: .long, help: "TLS certificate chain (PEM).")

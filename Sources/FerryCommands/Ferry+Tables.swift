@@ -16,7 +16,7 @@ extension Ferry {
         @Argument(help: "The database URL (sqlite:file.db, postgres://…, mysql://…).")
         var url: String
 
-        @Option(name: .long, parsing: .upToNextOption, help: "Only tables in these schemas, comma-separated.")
+        @Option(name: .long, help: "Only tables in these schemas, comma-separated.")
         var schema: [String] = []
 
         @OptionGroup var output: OutputOptions

@@ -21,7 +21,7 @@ public struct Ferry: ParsableCommand {
             Exit codes: 0 success, 1 failure, 2 usage error.
             """,
         version: "0.1.0",
-        subcommands: [Tables.self, Describe.self, Copy.self, Serve.self]
+        subcommands: [Tables.self, Describe.self, Copy.self, Verify.self, Serve.self]
     )
 
     public init() {}

@@ -153,6 +153,22 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(fileHash(target), before)
     }
 
+    func testVerify() throws {
+        let target = folder.path("v.db")
+        let copied = try ferry(["copy", "-q", "--verify", "sqlite:" + chinook, "sqlite:" + target])
+        XCTAssertEqual(copied.code, 0, copied.err)
+        XCTAssertTrue(copied.out.contains("Track: equal (3503 rows in the source, 3503 in the target)"), copied.out)
+        try ExternalTool.run(["sqlite3", target, "UPDATE Artist SET Name = 'AC/DC!' WHERE ArtistId = 1"], input: "")
+        let r = try ferry(["verify", "sqlite:" + chinook, "sqlite:" + target])
+        XCTAssertEqual(r.code, 1, r.err)
+        XCTAssertTrue(r.out.contains("Artist: different"), r.out)
+        XCTAssertTrue(r.out.contains("changed (ArtistId=1): Name"), r.out)
+        XCTAssertTrue(r.err.contains("1 of 11 tables differ"), r.err)
+        let json = try ferry(["verify", "--json", "--tables", "Artist", "sqlite:" + chinook, "sqlite:" + target])
+        let obj = try JSONSerialization.jsonObject(with: Data(json.out.utf8)) as? [String: Any]
+        XCTAssertEqual(obj?["equal"] as? Bool, false)
+    }
+
     func testProgressLinesWhenNotATerminal() throws {
         let r = try ferry(["copy", "sqlite:" + chinook, "sqlite:" + folder.path("p.db"), "--tables", "Track"])
         XCTAssertEqual(r.code, 0, r.err)

@@ -64,4 +64,26 @@ public enum DecimalText {
         while whole.count > 1 && whole.hasPrefix("0") { whole.removeFirst() }
         return (negative ? "-" : "") + whole + (frac.isEmpty ? "" : "." + frac)
     }
+
+    /// The shortest text of the same number: no `+`, no leading or trailing zeros, no `-0`
+    /// (`+001.500` → `1.5`, `-0.00` → `0`). Special values and text that is not a number are kept.
+    public static func normalized(_ text: String) -> String {
+        guard isValid(text), !text.hasSuffix("Infinity"), text != "NaN" else { return text }
+        var s = Substring(text)
+        var negative = false
+        if s.first == "+" || s.first == "-" {
+            negative = s.first == "-"
+            s = s.dropFirst()
+        }
+        var whole = s
+        var fraction: Substring = ""
+        if let dot = s.firstIndex(of: ".") {
+            whole = s[..<dot]
+            fraction = s[s.index(after: dot)...]
+        }
+        while whole.first == "0" { whole = whole.dropFirst() }
+        while fraction.last == "0" { fraction = fraction.dropLast() }
+        let digits = (whole.isEmpty ? "0" : String(whole)) + (fraction.isEmpty ? "" : "." + fraction)
+        return negative && digits != "0" ? "-" + digits : digits
+    }
 }

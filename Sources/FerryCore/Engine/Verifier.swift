@@ -1,0 +1,259 @@
+import Foundation
+
+/// Compares tables in two databases value by value, through each side's logical types:
+/// row counts, then an order-independent digest per key bucket (one streamed pass per side,
+/// memory independent of the table's size), then, only for the buckets that differ, a second
+/// pass that names the differing keys and columns.
+public struct Verifier: Sendable {
+    public struct Options: Sendable {
+        public var tables: [TableName] = []
+        public var exclude: [TableName] = []
+        public var keys: [TableName: [String]] = [:]
+        /// Key buckets of the first pass; more buckets make the second pass read less.
+        public var buckets: Int = 4096
+        /// Differences listed per table.
+        public var maxReported: Int = 20
+        public var batchSize: Int = 10_000
+        public init() {}
+    }
+
+    /// One difference between the two sides.
+    public struct Difference: Sendable, Codable, Equatable {
+        /// `changed`, `missing in target` or `extra in target`.
+        public var kind: String
+        /// `(id=5)`.
+        public var key: String
+        /// For `changed`: the columns whose values differ.
+        public var columns: [String]
+
+        public init(kind: String, key: String, columns: [String]) {
+            self.kind = kind
+            self.key = key
+            self.columns = columns
+        }
+    }
+
+    public struct TableReport: Sendable, Codable {
+        public var source: String
+        public var target: String
+        public var sourceRows: Int64
+        public var targetRows: Int64
+        /// `equal`, `different`, or `failed`.
+        public var status: String
+        public var differences: [Difference]
+        /// True when there were more differences than `maxReported`.
+        public var truncated: Bool
+        public var error: String?
+        public var seconds: Double
+    }
+
+    public struct Report: Sendable, Codable {
+        public var source: String
+        public var target: String
+        public var tables: [TableReport]
+        public var equal: Bool { tables.allSatisfy { $0.status == "equal" } }
+    }
+
+    public init() {}
+
+    public func verify(source: any Connection, target: any Connection, options: Options) throws -> Report {
+        let available = try source.listTables().map(\.name)
+        var chosen: [TableName] = []
+        if options.tables.isEmpty {
+            chosen = available
+        } else {
+            for wanted in options.tables {
+                var hits = available.filter { $0.matches(wanted) }
+                if hits.isEmpty, try source.tableExists(wanted) { hits = [wanted] }
+                guard !hits.isEmpty else { throw FerryError.tableNotFound(table: wanted, endpoint: source.endpoint.redacted) }
+                chosen += hits.filter { !chosen.contains($0) }
+            }
+        }
+        chosen.removeAll { t in options.exclude.contains { t.matches($0) } }
+        var reports: [TableReport] = []
+        for table in chosen {
+            let started = Date()
+            do {
+                var r = try verifyTable(table, source: source, target: target, options: options)
+                r.seconds = Date().timeIntervalSince(started)
+                reports.append(r)
+            } catch {
+                reports.append(TableReport(
+                    source: table.description, target: table.unqualified.description, sourceRows: 0, targetRows: 0, status: "failed",
+                    differences: [], truncated: false, error: "\(error)", seconds: Date().timeIntervalSince(started)))
+            }
+        }
+        return Report(source: source.endpoint.redacted, target: target.endpoint.redacted, tables: reports)
+    }
+
+    /// What one pass over one side yields.
+    private struct Digest {
+        var rows: Int64 = 0
+        var sums: [UInt64]
+        var counts: [UInt32]
+        init(buckets: Int) {
+            sums = Array(repeating: 0, count: buckets)
+            counts = Array(repeating: 0, count: buckets)
+        }
+    }
+
+    private func verifyTable(_ table: TableName, source: any Connection, target: any Connection, options: Options) throws -> TableReport {
+        let sourceSchema = try source.describe(table)
+        let targetName = table.unqualified
+        guard try target.tableExists(targetName) else {
+            throw FerryError.tableNotFound(table: targetName, endpoint: target.endpoint.redacted)
+        }
+        let targetSchema = try target.describe(targetName)
+        // The source's carried columns, read on both sides under the source's logical types.
+        let columns = sourceSchema.columns.filter { c in
+            c.logicalType.isSupported && !c.generated && targetSchema.column(named: c.name) != nil
+        }
+        let targetColumns = columns.compactMap { c -> Column? in
+            guard var t = targetSchema.column(named: c.name) else { return nil }
+            t.logicalType = c.logicalType
+            return t
+        }
+        var key = sourceSchema.preferredKey?.columns ?? []
+        if let user = options.keys.first(where: { table.matches($0.key) })?.value { key = user }
+        let keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k } }
+        let keyed = !key.isEmpty && keyIndexes.count == key.count
+        let types = columns.map(\.logicalType)
+        let buckets = max(1, options.buckets)
+
+        // Pass 1: both sides at once, on two threads.
+        func digest(_ c: any Connection, _ schema: TableSchema, _ cols: [Column]) throws -> Digest {
+            var d = Digest(buckets: buckets)
+            let reader = try c.reader(table: schema, columns: cols, keyRange: nil, batchSize: options.batchSize)
+            defer { reader.close() }
+            while let batch = try reader.next() {
+                for r in 0..<batch.count {
+                    let row = Self.canonical(batch.row(r, types: types))
+                    let b = keyed ? Self.bucket(row, keyIndexes, buckets) : 0
+                    d.sums[b] &+= Self.rowHash(row)
+                    d.counts[b] &+= 1
+                }
+                d.rows += Int64(batch.count)
+            }
+            return d
+        }
+        let (a, b) = try both({ try digest(source, sourceSchema, columns) }, { try digest(target, targetSchema, targetColumns) })
+        let differing = Set((0..<buckets).filter { a.sums[$0] != b.sums[$0] || a.counts[$0] != b.counts[$0] })
+        var report = TableReport(
+            source: table.description, target: targetName.description, sourceRows: a.rows, targetRows: b.rows,
+            status: differing.isEmpty ? "equal" : "different", differences: [], truncated: false, error: nil, seconds: 0)
+        guard !differing.isEmpty else { return report }
+        guard keyed else {
+            report.error = "the table has no key: differences cannot be narrowed to rows (name one with --key)"
+            return report
+        }
+
+        // Pass 2: only the rows of differing buckets, by key.
+        func collect(_ c: any Connection, _ schema: TableSchema, _ cols: [Column]) throws -> [[Value]: [Value]] {
+            var rows: [[Value]: [Value]] = [:]
+            let reader = try c.reader(table: schema, columns: cols, keyRange: nil, batchSize: options.batchSize)
+            defer { reader.close() }
+            while let batch = try reader.next() {
+                for r in 0..<batch.count {
+                    let row = Self.canonical(batch.row(r, types: types))
+                    guard differing.contains(Self.bucket(row, keyIndexes, buckets)) else { continue }
+                    rows[keyIndexes.map { row[$0] }] = row
+                }
+            }
+            return rows
+        }
+        let (left, right) = try both({ try collect(source, sourceSchema, columns) }, { try collect(target, targetSchema, targetColumns) })
+        func keyText(_ k: [Value]) -> String {
+            "(" + zip(key, k).map { "\($0)=\($1)" }.joined(separator: ", ") + ")"
+        }
+        var found: [Difference] = []
+        for (k, row) in left {
+            if let other = right[k] {
+                if other != row {
+                    let cols = zip(columns, zip(row, other)).filter { $1.0 != $1.1 }.map { $0.0.name }
+                    found.append(Difference(kind: "changed", key: keyText(k), columns: cols))
+                }
+            } else {
+                found.append(Difference(kind: "missing in target", key: keyText(k), columns: []))
+            }
+        }
+        for k in right.keys where left[k] == nil {
+            found.append(Difference(kind: "extra in target", key: keyText(k), columns: []))
+        }
+        found.sort { ($0.key, $0.kind) < ($1.key, $1.kind) }
+        report.truncated = found.count > options.maxReported
+        report.differences = Array(found.prefix(options.maxReported))
+        return report
+    }
+
+    /// Values as compared: decimals by their numeric value (`1.50` and `1.5` are equal: engines
+    /// pad to the column's scale), everything else exactly.
+    static func canonical(_ row: [Value]) -> [Value] {
+        row.map { v in
+            guard case .decimal(let s) = v else { return v }
+            return .decimal(DecimalText.normalized(s))
+        }
+    }
+
+    static func bucket(_ row: [Value], _ keyIndexes: [Int], _ buckets: Int) -> Int {
+        var h = StableHash()
+        for i in keyIndexes { h.add(row[i]) }
+        return Int(h.value % UInt64(buckets))
+    }
+
+    static func rowHash(_ row: [Value]) -> UInt64 {
+        var h = StableHash()
+        for v in row { h.add(v) }
+        return h.value
+    }
+
+    /// Runs two reads at once (each on its own connection and thread).
+    private func both<A, B>(_ a: @escaping () throws -> A, _ b: @escaping () throws -> B) throws -> (A, B) {
+        let box = Handoff<(Result<A, any Error>?, () throws -> A)>((nil, a))
+        let worker = Worker(name: "ferry-verify") { box.value.0 = Result { try box.value.1() } }
+        let right = Result { try b() }
+        worker.join()
+        guard let left = box.value.0 else { throw FerryError.invalidOption("verification did not run") }
+        return (try left.get(), try right.get())
+    }
+}
+
+/// FNV-1a over each value's type tag and canonical bytes: the same on both sides and across
+/// runs (Swift's Hasher is seeded per process).
+struct StableHash {
+    var value: UInt64 = 0xCBF2_9CE4_8422_2325
+
+    mutating func byte(_ b: UInt8) {
+        value ^= UInt64(b)
+        value &*= 0x0000_0100_0000_01B3
+    }
+
+    mutating func int(_ v: UInt64) {
+        var x = v
+        for _ in 0..<8 {
+            byte(UInt8(x & 0xff))
+            x >>= 8
+        }
+    }
+
+    mutating func bytes<S: Sequence>(_ s: S) where S.Element == UInt8 {
+        for b in s { byte(b) }
+        byte(0xFF)
+    }
+
+    mutating func add(_ v: Value) {
+        switch v {
+        case .null: byte(0)
+        case .bool(let b): byte(1); byte(b ? 1 : 0)
+        case .int(let i): byte(2); int(UInt64(bitPattern: i))
+        case .double(let d): byte(3); int(d.bitPattern)
+        case .decimal(let s): byte(4); bytes(s.utf8)
+        case .text(let s): byte(5); bytes(s.utf8)
+        case .binary(let b): byte(6); bytes(b)
+        case .date(let d): byte(7); int(UInt64(bitPattern: d))
+        case .time(let t): byte(8); int(UInt64(bitPattern: t))
+        case .timestamp(let t): byte(9); int(UInt64(bitPattern: t))
+        case .uuid(let u): byte(10); bytes(u)
+        case .json(let s): byte(11); bytes(s.utf8)
+        }
+    }
+}
