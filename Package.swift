@@ -3,7 +3,7 @@ import PackageDescription
 
 let package = Package(
     name: "Ferry",
-    platforms: [.macOS(.v13), .iOS(.v16)],
+    platforms: [.macOS(.v14), .iOS(.v17)],
     products: [
         .library(name: "FerryCore", targets: ["FerryCore"]),
         .library(name: "FerrySQLite", targets: ["FerrySQLite"]),

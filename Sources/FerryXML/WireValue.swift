@@ -115,7 +115,7 @@ public enum WireValue {
             guard DecimalText.isValid(text()) else { throw bad("a decimal number") }
             column.append(bytes: bytes)
         case .text, .json, .enumeration, .unsupported:
-            guard String(validating: bytes, as: UTF8.self) != nil else {
+            guard bytes.withUnsafeBytes({ XMLText.isValidUTF8($0) }) else {
                 throw WireValueError(message: "text is not valid UTF-8")
             }
             column.append(bytes: bytes)

@@ -7,12 +7,22 @@ public enum XMLText {
     /// True when `bytes` (UTF-8) can travel as escaped XML text; false when it needs base64
     /// (C0 controls other than TAB, LF and CR, or invalid UTF-8, or U+FFFE/U+FFFF).
     public static func isRepresentable(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        isXMLText(bytes, controlsAllowed: false)
+    }
+
+    /// True when `bytes` is valid UTF-8 (any control characters allowed): what a document must be
+    /// before a parser sees it. (`String(validating:)` needs macOS 15; this builds everywhere.)
+    public static func isValidUTF8(_ bytes: UnsafeRawBufferPointer) -> Bool {
+        isXMLText(bytes, controlsAllowed: true)
+    }
+
+    static func isXMLText(_ bytes: UnsafeRawBufferPointer, controlsAllowed: Bool) -> Bool {
         var i = 0
         let n = bytes.count
         while i < n {
             let b = bytes[i]
             if b < 0x20 {
-                if b != 0x09 && b != 0x0A && b != 0x0D { return false }
+                if !controlsAllowed && b != 0x09 && b != 0x0A && b != 0x0D { return false }
                 i += 1
             } else if b < 0x80 {
                 i += 1
@@ -27,7 +37,7 @@ public enum XMLText {
                     let b1 = bytes[i + 1]
                     if b == 0xE0 && b1 < 0xA0 { return false }
                     if b == 0xED && b1 >= 0xA0 { return false }  // surrogates
-                    if b == 0xEF && b1 == 0xBF && (bytes[i + 2] == 0xBE || bytes[i + 2] == 0xBF) { return false }
+                    if !controlsAllowed && b == 0xEF && b1 == 0xBF && (bytes[i + 2] == 0xBE || bytes[i + 2] == 0xBF) { return false }
                 }
                 if len == 4 {
                     let b1 = bytes[i + 1]
