@@ -86,6 +86,27 @@ public struct XMLService: Sendable {
         }
     }
 
+    /// Runs `body` in one transaction on `c`: committed when it returns, rolled back when it throws.
+    static func transaction<T>(_ c: any Connection, _ body: () throws -> T) throws -> T {
+        try c.begin()
+        do {
+            let result = try body()
+            try c.commit()
+            return result
+        } catch {
+            try? c.rollback()
+            throw error
+        }
+    }
+
+    /// The `?into=TABLE` of merge and swap.
+    static func into(_ request: Request, for action: String) throws -> TableName {
+        guard let into = request.uri.queryParameters["into"].map({ TableName(parsing: String($0)) }) else {
+            throw ServiceError.badRequest("\(action) needs ?into=TABLE")
+        }
+        return into
+    }
+
     static func applied(_ counts: [(String, Int)]) -> Data {
         var out = Array("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<applied".utf8)
         for (k, v) in counts { out += Array(" \(k)=\"\(v)\"".utf8) }
@@ -179,12 +200,9 @@ public struct XMLService: Sendable {
                 if try c.tableExists(schema.name) {
                     throw FerryError.targetTableExists(table: schema.name, endpoint: "this service")
                 }
-                try c.begin()
                 do {
-                    try c.createTable(schema, named: schema.name)
-                    try c.commit()
+                    try Self.transaction(c) { try c.createTable(schema, named: schema.name) }
                 } catch {
-                    try? c.rollback()
                     if !c.dialect.supportsTransactionalDDL { try? c.dropTable(schema.name) }
                     throw error
                 }
@@ -199,9 +217,7 @@ public struct XMLService: Sendable {
                 let c = try service.open(write: true)
                 defer { c.close() }
                 let t = try service.served(name, in: c)
-                try c.begin()
-                try c.dropTable(t)
-                try c.commit()
+                try Self.transaction(c) { try c.dropTable(t) }
             }
             return service.xml(Self.applied([("dropped", 1)]))
         }
@@ -220,17 +236,12 @@ public struct XMLService: Sendable {
                     return col
                 }
                 let writer = try c.writer(table: t, columns: columns)
-                try c.begin()
-                do {
+                return try Self.transaction(c) {
                     let (_, rows) = try XMLRowsDecoder(columns: columns, batchSize: 10_000).decode(data) { batch in
                         try writer.write(batch)
                     }
                     try writer.finish()
-                    try c.commit()
                     return rows
-                } catch {
-                    try? c.rollback()
-                    throw error
                 }
             }
             return service.xml(Self.applied([("inserted", inserted)]))
@@ -240,34 +251,34 @@ public struct XMLService: Sendable {
         // the staging table: how the http driver appends without leaving half a load behind.
         router.post("/v1/tables/:table/merge") { request, context -> Response in
             let staging = try service.tableParameter(context)
-            guard let into = request.uri.queryParameters["into"].map({ TableName(parsing: String($0)) }) else {
-                throw ServiceError.badRequest("merge needs ?into=TABLE")
-            }
+            let into = try Self.into(request, for: "merge")
             let moved = try await Offload.run { () -> Int in
                 let c = try service.open(write: true)
                 defer { c.close() }
+                // A second connection reads the (committed) staging table while the first writes:
+                // batches stream through, memory stays flat whatever the size of the load.
+                let r = try service.open(write: false)
+                defer { r.close() }
                 let from = try service.served(staging, in: c)
                 let to = try service.served(into, in: c)
                 let schema = try c.describe(from)
-                try c.begin()
-                do {
-                    let reader = try c.reader(table: schema, columns: schema.columns, keyRange: nil, batchSize: 10_000)
-                    var batches: [RowBatch] = []
-                    while let b = try reader.next() { batches.append(b) }
-                    reader.close()
+                return try Self.transaction(c) {
+                    let reader = try r.reader(table: schema, columns: schema.columns, keyRange: nil, batchSize: 10_000)
                     let writer = try c.writer(table: to, columns: schema.columns)
                     var n = 0
-                    for b in batches {
-                        try writer.write(b)
-                        n += b.count
+                    do {
+                        while let b = try reader.next() {
+                            try writer.write(b)
+                            n += b.count
+                        }
+                        try writer.finish()
+                    } catch {
+                        reader.close()
+                        throw error
                     }
-                    try writer.finish()
+                    reader.close()
                     try c.dropTable(from)
-                    try c.commit()
                     return n
-                } catch {
-                    try? c.rollback()
-                    throw error
                 }
             }
             return service.xml(Self.applied([("inserted", moved)]))
@@ -275,21 +286,12 @@ public struct XMLService: Sendable {
 
         router.post("/v1/tables/:table/swap") { request, context -> Response in
             let staging = try service.tableParameter(context)
-            guard let into = request.uri.queryParameters["into"].map({ TableName(parsing: String($0)) }) else {
-                throw ServiceError.badRequest("swap needs ?into=TABLE")
-            }
+            let into = try Self.into(request, for: "swap")
             try await Offload.run {
                 let c = try service.open(write: true)
                 defer { c.close() }
                 let from = try service.served(staging, in: c)
-                try c.begin()
-                do {
-                    try c.swapTable(from, into: into)
-                    try c.commit()
-                } catch {
-                    try? c.rollback()
-                    throw error
-                }
+                try Self.transaction(c) { try c.swapTable(from, into: into) }
             }
             return service.xml(Self.applied([("swapped", 1)]))
         }
@@ -316,8 +318,7 @@ public struct XMLService: Sendable {
                     return col
                 }
                 let set = try ChangeSet.decode(data, columns: columns, key: keyColumns)
-                try c.begin()
-                do {
+                return try Self.transaction(c) {
                     if !set.inserts.isEmpty {
                         let w = try c.writer(table: t, columns: columns)
                         try w.write(set.inserts)
@@ -325,11 +326,7 @@ public struct XMLService: Sendable {
                     }
                     let upserted = set.upserts.isEmpty ? 0 : try c.upsertRows(table: t, columns: columns, key: key, rows: set.upserts)
                     let deleted = set.deletes.isEmpty ? 0 : try c.deleteRows(table: t, key: keyColumns, keys: set.deletes)
-                    try c.commit()
                     return [("inserted", set.inserts.count), ("upserted", upserted), ("deleted", deleted)]
-                } catch {
-                    try? c.rollback()
-                    throw error
                 }
             }
             return service.xml(Self.applied(counts))
@@ -341,9 +338,7 @@ public struct XMLService: Sendable {
                 let c = try service.open(write: true)
                 defer { c.close() }
                 let t = try service.served(name, in: c)
-                try c.begin()
-                try c.resetSerial(t, schema: try c.describe(t))
-                try c.commit()
+                try Self.transaction(c) { try c.resetSerial(t, schema: try c.describe(t)) }
             }
             return service.xml(Self.applied([("reset", 1)]))
         }

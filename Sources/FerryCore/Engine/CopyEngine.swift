@@ -21,25 +21,10 @@ public struct CopyEngine: Sendable {
     /// Describes the source tables and decides, for each, what the target gets. Touches nothing.
     public func plan(source: any Connection, target: any Connection, options: CopyOptions) throws -> CopyPlan {
         var warnings: [String] = []
-        let available = try source.listTables().map(\.name).filter { t in
-            options.schemas.isEmpty || options.schemas.contains(t.schema ?? source.defaultSchema)
-        }
-        var chosen: [TableName] = []
-        if options.tables.isEmpty {
-            chosen = available
-        } else {
-            for wanted in options.tables {
-                var hits = available.filter { $0.matches(wanted) }
-                // Relations that are not listed (views) are copied when named exactly.
-                if hits.isEmpty, try source.tableExists(wanted) { hits = [wanted] }
-                guard !hits.isEmpty else { throw FerryError.tableNotFound(table: wanted, endpoint: source.endpoint.redacted) }
-                for h in hits where !chosen.contains(h) { chosen.append(h) }
-            }
-        }
+        let (chosen, available) = try Self.selectTables(in: source, tables: options.tables, exclude: options.exclude, schemas: options.schemas)
         for ex in options.exclude where !available.contains(where: { $0.matches(ex) }) {
             warnings.append("--exclude \(ex) matches no table in \(source.endpoint.redacted)")
         }
-        chosen.removeAll { t in options.exclude.contains { t.matches($0) } }
         for (t, _) in options.keys where !chosen.contains(where: { $0.matches(t) }) {
             warnings.append("--key \(t)=… names a table that is not being copied")
         }
@@ -90,6 +75,31 @@ public struct CopyEngine: Sendable {
         return CopyPlan(
             source: source.endpoint.redacted, target: target.endpoint.redacted, mode: options.mode,
             tables: tables, warnings: warnings)
+    }
+
+    /// The tables a copy or a verify works on: every listed table (in `schemas` when given), or
+    /// those named (a named relation that is not listed, such as a view, is taken as named),
+    /// less the excluded ones. A name that matches nothing is an error. Also returns every table
+    /// listed, for warnings.
+    public static func selectTables(
+        in source: any Connection, tables: [TableName], exclude: [TableName], schemas: [String] = []
+    ) throws -> (chosen: [TableName], listed: [TableName]) {
+        let available = try source.listTables().map(\.name).filter { t in
+            schemas.isEmpty || schemas.contains(t.schema ?? source.defaultSchema)
+        }
+        var chosen: [TableName] = []
+        if tables.isEmpty {
+            chosen = available
+        } else {
+            for wanted in tables {
+                var hits = available.filter { $0.matches(wanted) }
+                if hits.isEmpty, try source.tableExists(wanted) { hits = [wanted] }
+                guard !hits.isEmpty else { throw FerryError.tableNotFound(table: wanted, endpoint: source.endpoint.redacted) }
+                for h in hits where !chosen.contains(h) { chosen.append(h) }
+            }
+        }
+        chosen.removeAll { t in exclude.contains { t.matches($0) } }
+        return (chosen, available)
     }
 
     // MARK: Running

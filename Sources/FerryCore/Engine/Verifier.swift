@@ -57,19 +57,7 @@ public struct Verifier: Sendable {
     public init() {}
 
     public func verify(source: any Connection, target: any Connection, options: Options) throws -> Report {
-        let available = try source.listTables().map(\.name)
-        var chosen: [TableName] = []
-        if options.tables.isEmpty {
-            chosen = available
-        } else {
-            for wanted in options.tables {
-                var hits = available.filter { $0.matches(wanted) }
-                if hits.isEmpty, try source.tableExists(wanted) { hits = [wanted] }
-                guard !hits.isEmpty else { throw FerryError.tableNotFound(table: wanted, endpoint: source.endpoint.redacted) }
-                chosen += hits.filter { !chosen.contains($0) }
-            }
-        }
-        chosen.removeAll { t in options.exclude.contains { t.matches($0) } }
+        let chosen = try CopyEngine.selectTables(in: source, tables: options.tables, exclude: options.exclude).chosen
         var reports: [TableReport] = []
         for table in chosen {
             let started = Date()
