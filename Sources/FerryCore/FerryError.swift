@@ -19,6 +19,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     case targetTableExists(table: TableName, endpoint: String)
     /// Keyed work on a table that has no primary key, no usable unique key and no `--key`.
     case noKey(table: TableName)
+    /// A key named with `--key` that two rows share.
+    case keyNotUnique(table: TableName, key: [String], value: String)
     /// A column named by the user that the table does not have.
     case columnNotFound(table: TableName, column: String)
     /// A value that cannot travel as it is (narrowing, wrong storage class, bad text form).
@@ -56,6 +58,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
             return "table \(table) already exists in \(endpoint); use --mode replace to overwrite it, --mode append to add rows, or --exclude \(table)"
         case let .noKey(table):
             return "table \(table) has no primary key and no unique key over NOT NULL columns; name one with --key \(table)=col1,col2"
+        case let .keyNotUnique(table, key, value):
+            return "--key \(table)=\(key.joined(separator: ",")) is not unique: two rows have \(value); name columns that identify one row"
         case let .columnNotFound(table, column):
             return "table \(table) has no column \(column)"
         case let .invalidValue(table, column, key, message):

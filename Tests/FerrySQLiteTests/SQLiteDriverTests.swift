@@ -266,3 +266,22 @@ final class TypeMappingDocTests: XCTestCase {
         }
     }
 }
+
+final class UserKeyTests: XCTestCase {
+    func testANamedKeyThatIsNotUniqueFailsBeforeAnythingIsWritten() throws {
+        let folder = try TemporaryFolder()
+        let src = try SQLiteConnection(endpoint: Endpoint(parsing: "sqlite:" + folder.path("k.db")), role: .target)
+        try src.execute("CREATE TABLE events (day TEXT, n INT, note TEXT); INSERT INTO events VALUES ('mon', 1, 'a'), ('tue', 1, 'b'), ('mon', 2, 'c'), ('mon', 1, 'dup')")
+        let dst = try SQLiteConnection(endpoint: Endpoint(parsing: "sqlite:" + folder.path("k2.db")), role: .target)
+        let engine = CopyEngine(registry: DriverRegistry([SQLiteDriver()]))
+        var o = CopyOptions()
+        o.keys = [TableName("events"): ["day", "n"]]
+        XCTAssertThrowsError(try engine.plan(source: src, target: dst, options: o)) { e in
+            XCTAssertEqual("\(e)", "--key events=day,n is not unique: two rows have (day='mon', n=1); name columns that identify one row")
+        }
+        XCTAssertTrue(try dst.listTables().isEmpty)
+        o.keys = [TableName("events"): ["day", "n", "note"]]
+        let plan = try engine.plan(source: src, target: dst, options: o)
+        XCTAssertEqual(plan.tables.first?.key, TableKey(columns: ["day", "n", "note"], origin: .user))
+    }
+}

@@ -49,6 +49,7 @@ public struct CopyEngine: Sendable {
                     throw FerryError.columnNotFound(table: name, column: c)
                 }
                 key = TableKey(columns: user, origin: .user)
+                try checkUnique(user, of: schema, in: source)
             }
 
             let carriedNames = Set(carried.map(\.name))
@@ -75,6 +76,26 @@ public struct CopyEngine: Sendable {
         return CopyPlan(
             source: source.endpoint.redacted, target: target.endpoint.redacted, mode: options.mode,
             tables: tables, warnings: warnings)
+    }
+
+    /// Fails when two rows share the values of `key` (a key the user named, which no constraint
+    /// guarantees): one streamed pass in key order, comparing neighbours — before anything is written.
+    func checkUnique(_ key: [String], of schema: TableSchema, in source: any Connection) throws {
+        let columns = key.compactMap { schema.column(named: $0) }
+        let types = columns.map(\.logicalType)
+        let reader = try source.reader(table: schema, columns: columns, keyRange: KeyRange(key: key), batchSize: 10_000)
+        defer { reader.close() }
+        var previous: [Value]?
+        while let batch = try reader.next() {
+            for r in 0..<batch.count {
+                let row = batch.row(r, types: types)
+                if row == previous {
+                    let shown = zip(key, row).map { "\($0)=\($1)" }.joined(separator: ", ")
+                    throw FerryError.keyNotUnique(table: schema.name, key: key, value: "(" + shown + ")")
+                }
+                previous = row
+            }
+        }
     }
 
     /// The tables a copy or a verify works on: every listed table (in `schemas` when given), or
