@@ -134,11 +134,10 @@ public final class SQLiteConnection: Connection {
         let q = { (s: String) in self.dialect.quote(s) }
         // A single integer serial primary key becomes SQLite's own serial: INTEGER PRIMARY KEY.
         var inlinePK: String?
-        if schema.primaryKey.count == 1, let c = schema.column(named: schema.primaryKey[0]), let serial = c.serial,
+        if schema.primaryKey.count == 1, let c = schema.column(named: schema.primaryKey[0]), c.isSerial,
            [.int16, .int32, .int64].contains(c.logicalType)
         {
             inlinePK = c.name
-            _ = serial
         }
         var parts: [String] = []
         for c in schema.columns {
