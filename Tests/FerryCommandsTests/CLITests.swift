@@ -180,6 +180,28 @@ final class CLITests: XCTestCase {
     }
 }
 
+/// `ferry copy` from the command line through PostgreSQL and MySQL and back.
+final class ServerCLITests: XCTestCase {
+    func testCopyThroughEachServer() throws {
+        let folder = try TemporaryFolder()
+        let chinook = CLITests.chinookPath
+        for variable in ["FERRY_TEST_POSTGRES_URL", "FERRY_TEST_MYSQL_URL"] {
+            guard let url = try TestDatabases.serverURL(variable) else { throw XCTSkip("\(variable) not set (run scripts/test)") }
+            let there = try CLITests.run(CLITests.binaryURL, ["copy", "-q", "--mode", "replace", "--tables", "Artist,Album", "sqlite:" + chinook, url])
+            XCTAssertEqual(there.code, 0, there.err)
+            XCTAssertFalse(there.err.contains(try Endpoint(parsing: url).password ?? "-"), "password printed")
+            let back = folder.path("back-\(variable).db")
+            let r = try CLITests.run(CLITests.binaryURL, ["copy", "-q", "--tables", "Artist,Album", "--verify", url, "sqlite:" + back])
+            XCTAssertEqual(r.code, 0, r.err)
+            XCTAssertTrue(r.out.contains("Artist: equal (275 rows in the source, 275 in the target)"), r.out)
+            let v = try CLITests.run(CLITests.binaryURL, ["verify", "--tables", "Artist,Album", "sqlite:" + chinook, "sqlite:" + back])
+            XCTAssertEqual(v.code, 0, v.out + v.err)
+            let d = try CLITests.run(CLITests.binaryURL, ["describe", url, "Album"])
+            XCTAssertTrue(d.out.contains("primary key: (AlbumId)"), d.out)
+        }
+    }
+}
+
 /// A test that needs a server fails (not skips) under CI=true when scripts/test did not start it.
 final class TestServicesTests: XCTestCase {
     func testServerURLsArePresentInCI() throws {
