@@ -50,7 +50,7 @@ final class MySQLReader: BatchReader {
         }
         self.kinds = kinds
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + d.quote(table.name)
-        if let range = keyRange { sql += try range.sqlSuffix(dialect: d) { try Self.literals($0, connection) } }
+        if let range = keyRange { sql += range.sqlSuffix(dialect: d) { Self.literals($0, connection) } }
         let rc = sql.withCString { mysql_real_query(connection.mysql, $0, UInt(strlen($0))) }
         guard rc == 0 else {
             let e = connection.error(sql: sql)
@@ -64,19 +64,13 @@ final class MySQLReader: BatchReader {
         result = r
     }
 
-    static func literals(_ values: [Value], _ c: MySQLConnection) throws -> String {
-        try values.map { v -> String in
+    static func literals(_ values: [Value], _ c: MySQLConnection) -> String {
+        values.map { v -> String in
             switch v {
             case .null: return "NULL"
-            case .bool(let b): return b ? "1" : "0"
-            case .int(let i): return String(i)
-            case .double(let d): return String(d)
-            case .decimal(let s), .text(let s), .json(let s): return c.myDialect.literal(s)
-            case .date(let d): return c.myDialect.literal(Temporal.formatDate(d))
-            case .time(let t): return c.myDialect.literal(Temporal.formatTime(t))
-            case .timestamp(let t): return c.myDialect.literal(Temporal.formatTimestamp(t))
-            case .uuid(let u): return c.myDialect.literal(UUIDText.format(u))
             case .binary(let b): return "X'" + b.map { String(format: "%02X", $0) }.joined() + "'"
+            case .bool, .int, .double: return v.canonicalText ?? "NULL"
+            default: return c.myDialect.literal(v.canonicalText ?? "")
             }
         }.joined(separator: ", ")
     }

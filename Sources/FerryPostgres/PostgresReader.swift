@@ -72,18 +72,19 @@ final class PostgresReader: BatchReader {
     /// Key values as SQL literals (COPY takes no parameters).
     static func literals(_ values: [Value], _ c: PostgresConnection) throws -> String {
         try values.map { v -> String in
+            guard let text = v.canonicalText else {
+                if v.isNull { return "NULL" }
+                throw FerryError.invalidOption("binary key columns cannot bound a key range")
+            }
             switch v {
-            case .null: return "NULL"
-            case .bool(let b): return b ? "true" : "false"
-            case .int(let i): return String(i)
-            case .double(let d): return c.pgDialect.literal(DecimalText.exact(d)) + "::float8"
-            case .decimal(let s): return c.pgDialect.literal(s) + "::numeric"
-            case .text(let s), .json(let s): return c.pgDialect.literal(s)
-            case .date(let d): return c.pgDialect.literal(Temporal.formatDate(d)) + "::date"
-            case .time(let t): return c.pgDialect.literal(Temporal.formatTime(t)) + "::time"
-            case .timestamp(let t): return c.pgDialect.literal(Temporal.formatTimestamp(t)) + "::timestamp"
-            case .uuid(let u): return c.pgDialect.literal(UUIDText.format(u)) + "::uuid"
-            case .binary: throw FerryError.invalidOption("binary key columns cannot bound a key range")
+            case .bool, .int: return text
+            case .double: return c.pgDialect.literal(text) + "::float8"
+            case .decimal: return c.pgDialect.literal(text) + "::numeric"
+            case .date: return c.pgDialect.literal(text) + "::date"
+            case .time: return c.pgDialect.literal(text) + "::time"
+            case .timestamp: return c.pgDialect.literal(text) + "::timestamp"
+            case .uuid: return c.pgDialect.literal(text) + "::uuid"
+            default: return c.pgDialect.literal(text)
             }
         }.joined(separator: ", ")
     }

@@ -56,6 +56,22 @@ public enum Value: Sendable, Hashable, CustomStringConvertible {
 
     public var isNull: Bool { if case .null = self { return true } else { return false } }
 
+    /// The canonical text of the value (what SQL literals and key bounds are built from);
+    /// nil for NULL and for binary, which has no text form.
+    public var canonicalText: String? {
+        switch self {
+        case .null, .binary: return nil
+        case .bool(let v): return v ? "true" : "false"
+        case .int(let v): return String(v)
+        case .double(let v): return v.isNaN ? "NaN" : v.isInfinite ? (v < 0 ? "-Infinity" : "Infinity") : "\(v)"
+        case .decimal(let v), .text(let v), .json(let v): return v
+        case .date(let v): return Temporal.formatDate(v)
+        case .time(let v): return Temporal.formatTime(v)
+        case .timestamp(let v): return Temporal.formatTimestamp(v)
+        case .uuid(let v): return UUIDText.format(v)
+        }
+    }
+
     /// The value in one line, for messages: text quoted and cut at 60 characters, binary as hex.
     public var description: String {
         switch self {
