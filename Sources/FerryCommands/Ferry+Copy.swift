@@ -27,6 +27,20 @@ extension Ferry {
                   ferry copy postgres://dba@db/shop sqlite:shop.db --schema public --jobs 4
                   ferry copy mysql://app@db/shop postgres://dba@pg/shop --zero-dates null
                   ferry copy http://127.0.0.1:8080/ sqlite:laptop.db --token-file token.txt
+                  ferry copy postgres://dba@db/pagila sqlite:p.db --cast 'type text[] to json' --cast 'column film.fulltext to skip'
+                  ferry copy mysql://app@db/shop postgres://dba@pg/shop --cast 'type tinyint when width 1 to boolean using tinyint-to-boolean'
+
+                Cast rules (--cast, repeatable, or one per line of --casts FILE; first match wins):
+                  type NATIVE [when GUARD [and GUARD]] to TARGET [using TRANSFORM[,TRANSFORM]]
+                  column TABLE.COLUMN to TARGET [using TRANSFORM[,TRANSFORM]]
+                NATIVE is the source type as `ferry describe` prints it. GUARDs: unsigned, signed,
+                serial, not serial, nullable, not null, width|length|precision|scale [= != < <= > >=] N.
+                TARGET: a logical type (boolean, int16, int32, int64, decimal(p,s), float32, float64,
+                text, text(n), char(n), binary, date, time(p), timestamp(p) [with time zone], uuid,
+                json), a native type of the target (varchar(20), jsonb, mediumtext), or skip.
+                `text` and `json` carry the source's own text or JSON form (arrays, ranges, geometry).
+                TRANSFORMs: \(CastTransform.allCases.map { "\n                  \($0.rawValue): \($0.summary)" }.joined())
+                --dry-run shows which rule (or which type map) decided each column.
                 """)
 
         @Argument(help: "The database to read from (URL).")
@@ -59,6 +73,12 @@ extension Ferry {
         enum ZeroDates: String, ExpressibleByArgument, CaseIterable {
             case error, null
         }
+
+        @Option(name: .long, help: "A cast rule, e.g. 'type int[] to text' (repeatable; see below).")
+        var cast: [String] = []
+
+        @Option(name: .long, help: "A file of cast rules, one per line (# comments).")
+        var casts: [String] = []
 
         @Option(name: .long, help: "Bearer token file for http(s):// endpoints (else the URL's password or FERRY_TOKEN).")
         var tokenFile: String?
@@ -96,6 +116,7 @@ extension Ferry {
             options.jobs = jobs
             options.batchSize = batchSize
             for k in key { if let (t, cols) = parseKeyOption(k) { options.keys[t] = cols } }
+            options.casts = try CastRuleSet.load(options: cast, files: casts)
 
             let registry = Ferry.registry
             var sourceEndpoint = try Endpoint(parsing: source)
@@ -142,6 +163,14 @@ extension Ferry {
                 var v = Verifier.Options()
                 v.tables = plan.tables.map(\.source)
                 v.keys = options.keys
+                for t in plan.tables {
+                    let cast = Set(t.conversions.map { t.columns[$0.index].name } + t.targetSchema.columns.filter { $0.declaredType != nil }.map(\.name))
+                    if cast.isEmpty { continue }
+                    v.ignoredColumns[t.source] = cast
+                    if !output.json {
+                        Console.error("verify: \(t.source): not comparing \(cast.sorted().joined(separator: ", ")) (changed by cast rules)")
+                    }
+                }
                 let report = try Verifier().verify(source: src, target: dst, options: v)
                 if !output.json { try Verify.print(report, json: false) }
                 if !report.equal { throw ExitCode(1) }
@@ -163,9 +192,11 @@ extension Ferry {
                 if t.targetExists { head += plan.mode == .replace ? " [replaces the existing table]" : " [appends to the existing table]" }
                 lines.append(head)
                 lines.append("  key: " + (t.key?.description ?? "none"))
-                for c in t.columns {
-                    lines.append("  column \(c.name): \(c.nativeType.isEmpty ? "(none)" : c.nativeType) -> \(c.logicalType)"
-                        + (c.serial.map { " [\($0.rawValue)]" } ?? ""))
+                for d in t.decisions {
+                    let serial = t.targetSchema.column(named: d.column)?.serial.map { " [\($0.rawValue)]" } ?? ""
+                    let using = d.transforms.isEmpty ? "" : " using " + d.transforms.map(\.rawValue).joined(separator: ",")
+                    let via = d.targetType == d.logicalType.description ? "" : " -> \(d.targetType)"
+                    lines.append("  column \(d.column): \(d.nativeType.isEmpty ? "(none)" : d.nativeType) -> \(d.logicalType)\(via)\(using)\(serial)  (\(d.decidedBy))")
                 }
                 for s in t.skipped { lines.append("  skip \(s.column): \(s.reason)") }
                 if !(t.targetExists && plan.mode == .append) {

@@ -12,6 +12,10 @@ extension Ferry {
                 Examples:
                   ferry describe sqlite:samples/chinook.sqlite Track
                   ferry describe --json sqlite:samples/chinook.sqlite Invoice
+                  ferry describe postgres://dba@db/pagila film --cast 'type tsvector to text'
+
+                With --cast/--casts (as in ferry copy), the DECIDED BY column shows which rule, or the
+                engine's type map, decides each column's type.
                 """)
 
         @Argument(help: "The database URL.")
@@ -20,31 +24,48 @@ extension Ferry {
         @Argument(help: "The table, as `name` or `schema.name`.")
         var table: TableName
 
+        @Option(name: .long, help: "A cast rule, as in ferry copy (repeatable).")
+        var cast: [String] = []
+
+        @Option(name: .long, help: "A file of cast rules, one per line.")
+        var casts: [String] = []
+
         @OptionGroup var output: OutputOptions
 
         func run() throws {
             let connection = try Ferry.registry.connect(url, role: .source)
             defer { connection.close() }
+            let rules = try CastRuleSet.load(options: cast, files: casts)
             let schema = try connection.describe(resolve(table, in: connection))
-            var skipped = schema.unsupportedColumns
-            for c in schema.columns where c.generated {
-                skipped.append(SkippedColumn(column: c.name, reason: "generated column: the source computes it"))
+            var skipped: [SkippedColumn] = []
+            var decisions: [ColumnDecision] = []
+            var used = Set<Int>()
+            for c in schema.columns {
+                let r = try rules.resolve(c, in: schema.name, engine: schema.engine, target: nil)
+                decisions.append(r.decision)
+                if let i = r.ruleIndex { used.insert(i) }
+                if let reason = r.skipReason { skipped.append(SkippedColumn(column: c.name, reason: reason)) }
             }
+            let unused = rules.unused(used)
             if output.json {
                 struct Out: Encodable {
                     var schema: TableSchema
                     var key: TableKey?
+                    var columns: [ColumnDecision]
                     var skippedColumns: [SkippedColumn]
+                    var warnings: [String]
                 }
-                try Console.json(Out(schema: schema, key: schema.preferredKey, skippedColumns: skipped))
+                try Console.json(Out(schema: schema, key: schema.preferredKey, columns: decisions, skippedColumns: skipped, warnings: unused))
                 return
             }
             Console.out("table \(schema.name) in \(connection.endpoint)" + (schema.rowEstimate.map { ", \($0) rows" } ?? ""))
-            let rows = schema.columns.map { c in
+            let rows = zip(schema.columns, decisions).map { c, d in
                 [c.name, c.nativeType.isEmpty ? "(none)" : c.nativeType, c.logicalType.description,
-                 c.isNullable ? "yes" : "no", c.defaultExpression ?? "", c.serial?.rawValue ?? (c.generated ? "generated" : "")]
+                 c.isNullable ? "yes" : "no", c.defaultExpression ?? "", c.serial?.rawValue ?? (c.generated ? "generated" : ""),
+                 d.targetType + (d.transforms.isEmpty ? "" : " using " + d.transforms.map(\.rawValue).joined(separator: ",")),
+                 d.decidedBy]
             }
-            Console.out(renderColumns(["COLUMN", "NATIVE", "LOGICAL", "NULL", "DEFAULT", "SERIAL"], rows))
+            Console.out(renderColumns(["COLUMN", "NATIVE", "LOGICAL", "NULL", "DEFAULT", "SERIAL", "CARRIED AS", "DECIDED BY"], rows))
             Console.out("primary key: " + (schema.primaryKey.isEmpty ? "none" : "(" + schema.primaryKey.joined(separator: ", ") + ")"))
             for key in schema.uniqueKeys { Console.out("unique key: (" + key.joined(separator: ", ") + ")") }
             Console.out("key for keyed work: " + (schema.preferredKey?.description ?? "none (name one with --key \(schema.name)=col1,col2)"))
@@ -53,6 +74,7 @@ extension Ferry {
             } else {
                 for s in skipped { Console.out("skipped column \(s.column): \(s.reason)") }
             }
+            for w in unused { Console.out("warning: \(w)") }
         }
     }
 }

@@ -27,4 +27,12 @@ public struct MySQLDialect: Dialect {
         }
         return out + "'"
     }
+
+    /// MySQL/MariaDB types a cast rule may name for a target column (`varchar(20)`, `mediumtext`,
+    /// `tinyint(1)`, `datetime(3)`, `bigint unsigned`, …).
+    public func logicalType(forDeclaredType native: String) -> LogicalType? {
+        guard NativeTypeName.isPlainDeclaration(native) else { return nil }
+        let t = MySQLTypeMap.logicalType(columnType: native)
+        return t.isSupported ? t : nil
+    }
 }

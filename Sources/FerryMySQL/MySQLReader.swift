@@ -10,6 +10,8 @@ final class MySQLReader: BatchReader {
     private let columns: [Column]
     private let types: [LogicalType]
     private let kinds: [Kind]
+    /// Columns whose zero dates a cast rule (zero-dates-to-null) reads as NULL.
+    private let zeroDatesAsNull: [Bool]
     private let table: TableName
     private let batchSize: Int
     private let keyIndexes: [Int]
@@ -33,6 +35,17 @@ final class MySQLReader: BatchReader {
         for c in columns {
             let q = d.quote(c.name)
             let base = MySQLTypeMap.ColumnType(c.nativeType).base
+            // A cast asked for MySQL's own text or JSON form of the value.
+            if c.readHints.contains(.jsonForm) {
+                kinds.append(.bytes)
+                select.append(MySQLTypeMap.isSpatial(base) ? "ST_AsGeoJSON(\(q))" : "JSON_EXTRACT(JSON_ARRAY(\(q)), '$[0]')")
+                continue
+            }
+            if c.readHints.contains(.textForm) {
+                kinds.append(.bytes)
+                select.append(MySQLTypeMap.isSpatial(base) ? "ST_AsText(\(q))" : base == "bit" ? "BIN(\(q))" : "CAST(\(q) AS CHAR)")
+                continue
+            }
             switch c.logicalType {
             case .boolean: kinds.append(base == "bit" ? .bitBoolean : .boolean); select.append(q)
             case .int16, .int32, .int64: kinds.append(base == "bit" ? .bits : .int); select.append(q)
@@ -49,6 +62,7 @@ final class MySQLReader: BatchReader {
             }
         }
         self.kinds = kinds
+        self.zeroDatesAsNull = columns.map { $0.readHints.contains(.zeroDatesAsNull) }
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + d.quote(table.name)
         if let range = keyRange { sql += range.sqlSuffix(dialect: d) { Self.literals($0, connection) } }
         let rc = sql.withCString { mysql_real_query(connection.mysql, $0, UInt(strlen($0))) }
@@ -166,7 +180,7 @@ final class MySQLReader: BatchReader {
             col.append(bytes: u)
         case .date, .timestamp:
             if Self.isZeroDate(b) {
-                if connection.zeroDatesAsNull {
+                if connection.zeroDatesAsNull || zeroDatesAsNull[i] {
                     col.appendNull()
                     return
                 }

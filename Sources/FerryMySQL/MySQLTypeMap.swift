@@ -89,6 +89,14 @@ public enum MySQLTypeMap {
         }
     }
 
+    static let spatialTypes: Set<String> = [
+        "geometry", "point", "linestring", "polygon", "multipoint", "multilinestring", "multipolygon",
+        "geometrycollection", "geomcollection",
+    ]
+
+    /// True for MySQL's spatial types (read as WKT or GeoJSON when a cast asks for text or JSON).
+    static func isSpatial(_ base: String) -> Bool { spatialTypes.contains(base) }
+
     /// The DDL type Ferry gives a column of `type`; nil when MySQL has none.
     public static func declaredType(for type: LogicalType) -> String? {
         switch type {
@@ -128,7 +136,9 @@ public enum MySQLTypeMap {
         var parts: [String] = []
         for col in schema.columns {
             var type: String
-            if sameEngine {
+            if let declared = col.declaredType {
+                type = declared  // named by a cast rule; checked by MySQLDialect.logicalType(forDeclaredType:)
+            } else if sameEngine, !col.nativeType.isEmpty {
                 type = col.nativeType
                 if col.logicalType == .json { type = "JSON" }
             } else {

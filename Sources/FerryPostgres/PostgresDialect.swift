@@ -9,4 +9,9 @@ public struct PostgresDialect: Dialect {
     public func literal(_ text: String) -> String {
         "'" + text.replacingOccurrences(of: "'", with: "''") + "'"
     }
+
+    /// Built-in PostgreSQL types a cast rule may name for a target column.
+    public func logicalType(forDeclaredType native: String) -> LogicalType? {
+        PostgresTypeMap.logicalType(declared: native)
+    }
 }

@@ -33,6 +33,17 @@ final class PostgresReader: BatchReader {
         var select: [String] = []
         for c in columns {
             let q = d.quote(c.name)
+            // A cast asked for PostgreSQL's own text or JSON form of the value.
+            if c.readHints.contains(.jsonForm) {
+                kinds.append(.bytes)
+                select.append("to_json(\(q))::text")
+                continue
+            }
+            if c.readHints.contains(.textForm) {
+                kinds.append(.bytes)
+                select.append(q + "::text")
+                continue
+            }
             switch c.logicalType {
             case .boolean: kinds.append(.bool); select.append(q)
             case .int16, .int32, .int64: kinds.append(.int); select.append(q)

@@ -61,6 +61,38 @@ public enum PostgresTypeMap {
         }
     }
 
+    /// The logical type of a built-in type written as in DDL (`varchar(20)`, `numeric(10,2)`,
+    /// `timestamp(3) with time zone`, `int8`); nil for anything else. Used for cast rules that
+    /// name a PostgreSQL type.
+    public static func logicalType(declared: String) -> LogicalType? {
+        guard NativeTypeName.isPlainDeclaration(declared) else { return nil }
+        let t = NativeTypeName(declared)
+        guard !t.unsigned, !t.base.hasSuffix("[]") else { return nil }
+        let typname: [String: String] = [
+            "integer": "int4", "bigint": "int8", "smallint": "int2", "numeric": "numeric", "real": "float4",
+            "double": "float8", "text": "text", "varchar": "varchar", "char": "bpchar", "boolean": "bool",
+            "bytea": "bytea", "date": "date", "time": "time", "timestamp": "timestamp", "timestamptz": "timestamptz",
+            "uuid": "uuid", "json": "json", "jsonb": "jsonb", "name": "name",
+        ]
+        guard let name = typname[t.base], let make = builtIn[name] else { return nil }
+        let p = t.parameters
+        var typmod = -1
+        switch name {
+        case "numeric":
+            if let precision = p.first {
+                guard precision >= 1, precision <= 1000 else { return nil }
+                typmod = ((precision << 16) | (p.count > 1 ? p[1] : 0)) + 4
+            }
+        case "varchar", "bpchar":
+            if let n = p.first { typmod = n + 4 } else if name == "bpchar" { typmod = 1 + 4 }
+        case "time", "timestamp", "timestamptz":
+            if let n = p.first { guard n <= 6 else { return nil }; typmod = n }
+        default:
+            guard p.isEmpty else { return nil }
+        }
+        return make(typmod)
+    }
+
     /// The DDL type Ferry gives a column of `type`; nil when PostgreSQL has none.
     public static func declaredType(for type: LogicalType) -> String? {
         switch type {
@@ -112,7 +144,9 @@ public enum PostgresTypeMap {
         var parts: [String] = []
         for col in schema.columns {
             var def = d.quote(col.name) + " "
-            if case .enumeration = col.logicalType {
+            if let declared = col.declaredType {
+                def += declared  // named by a cast rule; checked by PostgresTypeMap.logicalType(declared:)
+            } else if case .enumeration = col.logicalType {
                 def += d.quote(enumTypeName(for: col, table: schema.name, target: name))
             } else if sameEngine, col.nativeType == "jsonb" {
                 def += "jsonb"

@@ -147,7 +147,9 @@ public final class SQLiteConnection: Connection {
                 parts.append(def)
                 continue
             }
-            if sameEngine {
+            if let declared = c.declaredType {
+                def += declared  // named by a cast rule; checked by SQLiteDialect.logicalType(forDeclaredType:)
+            } else if sameEngine, !c.nativeType.isEmpty {
                 def += c.nativeType
             } else {
                 guard let declared = SQLiteTypeMap.declaredType(for: c.logicalType) else {

@@ -8,4 +8,16 @@ public struct SQLiteDialect: Dialect {
     /// SQLite serialises writers on a file; loading tables one after another is faster than
     /// making them wait on each other's locks.
     public var supportsConcurrentWriters: Bool { false }
+
+    /// SQLite declared types a cast rule may name for a target column. Only names whose
+    /// affinity keeps the values exact are taken: `DECIMAL(10,2)` (NUMERIC affinity, which
+    /// turns `12.30` into the REAL 12.3) is refused; `DECIMAL TEXT(10,2)` is what Ferry uses.
+    public func logicalType(forDeclaredType native: String) -> LogicalType? {
+        guard NativeTypeName.isPlainDeclaration(native) else { return nil }
+        let t = SQLiteTypeMap.logicalType(declared: native)
+        guard t.isSupported, let ferrys = SQLiteTypeMap.declaredType(for: t),
+              SQLiteTypeMap.affinity(of: ferrys) == SQLiteTypeMap.affinity(of: native)
+        else { return nil }
+        return t
+    }
 }

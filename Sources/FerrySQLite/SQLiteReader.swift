@@ -17,7 +17,11 @@ final class SQLiteReader: BatchReader {
 
     init(connection: SQLiteConnection, table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws {
         let d = connection.dialect
-        var sql = "SELECT " + columns.map { d.quote($0.name) }.joined(separator: ", ")
+        // A cast may ask for a value's text (CAST AS TEXT) or JSON (json_quote) form.
+        var sql = "SELECT " + columns.map { c in
+            c.readHints.contains(.jsonForm) ? "json_quote(\(d.quote(c.name)))"
+                : c.readHints.contains(.textForm) ? "CAST(\(d.quote(c.name)) AS TEXT)" : d.quote(c.name)
+        }.joined(separator: ", ")
             + " FROM " + d.quote(connection.qualified(table.name))
         var binds: [Value] = []
         if let range = keyRange {

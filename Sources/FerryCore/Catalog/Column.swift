@@ -28,6 +28,11 @@ public struct Column: Hashable, Sendable, Codable {
     /// Set when the column cannot be written to (a generated/computed column): it is read,
     /// never written, and the reason says why.
     public var generated: Bool
+    /// How a reader is asked to read the column when a cast rule changed it (normally empty).
+    public var readHints: ReadHints = []
+    /// The target DDL type a cast rule named (a plain type name checked by the target driver);
+    /// nil when the target's type map decides.
+    public var declaredType: String?
 
     public init(
         name: String, nativeType: String, logicalType: LogicalType, isNullable: Bool = true,
@@ -43,4 +48,16 @@ public struct Column: Hashable, Sendable, Codable {
     }
 
     public var isSerial: Bool { serial != nil }
+}
+
+/// Ways a cast rule asks a reader to read a column instead of by its logical type.
+public struct ReadHints: OptionSet, Hashable, Sendable, Codable {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+    /// Read the engine's own text form of the value (`col::text`, `CAST(col AS CHAR)`).
+    public static let textForm = ReadHints(rawValue: 1)
+    /// Read the value as JSON text (`to_json(col)`, `JSON_ARRAY(col)`'s element, `json_quote(col)`).
+    public static let jsonForm = ReadHints(rawValue: 2)
+    /// MySQL zero dates (`0000-00-00`) read as NULL.
+    public static let zeroDatesAsNull = ReadHints(rawValue: 4)
 }

@@ -9,6 +9,10 @@ public protocol Dialect: Sendable {
     var supportsTransactionalDDL: Bool { get }
     /// True when several connections may load different tables at the same time.
     var supportsConcurrentWriters: Bool { get }
+    /// The logical type of a column declared as `native` on this engine (a plain type name
+    /// such as `varchar(20)` or `jsonb`, named by a cast rule); nil when the engine does not
+    /// know the name or Ferry cannot write it.
+    func logicalType(forDeclaredType native: String) -> LogicalType?
 }
 
 extension Dialect {
@@ -21,4 +25,5 @@ extension Dialect {
     }
     public var supportsTransactionalDDL: Bool { true }
     public var supportsConcurrentWriters: Bool { true }
+    public func logicalType(forDeclaredType native: String) -> LogicalType? { nil }
 }

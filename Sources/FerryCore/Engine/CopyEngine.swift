@@ -30,14 +30,29 @@ public struct CopyEngine: Sendable {
         }
 
         var tables: [TablePlan] = []
+        var usedRules = Set<Int>()
         for name in chosen {
             let schema = try source.describe(name)
-            var skipped = schema.unsupportedColumns
-            for c in schema.columns where c.generated {
-                skipped.append(SkippedColumn(column: c.name, reason: "generated column: the source computes it"))
+            var skipped: [SkippedColumn] = []
+            var carried: [Column] = []
+            var written: [Column] = []
+            var decisions: [ColumnDecision] = []
+            var conversions: [ColumnConversion] = []
+            for column in schema.columns {
+                let r = try options.casts.resolve(column, in: name, engine: schema.engine, target: target.dialect)
+                if let i = r.ruleIndex { usedRules.insert(i) }
+                decisions.append(r.decision)
+                guard let read = r.read, let write = r.write else {
+                    skipped.append(SkippedColumn(column: column.name, reason: r.skipReason ?? "skipped"))
+                    continue
+                }
+                if r.converts {
+                    conversions.append(ColumnConversion(
+                        index: carried.count, from: read.logicalType, to: write.logicalType, transforms: r.transforms))
+                }
+                carried.append(read)
+                written.append(write)
             }
-            let skippedNames = Set(skipped.map(\.column))
-            let carried = schema.columns.filter { !skippedNames.contains($0.name) }
             if carried.isEmpty {
                 warnings.append("table \(name): every column is skipped; the table is not copied")
                 continue
@@ -56,7 +71,7 @@ public struct CopyEngine: Sendable {
             let targetName = name.unqualified
             var targetSchema = schema
             targetSchema.name = targetName
-            targetSchema.columns = carried
+            targetSchema.columns = written
             targetSchema.primaryKey = schema.primaryKey.allSatisfy(carriedNames.contains) ? schema.primaryKey : []
             targetSchema.uniqueKeys = schema.uniqueKeys.filter { $0.allSatisfy(carriedNames.contains) }
             if schema.primaryKey != targetSchema.primaryKey {
@@ -71,8 +86,9 @@ public struct CopyEngine: Sendable {
             tables.append(
                 TablePlan(
                     sourceSchema: schema, targetSchema: targetSchema, columns: carried, skipped: skipped,
-                    key: key, ddl: ddl, targetExists: exists))
+                    decisions: decisions, conversions: conversions, key: key, ddl: ddl, targetExists: exists))
         }
+        warnings += options.casts.unused(usedRules)
         return CopyPlan(
             source: source.endpoint.redacted, target: target.endpoint.redacted, mode: options.mode,
             tables: tables, warnings: warnings)
@@ -267,7 +283,8 @@ public struct CopyEngine: Sendable {
         let producer = Worker(name: "ferry-read-\(table.source.name)") {
             do {
                 while let batch = try reader.value.next() {
-                    if !queue.put(batch) { break }
+                    let converted = try Self.convert(batch, table.conversions, columns: table.columns)
+                    if !queue.put(converted) { break }
                 }
                 queue.finish()
             } catch {
@@ -298,6 +315,21 @@ public struct CopyEngine: Sendable {
         producer.join()
         reader.value.close()
         return rows
+    }
+
+    /// Applies a plan's cast conversions to a batch as read. A value that does not convert is
+    /// reported with the batch as read, so the key can be named.
+    static func convert(_ batch: RowBatch, _ conversions: [ColumnConversion], columns: [Column]) throws -> RowBatch {
+        guard !conversions.isEmpty else { return batch }
+        var out = batch
+        for c in conversions {
+            do {
+                out.columns[c.index] = try ValueConversion.convert(batch.columns[c.index], from: c.from, to: c.to, transforms: c.transforms)
+            } catch let e as BatchRowError {
+                throw BatchRowError(row: e.row, error: e.error.adding(column: columns[c.index].name), batch: batch)
+            }
+        }
+        return out
     }
 
     /// `(id=5)` for row `row` of a batch, using the plan's key (or every column when none).

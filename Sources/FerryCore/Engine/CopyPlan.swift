@@ -18,6 +18,10 @@ public struct TablePlan: Sendable, Codable {
     public var columns: [Column]
     /// Columns left out, each with its reason.
     public var skipped: [SkippedColumn]
+    /// Every source column's fate and who decided it (type map or cast rule).
+    public var decisions: [ColumnDecision] = []
+    /// Columns whose values a cast converts between reader and writer.
+    public var conversions: [ColumnConversion] = []
     /// The key keyed work and error messages use; nil when the table has none.
     public var key: TableKey?
     /// DDL the target runs in create and replace modes (and in append when the table is missing).
@@ -44,6 +48,8 @@ public struct CopyOptions: Sendable {
     public var batchSize: Int = 10_000
     /// Batches buffered between each table's reader and writer.
     public var queueDepth: Int = 4
+    /// `--cast` / `--casts FILE` rules, first match wins.
+    public var casts = CastRuleSet()
 
     public init() {}
 }

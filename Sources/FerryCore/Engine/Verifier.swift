@@ -9,6 +9,8 @@ public struct Verifier: Sendable {
         public var tables: [TableName] = []
         public var exclude: [TableName] = []
         public var keys: [TableName: [String]] = [:]
+        /// Columns left out of the comparison, by source table (columns a cast changed).
+        public var ignoredColumns: [TableName: Set<String>] = [:]
         /// Key buckets of the first pass; more buckets make the second pass read less.
         public var buckets: Int = 4096
         /// Differences listed per table.
@@ -93,8 +95,9 @@ public struct Verifier: Sendable {
         }
         let targetSchema = try target.describe(targetName)
         // The source's carried columns, read on both sides under the source's logical types.
+        let ignored = options.ignoredColumns.first { table.matches($0.key) }?.value ?? []
         let columns = sourceSchema.columns.filter { c in
-            c.logicalType.isSupported && !c.generated && targetSchema.column(named: c.name) != nil
+            c.logicalType.isSupported && !c.generated && targetSchema.column(named: c.name) != nil && !ignored.contains(c.name)
         }
         let targetColumns = columns.compactMap { c -> Column? in
             guard var t = targetSchema.column(named: c.name) else { return nil }

@@ -1,3 +1,5 @@
+import Foundation
+
 /// The engine-neutral type a column's values travel as. Each driver maps its native types
 /// to these (from its catalog) and these back to native DDL.
 public enum LogicalType: Hashable, Sendable {
@@ -157,6 +159,72 @@ extension LogicalType: Codable {
         default:
             throw DecodingError.dataCorruptedError(
                 forKey: .kind, in: c, debugDescription: "unknown logical type '\(kind)'")
+        }
+    }
+}
+
+extension LogicalType {
+    /// The logical type names a user may write (cast targets), as in `ferry describe`.
+    public static let parseableNames =
+        "boolean, int16, int32, int64, decimal[(p[,s])], float32, float64, text[(n)], char(n), binary[(n)], "
+        + "date, time[(p)], timestamp[(p)] [with time zone], uuid, json"
+
+    /// Parses a logical type as `description` prints it (enumerations and unsupported types
+    /// excepted); nil for anything else.
+    public init?(parsing text: String) {
+        var t = text.lowercased().split(separator: " ").joined(separator: " ")
+        var timeZone = false
+        for suffix in [" with time zone", " without time zone"] where t.hasSuffix(suffix) {
+            timeZone = suffix == " with time zone"
+            t = String(t.dropLast(suffix.count))
+        }
+        if t == "timestamptz" {
+            t = "timestamp"
+            timeZone = true
+        }
+        var name = t
+        var params: [Int] = []
+        if let open = t.firstIndex(of: "(") {
+            guard t.hasSuffix(")") else { return nil }
+            name = String(t[..<open]).trimmingCharacters(in: .whitespaces)
+            let inside = t[t.index(after: open)..<t.index(before: t.endIndex)]
+            let numbers = inside.split(separator: ",", omittingEmptySubsequences: false)
+                .map { Int($0.trimmingCharacters(in: .whitespaces)) }
+            guard !numbers.isEmpty, numbers.count <= 2, numbers.allSatisfy({ ($0 ?? -1) >= 0 }) else { return nil }
+            params = numbers.compactMap { $0 }
+        }
+        if timeZone && name != "timestamp" { return nil }
+        switch (name, params.count) {
+        case ("boolean", 0): self = .boolean
+        case ("int16", 0): self = .int16
+        case ("int32", 0): self = .int32
+        case ("int64", 0): self = .int64
+        case ("decimal", 0): self = .decimal(precision: nil, scale: nil)
+        case ("decimal", 1): self = .decimal(precision: params[0], scale: 0)
+        case ("decimal", 2): self = .decimal(precision: params[0], scale: params[1])
+        case ("float32", 0): self = .float32
+        case ("float64", 0): self = .float64
+        case ("text", 0): self = .text
+        case ("text", 1): self = .text(maxLength: params[0], fixed: false)
+        case ("char", 1): self = .text(maxLength: params[0], fixed: true)
+        case ("binary", 0): self = .binary(maxLength: nil)
+        case ("binary", 1): self = .binary(maxLength: params[0])
+        case ("date", 0): self = .date
+        case ("time", 0): self = .time(precision: nil)
+        case ("time", 1): self = .time(precision: params[0])
+        case ("timestamp", 0): self = .timestamp(precision: nil, timeZone: timeZone)
+        case ("timestamp", 1): self = .timestamp(precision: params[0], timeZone: timeZone)
+        case ("uuid", 0): self = .uuid
+        case ("json", 0): self = .json
+        default: return nil
+        }
+    }
+
+    /// True for text, character, enumeration and JSON: types whose values travel as text.
+    public var isTextual: Bool {
+        switch self {
+        case .text, .enumeration, .json: return true
+        default: return false
         }
     }
 }

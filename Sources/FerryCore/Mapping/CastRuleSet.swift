@@ -1,0 +1,170 @@
+import Foundation
+
+/// The user's cast rules in order (first match wins), and what they decide for each column.
+public struct CastRuleSet: Sendable {
+    public var rules: [CastRule]
+
+    public init(_ rules: [CastRule] = []) {
+        self.rules = rules
+    }
+
+    /// Parses `--cast` options (each one rule) and `--casts FILE`s (one rule per line; blank
+    /// lines and lines starting with `#` or `--` are ignored), options first.
+    public static func load(options: [String], files: [String]) throws -> CastRuleSet {
+        var rules: [CastRule] = []
+        for (i, text) in options.enumerated() {
+            rules.append(try CastRule(parsing: text, origin: "--cast #\(i + 1)"))
+        }
+        for file in files {
+            let data: Data
+            do {
+                data = try Data(contentsOf: URL(fileURLWithPath: file))
+            } catch {
+                throw FerryError.invalidOption("cannot read --casts file '\(file)': \((error as NSError).localizedDescription)")
+            }
+            guard let text = String(data: data, encoding: .utf8) else {
+                throw FerryError.invalidOption("--casts file '\(file)' is not UTF-8 text")
+            }
+            for (n, line) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+                var l = line.trimmingCharacters(in: .whitespacesAndNewlines)
+                if l.isEmpty || l.hasPrefix("#") || l.hasPrefix("--") { continue }
+                if l.hasSuffix(",") || l.hasSuffix(";") { l.removeLast() }
+                rules.append(try CastRule(parsing: l, origin: "\(file):\(n + 1)"))
+            }
+        }
+        return CastRuleSet(rules)
+    }
+
+    /// What happens to one column: read how, written as what, and which rule said so.
+    public struct Resolution: Sendable {
+        /// Index of the deciding rule; nil when the type map decided.
+        public var ruleIndex: Int?
+        public var decision: ColumnDecision
+        /// The column as the reader is asked for it; nil when the column is skipped.
+        public var read: Column?
+        /// The column as the target gets it; nil when skipped.
+        public var write: Column?
+        public var skipReason: String?
+        /// Transforms to apply between reading and writing (empty when none).
+        public var transforms: [CastTransform]
+
+        /// True when values must pass through `ValueConversion` between reader and writer.
+        public var converts: Bool {
+            guard let read, let write else { return false }
+            return read.logicalType != write.logicalType || transforms.contains { $0 != .zeroDatesToNull }
+        }
+    }
+
+    /// Decides `column` of `table` (described by the `engine` driver). `target` checks native
+    /// types a rule names; without one (`ferry describe`) they are shown as named.
+    public func resolve(_ column: Column, in table: TableName, engine: String, target: (any Dialect)?) throws -> Resolution {
+        let mapName = "\(engine) type map"
+        guard let index = rules.firstIndex(where: { $0.matches(column, in: table) }) else {
+            var reason: String?
+            if case .unsupported(let native) = column.logicalType {
+                reason = "type \(native) has no portable form (--cast 'type \(native) to text' would carry its text form)"
+            } else if column.generated {
+                reason = "generated column: the source computes it"
+            }
+            return Resolution(
+                ruleIndex: nil,
+                decision: ColumnDecision(
+                    column: column.name, nativeType: column.nativeType, logicalType: column.logicalType,
+                    targetType: reason == nil ? column.logicalType.description : "skip", decidedBy: mapName),
+                read: reason == nil ? column : nil, write: reason == nil ? column : nil, skipReason: reason, transforms: [])
+        }
+        let rule = rules[index]
+        func decision(_ target: String) -> ColumnDecision {
+            ColumnDecision(
+                column: column.name, nativeType: column.nativeType, logicalType: column.logicalType, targetType: target,
+                decidedBy: "cast rule \(rule)", transforms: rule.transforms)
+        }
+        if column.generated {
+            return Resolution(
+                ruleIndex: index, decision: decision("skip"), read: nil, write: nil,
+                skipReason: "generated column: the source computes it (cast rule \(rule) not applied)", transforms: [])
+        }
+
+        let targetLogical: LogicalType
+        var declared: String?
+        switch rule.target {
+        case .skip:
+            return Resolution(
+                ruleIndex: index, decision: decision("skip"), read: nil, write: nil,
+                skipReason: "skipped by cast rule \(rule)", transforms: [])
+        case .logical(let t):
+            targetLogical = t
+        case .native(let name):
+            guard let target else {
+                // No target to ask (ferry describe): show the rule's choice as written.
+                return Resolution(ruleIndex: index, decision: decision(name + " (target type)"), read: column, write: column,
+                                  skipReason: nil, transforms: rule.transforms)
+            }
+            guard let t = target.logicalType(forDeclaredType: name) else {
+                throw FerryError.invalidOption(
+                    "cast rule \(rule): the target has no type '\(name)' Ferry can write; name a logical type (\(LogicalType.parseableNames)) or another native type")
+            }
+            targetLogical = t
+            declared = name
+        }
+
+        // How to read it: engines' own text or JSON form for values whose logical type differs.
+        var read = column
+        let source = column.logicalType
+        if case .json = targetLogical, !source.isTextual {
+            read.logicalType = .json
+            read.readHints.insert(.jsonForm)
+        } else if case .text = targetLogical, !source.isTextual {
+            read.logicalType = .text
+            read.readHints.insert(.textForm)
+        } else if !source.isSupported {
+            read.logicalType = .text
+            read.readHints.insert(.textForm)
+        }
+        for t in rule.transforms {
+            guard t.accepts(read.logicalType) else {
+                throw FerryError.invalidOption(
+                    "cast rule \(rule): transform \(t.rawValue) does not apply to \(table).\(column.name) (\(column.nativeType), read as \(read.logicalType))")
+            }
+            if t == .zeroDatesToNull { read.readHints.insert(.zeroDatesAsNull) }
+        }
+
+        var write = column
+        write.logicalType = targetLogical
+        write.declaredType = declared
+        write.nativeType = declared ?? ""  // the target's type map decides
+        write.defaultExpression = nil
+        if write.isSerial, targetLogical.integerRange == nil || targetLogical == .boolean { write.serial = nil }
+        return Resolution(
+            ruleIndex: index, decision: decision(declared.map { "\($0) (\(targetLogical))" } ?? targetLogical.description),
+            read: read, write: write, skipReason: nil, transforms: rule.transforms)
+    }
+
+    /// Rules that decided no column, as warnings.
+    public func unused(_ used: Set<Int>) -> [String] {
+        rules.indices.filter { !used.contains($0) }.map { "cast rule \(rules[$0]) matched no column" }
+    }
+}
+
+/// Which type a column gets on the target and who decided it: the source's type map or a
+/// cast rule. Shown by `ferry describe` and `ferry copy --dry-run`.
+public struct ColumnDecision: Sendable, Codable, Hashable {
+    public var column: String
+    public var nativeType: String
+    /// The logical type the source's type map gives the column.
+    public var logicalType: LogicalType
+    /// What the target gets: a logical type, a native type of the target, or `skip`.
+    public var targetType: String
+    /// `postgres type map`, or `cast rule --cast #1 'type int[] to text'`.
+    public var decidedBy: String
+    public var transforms: [CastTransform] = []
+}
+
+/// One column converted between reader and writer.
+public struct ColumnConversion: Sendable, Codable {
+    /// Position among the plan's read columns.
+    public var index: Int
+    public var from: LogicalType
+    public var to: LogicalType
+    public var transforms: [CastTransform]
+}
