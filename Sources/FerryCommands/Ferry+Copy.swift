@@ -38,7 +38,8 @@ extension Ferry {
                 TARGET: a logical type (boolean, int16, int32, int64, decimal(p,s), float32, float64,
                 text, text(n), char(n), binary, date, time(p), timestamp(p) [with time zone], uuid,
                 json), a native type of the target (varchar(20), jsonb, mediumtext), or skip.
-                `text` and `json` carry the source's own text or JSON form (arrays, ranges, geometry).
+                Types without a logical type (arrays, ranges, geometry, …) cast to `text` or `json` travel
+                in the source engine's own text or JSON form; other types convert from their values.
                 TRANSFORMs: \(CastTransform.allCases.map { "\n                  \($0.rawValue): \($0.summary)" }.joined())
                 --dry-run shows which rule (or which type map) decided each column.
                 """)

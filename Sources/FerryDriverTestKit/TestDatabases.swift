@@ -86,7 +86,8 @@ extension Array where Element == Value {
         map { v -> String in
             if case .double(let d) = v { return "d\(d.bitPattern)" }
             if case .text(let t) = v { return "t" + t.debugDescription }
-            if case .decimal(let t) = v { return "n" + t }
+            // Decimals compare by value: 12.5 in a DECIMAL(10,5) column reads back as 12.50000.
+            if case .decimal(let t) = v { return "n" + DecimalText.normalized(t) }
             if case .json(let t) = v { return "j" + t.debugDescription }
             return "\(v)"
         }.joined(separator: "|")

@@ -35,4 +35,6 @@ public struct MySQLDialect: Dialect {
         let t = MySQLTypeMap.logicalType(columnType: native)
         return t.isSupported ? t : nil
     }
+
+    public func ddlType(for type: LogicalType) -> String? { MySQLTypeMap.declaredType(for: type) }
 }

@@ -52,11 +52,14 @@ final class MySQLWriter: BatchWriter {
         self.encoders = encoders
         let d = connection.dialect
         let cols = columns.map { d.quote($0.name) }.joined(separator: ", ")
-        // LOAD DATA would store a BIT column's text as raw bytes: go through a variable.
+        // LOAD DATA would store a BIT column's text as raw bytes: go through a variable (binary
+        // values, e.g. BIT(64) carried as 8 bytes, are those raw bytes and load as they are).
         var loadColumns: [String] = []
         var sets: [String] = []
         for (i, c) in columns.enumerated() {
-            if MySQLTypeMap.ColumnType(target.column(named: c.name)?.nativeType ?? "").base == "bit" {
+            if case .binary = c.logicalType {
+                loadColumns.append(d.quote(c.name))
+            } else if MySQLTypeMap.ColumnType(target.column(named: c.name)?.nativeType ?? "").base == "bit" {
                 loadColumns.append("@ferry_\(i)")
                 sets.append("\(d.quote(c.name)) = CAST(@ferry_\(i) AS UNSIGNED)")
             } else {
@@ -343,10 +346,26 @@ final class MySQLWriter: BatchWriter {
         let warnings = try connection.query("SHOW WARNINGS LIMIT 1")
         guard let w = warnings.first else { return }
         let message = "\(w[2] ?? "MySQL changed a value") (\(w[0] ?? "Warning") \(w[1] ?? ""))"
+        let column = Self.columnName(in: w[2] ?? "")
         if let row = Self.rowNumber(in: w[2] ?? ""), row >= 1, row <= rows {
-            throw BatchRowError(row: row - 1, error: .invalidValue(table: table, column: nil, key: nil, message: message))
+            throw BatchRowError(row: row - 1, error: .invalidValue(table: table, column: column, key: nil, message: message))
         }
-        throw FerryError.invalidValue(table: table, column: nil, key: nil, message: message)
+        throw FerryError.invalidValue(table: table, column: column, key: nil, message: message)
+    }
+
+    /// The column a warning names: `… for column 'c' at row 1` or `… for column `db`.`t`.`c` at row 1`.
+    static func columnName(in message: String) -> String? {
+        guard let r = message.range(of: "for column ", options: .backwards) else { return nil }
+        var rest = message[r.upperBound...]
+        if rest.hasPrefix("'") {
+            rest = rest.dropFirst()
+            return rest.firstIndex(of: "'").map { String(rest[..<$0]) }
+        }
+        guard rest.hasPrefix("`") else { return nil }
+        let end = rest.range(of: " at row ")?.lowerBound ?? rest.endIndex
+        let quoted = rest[..<end]
+        guard quoted.hasSuffix("`"), let open = quoted.dropLast().lastIndex(of: "`") else { return nil }
+        return String(quoted[quoted.index(after: open)..<quoted.index(before: quoted.endIndex)]).replacingOccurrences(of: "``", with: "`")
     }
 
     static func rowNumber(in message: String) -> Int? {

@@ -14,4 +14,6 @@ public struct PostgresDialect: Dialect {
     public func logicalType(forDeclaredType native: String) -> LogicalType? {
         PostgresTypeMap.logicalType(declared: native)
     }
+
+    public func ddlType(for type: LogicalType) -> String? { PostgresTypeMap.declaredType(for: type) }
 }

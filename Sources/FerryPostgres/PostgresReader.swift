@@ -51,7 +51,10 @@ final class PostgresReader: BatchReader {
             case .decimal: kinds.append(.numeric); select.append(q)
             // jsonb's binary form has a version byte: read both json types as their text.
             case .json: kinds.append(.bytes); select.append(q + "::text")
-            // Enum labels and (padded) character values arrive as their text.
+            // CHAR(n) padding is not part of the value: read it as PostgreSQL's own char → text
+            // cast does (trailing spaces dropped), as MySQL does by default.
+            case .text(_, true): kinds.append(.bytes); select.append(q + "::text")
+            // Enum labels and character values arrive as their text.
             case .enumeration, .text: kinds.append(.bytes); select.append(q)
             case .binary: kinds.append(.bytes); select.append(q)
             case .uuid: kinds.append(.uuid); select.append(q)

@@ -107,6 +107,9 @@ public final class SQLiteConnection: Connection {
     }
 
     /// Runs statements without results.
+    /// Runs SQL text written by the caller (tests, tools); never text from a request.
+    public func run(_ sql: String) throws { try execute(sql) }
+
     func execute(_ sql: String) throws {
         // A cached statement left on a row holds a read lock that DDL (DROP, RENAME) trips on.
         for st in statementCache.values { st.reset() }

@@ -20,4 +20,6 @@ public struct SQLiteDialect: Dialect {
         else { return nil }
         return t
     }
+
+    public func ddlType(for type: LogicalType) -> String? { SQLiteTypeMap.declaredType(for: type) }
 }

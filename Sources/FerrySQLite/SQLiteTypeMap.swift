@@ -115,3 +115,47 @@ public enum SQLiteTypeMap {
         }
     }
 }
+
+extension SQLiteTypeMap {
+    /// Declared types SQLite users write (its documentation's examples and Ferry's own
+    /// conventions) as data: declaration, logical type, edge samples. Tested column by column
+    /// by the fidelity matrix; rendered into docs/type-mapping.md.
+    public static let nativeTypes: [NativeTypeEntry] = [
+        .init("INTEGER", .int64, ["9223372036854775807", "-9223372036854775808"]),
+        .init("INT", .int32, ["2147483647", "-2147483648"]),
+        .init("TINYINT", .int16, ["127", "-128"]),
+        .init("SMALLINT", .int16, ["32767", "-32768"]),
+        .init("MEDIUMINT", .int32, ["8388607", "-8388608"]),
+        .init("BIGINT", .int64, ["9223372036854775807", "0"]),
+        .init("UNSIGNED BIG INT", .int64, ["9223372036854775807", "0"]),
+        .init("INT2", .int16, ["1", "-1"]),
+        .init("INT8", .int64, ["1", "-1"]),
+        .init("BOOLEAN", .boolean, ["1", "0"]),
+        .init("CHARACTER(20)", .text(maxLength: 20, fixed: true), ["'abcdefghijklmnopqrst'", "'😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀😀'"]),
+        .init("VARCHAR(255)", .text(maxLength: 255, fixed: false), ["'Ünïcödé 😀 𝄞'", "'quote '' and \\ backslash'"]),
+        .init("VARYING CHARACTER(255)", .text(maxLength: 255, fixed: false), ["'a'", "''"]),
+        .init("NCHAR(55)", .text(maxLength: 55, fixed: true), ["'x'", "'y'"]),
+        .init("NATIVE CHARACTER(70)", .text(maxLength: 70, fixed: true), ["'x'", "'y'"]),
+        .init("NVARCHAR(100)", .text(maxLength: 100, fixed: false), ["'tab\there' || char(10) || 'newline' || char(13)", "''"]),
+        .init("TEXT", .text, ["replace(hex(zeroblob(350000)), '00', 'ab😀')", "''"], note: "1 MB values tested"),
+        .init("CLOB", .text, ["'clob'", "''"]),
+        .init("BLOB", .binary(maxLength: nil), ["X'00FF00'", "X''"]),
+        .init("REAL", .float64, ["1.7976931348623157e308", "-2.2250738585072014e-308"]),
+        .init("DOUBLE", .float64, ["0.1", "-1.5"]),
+        .init("DOUBLE PRECISION", .float64, ["2.5", "0"]),
+        .init("FLOAT", .float64, ["1e-300", "3"]),
+        .init("NUMERIC", .decimal(precision: nil, scale: nil), ["12.5", "-7"],
+              note: "NUMERIC affinity stores REAL: the exact decimal of the stored double is carried"),
+        .init("DECIMAL(10,5)", .decimal(precision: 10, scale: 5), ["12345.125", "-0.5"]),
+        .init("DECIMAL TEXT(38,10)", .decimal(precision: 38, scale: 10), ["'1234567890123456789012345678.0123456789'", "'-0.0000000001'"],
+              note: "Ferry's own: TEXT affinity keeps every digit"),
+        .init("DATE", .date, ["'1899-12-31'", "'2150-06-30'"], note: "ISO-8601 text"),
+        .init("TIME", .time(precision: nil), ["'23:59:59.999999'", "'00:00:00'"]),
+        .init("DATETIME", .timestamp(precision: nil, timeZone: false), ["'1899-12-31 23:59:59.999999'", "'2150-06-30 12:00:00'"]),
+        .init("TIMESTAMPTZ", .timestamp(precision: nil, timeZone: true), ["'2024-02-29 12:34:56.789012+05:30'", "'1970-01-01 00:00:00Z'"],
+              note: "offsets are applied: the instant is carried in UTC"),
+        .init("UUID", .uuid, ["'550e8400-e29b-41d4-a716-446655440000'", "X'00112233445566778899aabbccddeeff'"], note: "text or 16-byte blob"),
+        .init("JSON", .json, [#"'{"a": [1, {"b": "ü😀"}], "c": null}'"#, "'[]'"]),
+        .init("JSON TEXT", .json, ["'{}'", "'\"\"'"], note: "Ferry's own: TEXT affinity"),
+    ]
+}

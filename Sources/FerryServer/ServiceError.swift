@@ -8,6 +8,9 @@ struct ServiceError: Error, Sendable {
     var code: String
     var table: String?
     var message: String
+    /// For a value the database refused: its row (1-based) in the request's rows, and its column.
+    var row: Int?
+    var column: String?
 
     static func notFound(_ table: TableName) -> ServiceError {
         ServiceError(status: 404, code: "not_found", table: table.description, message: "table \(table) is not served here; GET /v1/tables lists the tables")
@@ -39,10 +42,17 @@ struct ServiceError: Error, Sendable {
             }
         }
         if let e = error as? BatchRowError {
-            return ServiceError(status: 422, code: "invalid", table: table?.description, message: "row \(e.row + 1): \(e.error)")
+            var column: String?
+            var message = e.error.description
+            if case let .invalidValue(_, c, _, m) = e.error {
+                column = c
+                message = m
+            }
+            return ServiceError(
+                status: 422, code: "invalid", table: table?.description, message: message, row: e.row + 1, column: column)
         }
         return ServiceError(status: 500, code: "failed", table: table?.description, message: "\(error)")
     }
 
-    var document: Data { XMLDocuments.error(code: code, table: table, message: message) }
+    var document: Data { XMLDocuments.error(code: code, table: table, message: message, row: row, column: column) }
 }

@@ -53,6 +53,11 @@ public final class HTTPConnection: Connection {
         if keyRange?.upTo != nil || keyRange?.after != nil {
             throw FerryError.invalidOption("reading a key range through the XML service is not supported yet")
         }
+        if let c = columns.first(where: { !$0.readHints.isEmpty }) {
+            throw FerryError.invalidOption(
+                "\(table.name).\(c.name): a cast that reads the source's own text or JSON form (or zero dates) cannot run through the XML service; "
+                    + "copy from the database itself, or cast to a logical type")
+        }
         return HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize)
     }
 

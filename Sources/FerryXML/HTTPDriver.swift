@@ -117,7 +117,11 @@ final class HTTPClient: @unchecked Sendable {
         case 403: return FerryError.readOnlyTarget(endpoint: endpoint.redacted, reason: message)
         case 404 where table != nil: return FerryError.tableNotFound(table: table ?? TableName(""), endpoint: endpoint.redacted)
         case 409: return FerryError.targetTableExists(table: table ?? TableName(""), endpoint: endpoint.redacted)
-        case 422: return FerryError.invalidValue(table: table, column: nil, key: nil, message: message)
+        case 422:
+            let e = FerryError.invalidValue(table: table, column: decoded?.column, key: nil, message: message)
+            // A value the database refused: the engine names its key from the row.
+            if let row = decoded?.row, row >= 1 { return BatchRowError(row: row - 1, error: e) }
+            return e
         default: return FerryError.copyFailed(table: table ?? TableName(""), endpoint: endpoint.redacted, reason: "\(message) (HTTP \(reply.status))")
         }
     }

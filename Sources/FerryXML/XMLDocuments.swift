@@ -207,20 +207,34 @@ public enum XMLDocuments {
     // MARK: Errors
 
     /// `<error code="…" table="…">message</error>`
-    public static func error(code: String, table: String?, message: String) -> Data {
+    public static func error(code: String, table: String?, message: String, row: Int? = nil, column: String? = nil) -> Data {
         var out = declaration
         out.append(contentsOf: "<error".utf8)
         attr("code", code, into: &out)
         attr("table", table, into: &out)
+        attr("row", row.map(String.init), into: &out)
+        attr("column", column, into: &out)
         out.append(62)
         XMLText.appendEscaped(message, into: &out)
         out.append(contentsOf: "</error>\n".utf8)
         return Data(out)
     }
 
-    /// (code, table, message) of an `<error>` document, or nil when the body is not one.
-    public static func decodeError(_ data: Data) -> (code: String, table: String?, message: String)? {
+    /// An `<error>` document: code, table, message, and for a refused value its row (1-based,
+    /// in the request's rows) and column.
+    public struct ErrorReport: Sendable {
+        public var code: String
+        public var table: String?
+        public var message: String
+        public var row: Int?
+        public var column: String?
+    }
+
+    /// The `<error>` document in `data`, or nil when the body is not one.
+    public static func decodeError(_ data: Data) -> ErrorReport? {
         guard let root = try? XMLTree.parse(data), root.name == "error" else { return nil }
-        return (root.attributes["code"] ?? "error", root.attributes["table"], root.text)
+        return ErrorReport(
+            code: root.attributes["code"] ?? "error", table: root.attributes["table"], message: root.text,
+            row: root.attributes["row"].flatMap { Int($0) }, column: root.attributes["column"])
     }
 }

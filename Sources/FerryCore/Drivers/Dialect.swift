@@ -13,6 +13,9 @@ public protocol Dialect: Sendable {
     /// such as `varchar(20)` or `jsonb`, named by a cast rule); nil when the engine does not
     /// know the name or Ferry cannot write it.
     func logicalType(forDeclaredType native: String) -> LogicalType?
+    /// The DDL type this engine gives a column of `type` in a table Ferry creates; nil when it
+    /// has none (or, for enumerations, when it creates a named type).
+    func ddlType(for type: LogicalType) -> String?
 }
 
 extension Dialect {
@@ -26,4 +29,5 @@ extension Dialect {
     public var supportsTransactionalDDL: Bool { true }
     public var supportsConcurrentWriters: Bool { true }
     public func logicalType(forDeclaredType native: String) -> LogicalType? { nil }
+    public func ddlType(for type: LogicalType) -> String? { nil }
 }

@@ -12,8 +12,9 @@ import Foundation
 /// `width|length|precision|scale [OP] N` with OP one of `= != < <= > >=` (`=` when left out).
 /// TARGET: a logical type (`boolean`, `int64`, `decimal(12,2)`, `text`, `text(40)`, `json`,
 /// `timestamp(3) with time zone`, …), `skip`, or a native type of the target (`varchar(20)`,
-/// `jsonb`, `mediumtext`). `text` and `json` carry the source's own text or JSON form of types
-/// Ferry has no logical type for (arrays, ranges, geometry, tsvector, …).
+/// `jsonb`, `mediumtext`). Types Ferry has no logical type for (arrays, ranges, geometry,
+/// tsvector, …) cast to `text` or `json` travel in the source engine's own text or JSON form;
+/// other types are converted value by value (`ValueConversion`).
 public struct CastRule: Sendable, Hashable, Codable, CustomStringConvertible {
     public enum Subject: Sendable, Hashable, Codable {
         case type(String)

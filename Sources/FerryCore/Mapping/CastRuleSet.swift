@@ -108,18 +108,18 @@ public struct CastRuleSet: Sendable {
             declared = name
         }
 
-        // How to read it: engines' own text or JSON form for values whose logical type differs.
+        // How to read it: a type without a logical type is read in the engine's own JSON or text
+        // form; any other is read as usual and converted (canonical text, JSON scalars), the same
+        // from every engine and through the XML service.
         var read = column
-        let source = column.logicalType
-        if case .json = targetLogical, !source.isTextual {
-            read.logicalType = .json
-            read.readHints.insert(.jsonForm)
-        } else if case .text = targetLogical, !source.isTextual {
-            read.logicalType = .text
-            read.readHints.insert(.textForm)
-        } else if !source.isSupported {
-            read.logicalType = .text
-            read.readHints.insert(.textForm)
+        if !column.logicalType.isSupported {
+            if case .json = targetLogical {
+                read.logicalType = .json
+                read.readHints.insert(.jsonForm)
+            } else {
+                read.logicalType = .text
+                read.readHints.insert(.textForm)
+            }
         }
         for t in rule.transforms {
             guard t.accepts(read.logicalType) else {

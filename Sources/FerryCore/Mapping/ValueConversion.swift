@@ -101,7 +101,7 @@ public enum ValueConversion {
             switch value {
             case .date: return value
             case .timestamp(let us): return .date(floorDiv(us, 86_400_000_000))
-            case .text(let s): return .date(try parse { try Temporal.parseDate(s) })
+            case .text(let s): return .date(try parse(fail) { try Temporal.parseDate(s) })
             default: throw fail("no date form")
             }
         case .time(let p):
@@ -109,7 +109,7 @@ public enum ValueConversion {
             switch value {
             case .time(let v): us = v
             case .timestamp(let v): us = v - floorDiv(v, 86_400_000_000) * 86_400_000_000
-            case .text(let s): us = try parse { try Temporal.parseTime(s) }
+            case .text(let s): us = try parse(fail) { try Temporal.parseTime(s) }
             default: throw fail("no time form")
             }
             return .time(truncate(us, precision: p))
@@ -121,7 +121,7 @@ public enum ValueConversion {
                 let (m, overflow) = d.multipliedReportingOverflow(by: 86_400_000_000)
                 guard !overflow else { throw fail("out of range") }
                 us = m
-            case .text(let s): us = try parse { try Temporal.parseTimestamp(s).micros }
+            case .text(let s): us = try parse(fail) { try Temporal.parseTimestamp(s).micros }
             default: throw fail("no timestamp form")
             }
             return .timestamp(truncate(us, precision: p))
@@ -199,8 +199,8 @@ public enum ValueConversion {
         return floorDiv(micros, unit) * unit
     }
 
-    private static func parse(_ body: () throws -> Int64) throws -> Int64 {
-        do { return try body() } catch let e as Temporal.ParseError { throw Failure(description: e.description) }
+    private static func parse(_ fail: (String) -> Failure, _ body: () throws -> Int64) throws -> Int64 {
+        do { return try body() } catch let e as Temporal.ParseError { throw fail(e.description) }
     }
 }
 

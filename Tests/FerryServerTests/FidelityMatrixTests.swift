@@ -1,0 +1,269 @@
+import FerryCore
+import FerryDriverTestKit
+import FerryMySQL
+import FerryPostgres
+import FerrySQLite
+import FerryServer
+import FerryXML
+import Foundation
+import XCTest
+
+/// The cross-engine fidelity matrix: every ordered pair of {SQLite, PostgreSQL, MySQL, and the
+/// XML service in front of each of them}, over each engine's type-coverage table (every entry
+/// of its driver's `nativeTypes`) and over the sample databases. Values are compared after
+/// each trip under the source's logical types; values a target cannot hold must fail with an
+/// error naming table, column and key, and go through once a cast allows the change.
+final class FidelityMatrixTests: XCTestCase {
+    static let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+    let harness = CopyHarness(FidelityMatrixTests.drivers)
+    let table = TableName("ferry_types")
+
+    /// One end of a pair: a database, or the XML service in front of one.
+    struct Node {
+        var label: String
+        /// The engine holding the data (`sqlite`, `postgres`, `mysql`).
+        var engine: String
+        var url: String
+        /// The database behind the node (the service's database for http nodes).
+        var databaseURL: String
+        var viaService: Bool { url != databaseURL }
+    }
+
+    /// Source and target databases on every engine, each also behind a running service.
+    final class World {
+        var sources: [Node] = []
+        var targets: [Node] = []
+        var services: [RunningService] = []
+        let folder: TemporaryFolder
+        var dropDatabases: [() -> Void] = []
+
+        init() throws { folder = try TemporaryFolder() }
+
+        static func make(label: String) async throws -> World? {
+            guard let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"),
+                  let myURL = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+            else { return nil }
+            let w = try World()
+            var databases: [(String, String, String)] = []  // (role, engine, url)
+            for role in ["source", "target"] {
+                databases.append((role, "sqlite", "sqlite:" + w.folder.path("\(label)-\(role).db")))
+                databases.append((role, "postgres", try w.database(on: pgURL, engine: "postgres", name: "ferry_\(label)_\(role)")))
+                databases.append((role, "mysql", try w.database(on: myURL, engine: "mysql", name: "ferry_\(label)_\(role)")))
+            }
+            for (role, engine, url) in databases {
+                let service = try await RunningService(database: url, drivers: FidelityMatrixTests.drivers)
+                w.services.append(service)
+                let direct = Node(label: engine, engine: engine, url: url, databaseURL: url)
+                let served = Node(label: "http(\(engine))", engine: engine, url: service.url(), databaseURL: url)
+                if role == "source" { w.sources += [direct, served] } else { w.targets += [direct, served] }
+            }
+            return w
+        }
+
+        /// A fresh database on a server, dropped when the world goes.
+        func database(on adminURL: String, engine: String, name: String) throws -> String {
+            let unique = name + "_" + UUID().uuidString.prefix(6).lowercased()
+            let base = String(adminURL[..<(adminURL.range(of: "/", options: .backwards)?.lowerBound ?? adminURL.endIndex)])
+            if engine == "postgres" {
+                let admin = try PostgresConnection(endpoint: Endpoint(parsing: adminURL), role: .target)
+                defer { admin.close() }
+                try admin.run("CREATE DATABASE \(unique)")
+                dropDatabases.append {
+                    guard let a = try? PostgresConnection(endpoint: Endpoint(parsing: adminURL), role: .target) else { return }
+                    try? a.run("DROP DATABASE IF EXISTS \(unique) WITH (FORCE)")
+                    a.close()
+                }
+            } else {
+                let admin = try MySQLConnection(endpoint: Endpoint(parsing: adminURL), role: .target)
+                defer { admin.close() }
+                try admin.run("CREATE DATABASE `\(unique)` CHARACTER SET utf8mb4")
+                dropDatabases.append {
+                    guard let a = try? MySQLConnection(endpoint: Endpoint(parsing: adminURL), role: .target) else { return }
+                    try? a.run("DROP DATABASE IF EXISTS `\(unique)`")
+                    a.close()
+                }
+            }
+            return base + "/" + unique
+        }
+
+        func stop() {
+            for s in services { s.stop() }
+            for d in dropDatabases { d() }
+        }
+    }
+
+    func connect(_ url: String, _ role: ConnectionRole = .target) throws -> any Connection {
+        try harness.registry.connect(url, role: role)
+    }
+
+    /// Runs SQL text of the test's own on a database.
+    func run(_ sql: String, on url: String) throws {
+        let c = try connect(url)
+        defer { c.close() }
+        switch c {
+        case let s as SQLiteConnection: try s.run(sql)
+        case let p as PostgresConnection: try p.run(sql)
+        case let m as MySQLConnection: try m.run(sql)
+        default: XCTFail("no SQL for \(url)")
+        }
+    }
+
+    func drop(_ table: TableName, in url: String) throws {
+        let c = try connect(url)
+        defer { c.close() }
+        try c.begin()
+        try c.dropTable(table)
+        try c.commit()
+    }
+
+    static func entries(_ engine: String) -> [NativeTypeEntry] {
+        switch engine {
+        case "sqlite": return SQLiteTypeMap.nativeTypes
+        case "postgres": return PostgresTypeMap.nativeTypes
+        default: return MySQLTypeMap.nativeTypes
+        }
+    }
+
+    static func columnName(_ i: Int) -> String { String(format: "c%02d", i + 1) }
+
+    /// The coverage table: id, then one column per entry; rows 1 and 2 hold the samples, row 3 NULLs.
+    func createCoverageTable(engine: String, url: String) throws {
+        let entries = Self.entries(engine)
+        if engine == "postgres" {
+            try run("""
+                CREATE TYPE ferry_mood AS ENUM ('sad', 'ok', 'happy');
+                CREATE DOMAIN ferry_posint AS integer CHECK (VALUE > 0);
+                """, on: url)
+        }
+        let q: (String) -> String = engine == "mysql" ? { "`\($0)`" } : { "\"\($0)\"" }
+        let columns = entries.enumerated().map { i, e in q(Self.columnName(i)) + " " + e.declaration }
+        try run("CREATE TABLE \(q(table.name)) (\(q("id")) integer PRIMARY KEY, " + columns.joined(separator: ", ") + ")", on: url)
+        for row in 0..<2 {
+            try run("INSERT INTO \(q(table.name)) VALUES (\(row + 1), " + entries.map { $0.samples[row] }.joined(separator: ", ") + ")", on: url)
+        }
+        try run("INSERT INTO \(q(table.name)) (\(q("id"))) VALUES (3)", on: url)
+    }
+
+    /// Rows by id, for the named columns (as the table's catalog describes them), read under
+    /// `columns`' logical types and hints.
+    func rows(_ url: String, _ columns: [Column]) throws -> [[Value]] {
+        let c = try connect(url, .source)
+        defer { c.close() }
+        let schema = try c.describe(table)
+        let wanted = [Column(name: "id", nativeType: "", logicalType: .int64)] + columns
+        let read = try wanted.map { w -> Column in
+            guard var col = schema.column(named: w.name) else { throw FerryError.columnNotFound(table: table, column: w.name) }
+            col.logicalType = w.logicalType
+            col.readHints = w.readHints
+            return col
+        }
+        return try DriverConformance.readAll(c, table, columns: read)
+            .sorted { ($0[0].canonicalText ?? "") < ($1[0].canonicalText ?? "") }
+    }
+
+    func testEveryPairCarriesEveryBuiltInType() async throws {
+        guard let world = try await World.make(label: "types") else { throw XCTSkip("needs the test servers (run scripts/test)") }
+        defer { world.stop() }
+
+        // Each engine's table, and its catalog's logical types, entry by entry.
+        for engine in ["sqlite", "postgres", "mysql"] {
+            guard let node = world.sources.first(where: { $0.engine == engine && !$0.viaService }) else { continue }
+            try createCoverageTable(engine: engine, url: node.url)
+            let c = try connect(node.url, .source)
+            let schema = try c.describe(table)
+            c.close()
+            for (i, e) in Self.entries(engine).enumerated() {
+                let got = schema.column(named: Self.columnName(i))?.logicalType
+                if case .unsupported = e.logical {
+                    XCTAssertEqual(got?.isSupported, false, "\(engine) \(e.declaration): \(String(describing: got))")
+                } else {
+                    XCTAssertEqual(got, e.logical, "\(engine) \(e.declaration)")
+                }
+            }
+        }
+
+        var pairs = 0
+        for source in world.sources {
+            let entries = Self.entries(source.engine)
+            let indexed = Array(entries.enumerated())
+            let supported = indexed.filter { $0.element.logical.isSupported }
+            let unsupported = indexed.filter { !$0.element.logical.isSupported }
+            for target in world.targets {
+                let pair = "\(source.label) -> \(target.label)"
+                let refused = supported.filter { $0.element.refusedBy.contains(target.engine) }
+                let exact = supported.filter { !$0.element.refusedBy.contains(target.engine) }
+                // Types without a logical type travel as the source's text form (not through the service,
+                // which carries logical types only: there they are skipped).
+                var casts = refused.map { "column \(table.name).\(Self.columnName($0.offset)) to skip" }
+                if !source.viaService {
+                    casts += unsupported.map { "column \(table.name).\(Self.columnName($0.offset)) to text" }
+                }
+                try drop(table, in: target.databaseURL)
+                let src = try connect(source.url, .source)
+                let dst = try connect(target.url)
+                let summary = try harness.copy(src, dst, tables: [table.name], casts: casts)
+                src.close()
+                dst.close()
+                XCTAssertTrue(summary.ok, "\(pair): \(summary.tables.compactMap(\.error))")
+                guard summary.ok else { continue }
+                pairs += 1
+
+                // Carried types: equal under the source's logical types.
+                let columns = exact.map { Column(name: Self.columnName($0.offset), nativeType: "", logicalType: $0.element.logical) }
+                let want = try rows(source.databaseURL, columns)
+                let got = try rows(target.databaseURL, columns)
+                XCTAssertEqual(got.count, 3, pair)
+                for (w, g) in zip(want, got) {
+                    for (k, (a, b)) in zip(w, g).enumerated() where !sameValue(a, b) {
+                        let name = k == 0 ? "id" : "\(columns[k - 1].name) (\(exact[k - 1].element.declaration))"
+                        XCTFail("\(pair): \(name): \(a) became \(b)")
+                    }
+                }
+                // Text-form casts: the target holds exactly the source engine's text of each value.
+                if !source.viaService, !unsupported.isEmpty {
+                    let asText = unsupported.map { Column(name: Self.columnName($0.offset), nativeType: $0.element.declaration, logicalType: .text) }
+                    let sourceText = try rows(source.databaseURL, asText.map { c in
+                        var r = c
+                        r.readHints = [.textForm]
+                        return r
+                    })
+                    XCTAssertEqual(try rows(target.databaseURL, asText), sourceText, "\(pair): text forms")
+                }
+
+                // Values the target cannot hold: refused with table, column and key; carried once a cast allows it.
+                for (i, e) in refused {
+                    let name = Self.columnName(i)
+                    let others = indexed.filter { $0.offset != i }.map { "column \(table.name).\(Self.columnName($0.offset)) to skip" }
+                    try drop(table, in: target.databaseURL)
+                    var s = try connect(source.url, .source)
+                    var d = try connect(target.url)
+                    let failed = try harness.copy(s, d, tables: [table.name], casts: others)
+                    s.close()
+                    d.close()
+                    let message = failed.tables.first?.error ?? ""
+                    XCTAssertFalse(failed.ok, "\(pair): \(e.declaration) should be refused")
+                    XCTAssertTrue(message.contains("column \(name)") && message.contains("(id=1)"), "\(pair): \(message)")
+                    XCTAssertTrue(try !connect(target.databaseURL).tableExists(table), "\(pair): a failed copy left a table")
+
+                    s = try connect(source.url, .source)
+                    d = try connect(target.url)
+                    let allowed = try harness.copy(s, d, tables: [table.name], casts: others + ["column \(table.name).\(name) to text"])
+                    s.close()
+                    d.close()
+                    XCTAssertTrue(allowed.ok, "\(pair): \(e.declaration) with a cast to text: \(allowed.tables.compactMap(\.error))")
+                    let text = try rows(target.databaseURL, [Column(name: name, nativeType: "", logicalType: .text)])
+                    let original = try rows(source.databaseURL, [Column(name: name, nativeType: "", logicalType: e.logical)])
+                    XCTAssertEqual(text.map { $0[1].canonicalText }, original.map { $0[1].canonicalText }, "\(pair): \(e.declaration) as text")
+                }
+                try drop(table, in: target.databaseURL)
+            }
+        }
+        XCTAssertEqual(pairs, 36)
+    }
+}
+
+/// Logical-type equality: exact (doubles by bit pattern), except decimals, which compare by value.
+func sameValue(_ a: Value, _ b: Value) -> Bool {
+    if case .decimal(let x) = a, case .decimal(let y) = b { return DecimalText.normalized(x) == DecimalText.normalized(y) }
+    return a == b
+}
