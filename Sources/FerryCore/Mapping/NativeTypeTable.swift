@@ -27,7 +27,7 @@ public struct NativeTypeEntry: Sendable {
 
 /// Renders the per-engine mapping tables of docs/type-mapping.md from the drivers' data.
 public enum TypeMappingDocument {
-    public struct Engine {
+    public struct Engine: Sendable {
         public var title: String
         public var name: String
         public var entries: [NativeTypeEntry]
@@ -71,7 +71,7 @@ public enum TypeMappingDocument {
                     if t.name == source.name {
                         row += " same |"
                     } else if e.refusedBy.contains(t.name) {
-                        row += " refused¹ |"
+                        row += " " + (t.dialect.ddlType(for: e.logical).map { "`\($0)`, " } ?? "") + "wider values refused¹ |"
                     } else if case .enumeration = e.logical, t.dialect.ddlType(for: e.logical) == nil {
                         row += " enum type |"
                     } else {
@@ -84,6 +84,12 @@ public enum TypeMappingDocument {
         }
         out.append("¹ The target cannot hold these values exactly: the copy stops with an error naming table, column and key; "
             + "a cast (e.g. `--cast 'column t.c to text'`) carries them changed, on purpose.")
+        out.append("")
+        out.append("### Transforms a cast rule can apply (`using …`)")
+        out.append("")
+        out.append("| transform | what it does |")
+        out.append("|---|---|")
+        for t in CastTransform.allCases { out.append("| `\(t.rawValue)` | \(t.summary) |") }
         out.append("")
         out.append(endMarker)
         return out.joined(separator: "\n")

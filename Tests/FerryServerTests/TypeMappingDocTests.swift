@@ -1,0 +1,36 @@
+import FerryCore
+import FerryDriverTestKit
+import FerryMySQL
+import FerryPostgres
+import FerrySQLite
+import Foundation
+import XCTest
+
+/// docs/type-mapping.md's tables of every built-in type are generated from the drivers' data,
+/// so they cannot drift: this test fails when they differ (FERRY_UPDATE_DOCS=1 rewrites them;
+/// scripts/gen-type-docs does that).
+final class TypeMappingDocTests: XCTestCase {
+    static let engines = [
+        TypeMappingDocument.Engine(title: "SQLite", name: "sqlite", entries: SQLiteTypeMap.nativeTypes, dialect: SQLiteDialect()),
+        TypeMappingDocument.Engine(title: "PostgreSQL", name: "postgres", entries: PostgresTypeMap.nativeTypes, dialect: PostgresDialect()),
+        TypeMappingDocument.Engine(title: "MySQL", name: "mysql", entries: MySQLTypeMap.nativeTypes, dialect: MySQLDialect()),
+    ]
+
+    func testGeneratedTablesAreCurrent() throws {
+        let url = TestDatabases.packageRoot().appendingPathComponent("docs/type-mapping.md")
+        let doc = try String(contentsOf: url, encoding: .utf8)
+        let generated = TypeMappingDocument.render(Self.engines)
+        guard let updated = TypeMappingDocument.replacingGenerated(in: doc, with: generated) else {
+            return XCTFail("docs/type-mapping.md lost its generated-section markers")
+        }
+        if ProcessInfo.processInfo.environment["FERRY_UPDATE_DOCS"] == "1" {
+            try updated.write(to: url, atomically: true, encoding: .utf8)
+            return
+        }
+        XCTAssertEqual(doc, updated, "docs/type-mapping.md is out of date: run scripts/gen-type-docs")
+        // Every entry appears, and every target column names a real DDL type.
+        for e in Self.engines {
+            for entry in e.entries { XCTAssertTrue(doc.contains("| `\(entry.declaration)` |"), entry.declaration) }
+        }
+    }
+}
