@@ -262,6 +262,133 @@ final class FidelityMatrixTests: XCTestCase {
     }
 }
 
+
+/// The sample databases across every pair: Chinook in each engine, Sakila (PostgreSQL with its
+/// data; the MySQL and SQLite schemas), Pagila's schema — each from the database itself and
+/// through the XML service in front of it, into every engine directly and through the service.
+extension FidelityMatrixTests {
+    /// Loads a dataset script (or file) into a database.
+    func load(_ dataset: String, engine: String, into url: String) throws {
+        guard let folder = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
+        let path = folder.appendingPathComponent(dataset).path
+        let text = try String(contentsOfFile: path, encoding: .utf8)
+        // The scripts' own CREATE/DROP DATABASE, USE and \c lines would leave the database given.
+        let script = text.split(separator: "\n", omittingEmptySubsequences: false).filter { line in
+            let l = line.uppercased()
+            return !l.hasPrefix("DROP DATABASE") && !l.hasPrefix("CREATE DATABASE") && !l.hasPrefix("USE ") && !l.hasPrefix("\\C")
+                && !l.hasPrefix("DROP SCHEMA") && !l.hasPrefix("CREATE SCHEMA")
+        }.joined(separator: "\n")
+        switch engine {
+        case "postgres":
+            try ExternalTool.run(["psql", "-X", "-q", url], input: script)
+        case "mysql":
+            let e = try Endpoint(parsing: url)
+            try ExternalTool.run(
+                ["mariadb", "--no-defaults", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path],
+                input: script.replacingOccurrences(of: "sakila.", with: ""), environment: ["MYSQL_PWD": e.password ?? ""])
+        default:
+            try run(script, on: url)
+        }
+    }
+
+    /// Copies every table of the dataset in `world`'s sources to every target and compares them.
+    func copyEverywhere(_ world: World, engines: [String], casts: [String] = [],
+                        serialCheck: (_ sourceEngine: String) -> (table: String, column: String, values: [(String, String)])? = { _ in nil },
+                        file: StaticString = #filePath, line: UInt = #line) throws {
+        for source in world.sources where engines.contains(source.engine) {
+            for target in world.targets {
+                let pair = "\(source.label) -> \(target.label)"
+                // Fresh target: drop what the previous pair left.
+                let clean = try connect(target.databaseURL)
+                for t in try clean.listTables() {
+                    try clean.begin(); try clean.dropTable(t.name); try clean.commit()
+                }
+                clean.close()
+                let src = try connect(source.url, .source)
+                let dst = try connect(target.url)
+                defer { src.close(); dst.close() }
+                let summary = try harness.copy(src, dst, jobs: 2, batchSize: 2000, casts: source.viaService ? [] : casts)
+                XCTAssertTrue(summary.ok, "\(pair): \(summary.tables.filter { $0.status != "ok" }.map { $0.error ?? "" })", file: file, line: line)
+                XCTAssertFalse(summary.tables.isEmpty, pair, file: file, line: line)
+                let direct = try connect(target.databaseURL, .source)
+                defer { direct.close() }
+                for t in summary.tables where t.status == "ok" {
+                    let name = TableName(parsing: t.source)
+                    XCTAssertEqual(try TableComparison.differences(src, direct, table: name), [], pair, file: file, line: line)
+                    // Keys arrive as constraints.
+                    let a = try src.describe(name)
+                    let b = try direct.describe(name.unqualified)
+                    let carried = Set(b.columns.map(\.name))
+                    if a.primaryKey.allSatisfy(carried.contains) {
+                        XCTAssertEqual(b.primaryKey, a.primaryKey, "\(pair): \(name) primary key", file: file, line: line)
+                    }
+                    XCTAssertEqual(Set(b.uniqueKeys), Set(a.uniqueKeys.filter { $0.allSatisfy(carried.contains) }),
+                                   "\(pair): \(name) unique keys", file: file, line: line)
+                }
+                // The next INSERT on the target gets a key past the copied ones.
+                if let check = serialCheck(source.engine) {
+                    let key = Column(name: check.column, nativeType: "", logicalType: .int64)
+                    let before = try DriverConformance.readAll(direct, TableName(check.table), columns: [key])
+                        .compactMap { row -> Int64? in if case .int(let v) = row[0] { return v } else { return nil } }.max() ?? 0
+                    let q = { (n: String) in direct.dialect.quote(n) }
+                    try run("INSERT INTO \(q(check.table)) (" + check.values.map { q($0.0) }.joined(separator: ", ") + ") VALUES ("
+                        + check.values.map(\.1).joined(separator: ", ") + ")", on: target.databaseURL)
+                    let after = try DriverConformance.readAll(direct, TableName(check.table), columns: [key])
+                        .compactMap { row -> Int64? in if case .int(let v) = row[0] { return v } else { return nil } }.max() ?? 0
+                    XCTAssertEqual(after, before + 1, "\(pair): the next INSERT into \(check.table)", file: file, line: line)
+                }
+            }
+        }
+    }
+
+    func testChinookInEveryEngineToEveryEngine() async throws {
+        guard let world = try await World.make(label: "chinook") else { throw XCTSkip("needs the test servers (run scripts/test)") }
+        defer { world.stop() }
+        for source in world.sources where !source.viaService {
+            switch source.engine {
+            case "postgres": try load("chinook/Chinook_PostgreSql_SerialPKs.sql", engine: "postgres", into: source.url)
+            case "mysql": try load("chinook/Chinook_MySql_AutoIncrementPKs.sql", engine: "mysql", into: source.url)
+            default: try load("chinook/Chinook_Sqlite_AutoIncrementPKs.sql", engine: "sqlite", into: source.url)
+            }
+        }
+        // Serial keys in every engine's Chinook: the next artist gets max + 1 on every target.
+        try copyEverywhere(world, engines: ["sqlite", "postgres", "mysql"],
+                           serialCheck: { engine in
+                               engine == "postgres" ? ("artist", "artist_id", [("name", "'next'")]) : ("Artist", "ArtistId", [("Name", "'next'")])
+                           })
+    }
+
+    func testSakilaAndPagilaToEveryEngine() async throws {
+        guard let world = try await World.make(label: "sakila") else { throw XCTSkip("needs the test servers (run scripts/test)") }
+        defer { world.stop() }
+        let pg = world.sources.first { $0.engine == "postgres" && !$0.viaService }
+        let my = world.sources.first { $0.engine == "mysql" && !$0.viaService }
+        let lite = world.sources.first { $0.engine == "sqlite" && !$0.viaService }
+        guard let pg, let my, let lite else { return XCTFail("no sources") }
+        try load("sakila/postgres-sakila-schema.sql", engine: "postgres", into: pg.url)
+        try load("sakila/postgres-sakila-insert-data-using-copy.sql", engine: "postgres", into: pg.url)
+        try load("sakila/mysql-sakila-schema.sql", engine: "mysql", into: my.url)
+        try load("sakila/sqlite-sakila-schema.sql", engine: "sqlite", into: lite.url)
+        // PostgreSQL's Sakila with its data (tsvector carried as text, text[] as JSON, directly;
+        // skipped through the service); the MySQL and SQLite schemas, empty.
+        try copyEverywhere(world, engines: ["sqlite", "postgres", "mysql"],
+                           casts: ["type tsvector to text", "type text[] to json"],
+                           serialCheck: { engine in
+                               engine == "postgres"
+                                   ? ("actor", "actor_id", [("first_name", "'A'"), ("last_name", "'B'"), ("last_update", "'2024-01-01 00:00:00'")])
+                                   : nil
+                           })
+
+        // Pagila's schema (partitions, domains over domains, non-ASCII names), from PostgreSQL.
+        let pagila = try await World.make(label: "pagila")
+        guard let pagila else { return }
+        defer { pagila.stop() }
+        guard let pgPagila = pagila.sources.first(where: { $0.engine == "postgres" && !$0.viaService }) else { return }
+        try load("pagila/pagila-schema.sql", engine: "postgres", into: pgPagila.url)
+        try copyEverywhere(pagila, engines: ["postgres"], casts: ["type tsvector to text", "type text[] to json"])
+    }
+}
+
 /// Logical-type equality: exact (doubles by bit pattern), except decimals, which compare by value.
 func sameValue(_ a: Value, _ b: Value) -> Bool {
     if case .decimal(let x) = a, case .decimal(let y) = b { return DecimalText.normalized(x) == DecimalText.normalized(y) }
