@@ -169,6 +169,65 @@ final class CLITests: XCTestCase {
         XCTAssertEqual(obj?["equal"] as? Bool, false)
     }
 
+    func testCastRules() throws {
+        let target = folder.path("cast.db")
+        let casts = folder.path("casts.txt")
+        try "# Chinook\ncolumn Track.Composer to text(10) using trim\ncolumn Genre.Name to skip\ntype blob to text\n"
+            .write(toFile: casts, atomically: true, encoding: .utf8)
+        let args = ["copy", "sqlite:" + chinook, "sqlite:" + target, "--tables", "Track,Genre,MediaType",
+                    "--cast", "type numeric(10,2) to float64", "--casts", casts, "--cast", "column MediaType.Name to text(3)"]
+
+        // --dry-run: which rule decided each column, the unused rule, the table left with no column.
+        let plan = try ferry(args + ["--dry-run"])
+        XCTAssertEqual(plan.code, 0, plan.err)
+        XCTAssertTrue(plan.out.contains("column UnitPrice: NUMERIC(10,2) -> decimal(10,2) -> float64  (cast rule --cast #1 'type numeric(10,2) to float64')"), plan.out)
+        XCTAssertTrue(plan.out.contains("column Composer: NVARCHAR(220) -> text(220) -> text(10) using trim  (cast rule \(casts):2"), plan.out)
+        XCTAssertTrue(plan.out.contains("column TrackId: INTEGER -> int64 [rowid]  (sqlite type map)"), plan.out)
+        XCTAssertTrue(plan.out.contains("cast rule \(casts):4 'type blob to text' matched no column"), plan.out)
+        XCTAssertTrue(plan.out.contains("\"UnitPrice\" REAL NOT NULL"), plan.out)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: target))
+
+        // The copy: Genre (its only other column is its key) keeps GenreId; values converted as the rules say.
+        let r = try ferry(args + ["-q", "--verify"])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(r.err.contains("not comparing Composer, UnitPrice (changed by cast rules)"), r.err)
+        let rows = try ExternalTool.run(["sqlite3", target, """
+            SELECT Composer, typeof(UnitPrice), UnitPrice FROM Track WHERE TrackId = 1;
+            SELECT count(*) FROM pragma_table_info('Genre');
+            SELECT Name FROM MediaType WHERE MediaTypeId = 1;
+            """], input: "")
+        XCTAssertEqual(rows, "Angus Youn|real|0.99\n1\nMPE\n")
+
+        // A table whose every column is skipped is reported and not created.
+        let empty = try ferry(["copy", "sqlite:" + chinook, "sqlite:" + folder.path("empty.db"), "--tables", "Genre,Artist",
+                               "--cast", "column Genre.Name to skip", "--cast", "column Genre.GenreId to skip"])
+        XCTAssertEqual(empty.code, 0, empty.err)
+        XCTAssertTrue(empty.err.contains("warning: table Genre: every column is skipped; the table is not copied"), empty.err)
+        XCTAssertEqual(try ExternalTool.run(["sqlite3", folder.path("empty.db"), "SELECT name FROM sqlite_master WHERE type = 'table'"], input: ""),
+                       "Artist\n")
+
+        // describe shows the deciding rule too.
+        let d = try ferry(["describe", "sqlite:" + chinook, "Track", "--cast", "type integer when not serial to int32"])
+        XCTAssertEqual(d.code, 0, d.err)
+        XCTAssertTrue(d.out.contains("DECIDED BY"), d.out)
+        XCTAssertTrue(d.out.contains("cast rule --cast #1 'type integer when not serial to int32'"), d.out)
+        XCTAssertTrue(d.out.range(of: #"TrackId +INTEGER +int64 +no +rowid +int64 +sqlite type map"#, options: .regularExpression) != nil, d.out)
+
+        // Bad rules: one line, exit 2, nothing written.
+        let other = folder.path("never.db")
+        assertOneLineError(try ferry(["copy", "sqlite:" + chinook, "sqlite:" + other, "--cast", "type integer to number"]), code: 2,
+                           contains: "cast rule --cast #1 'type integer to number': the target has no type 'number'")
+        assertOneLineError(try ferry(["copy", "sqlite:" + chinook, "sqlite:" + other, "--cast", "type integer into text"]), code: 2,
+                           contains: "it has no 'to TARGET'")
+        assertOneLineError(try ferry(["copy", "sqlite:" + chinook, "sqlite:" + other, "--casts", folder.path("nope.txt")]), code: 2,
+                           contains: "cannot read --casts file")
+        // A value the new type cannot hold: the table fails naming column and key, the target keeps nothing of it.
+        let bad = try ferry(["copy", "-q", "sqlite:" + chinook, "sqlite:" + other, "--tables", "Artist", "--cast", "column Artist.Name to int64"])
+        XCTAssertEqual(bad.code, 1)
+        XCTAssertTrue(bad.err.contains("table Artist, column Name, key (ArtistId=1): 'AC/DC' cannot be cast to int64"), bad.err)
+        XCTAssertFalse(FileManager.default.fileExists(atPath: other), "a failed copy left \(other)")
+    }
+
     func testProgressLinesWhenNotATerminal() throws {
         let r = try ferry(["copy", "sqlite:" + chinook, "sqlite:" + folder.path("p.db"), "--tables", "Track"])
         XCTAssertEqual(r.code, 0, r.err)
