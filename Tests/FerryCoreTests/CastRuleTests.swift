@@ -1,4 +1,4 @@
-import FerryCore
+@testable import FerryCore
 import XCTest
 
 final class CastRuleTests: XCTestCase {
@@ -228,6 +228,34 @@ final class CastRuleTests: XCTestCase {
         }
         let ok = try ValueConversion.convert(col, from: .text, to: .text(maxLength: 1, fixed: false), transforms: [.trim])
         XCTAssertEqual((0..<3).map { Value(column: ok, row: $0, type: .text) }, [.text("1"), .text("2"), .text("x")])
+    }
+
+    /// The buffer-to-buffer fast paths give what the value-by-value path gives, failures included.
+    func testFastPathsMatchTheGeneralPath() throws {
+        let cases: [(LogicalType, [Value], LogicalType)] = [
+            (.int64, [.int(5), .null, .int(-32768), .int(40_000)], .int16),
+            (.int32, [.int(7), .null, .int(-1)], .float64),
+            (.float32, [.double(1.5), .null, .double(-0.0)], .float64),
+            (.decimal(precision: 12, scale: 2), [.decimal("12.30"), .null, .decimal("-0.01"), .decimal("NaN"), .decimal("1e5x")], .float64),
+            (.text, [.text("abcdef"), .null, .text(""), .text("😀😀😀"), .text("ab")], .text(maxLength: 2, fixed: false)),
+            (.enumeration(labels: ["a"]), [.text("a"), .null], .text),
+        ]
+        for (from, values, to) in cases {
+            var col = ColumnBuffer(storage: from.storage)
+            for v in values {
+                if case .decimal(let d) = v { col.append(string: d) } else { try v.append(to: &col, as: from) }
+            }
+            XCTAssertNotNil(try? ValueConversion.convertFast(ColumnBuffer(storage: from.storage), from: from, to: to), "\(from) → \(to) has a fast path")
+            var expected: [Value?] = []
+            for r in 0..<values.count { expected.append(try? ValueConversion.convert(Value(column: col, row: r, type: from), to: to)) }
+            do {
+                let fast = try ValueConversion.convert(col, from: from, to: to, transforms: [])
+                XCTAssertFalse(expected.contains(nil), "\(from) → \(to): the fast path accepted what the general path refuses")
+                XCTAssertEqual((0..<values.count).map { Value(column: fast, row: $0, type: to) }, expected.compactMap { $0 })
+            } catch let e as BatchRowError {
+                XCTAssertEqual(expected.firstIndex(where: { $0 == nil }), e.row, "\(from) → \(to)")
+            }
+        }
     }
 
     func testLogicalTypeNamesParseBack() {

@@ -150,6 +150,7 @@ public enum ValueConversion {
     public static func convert(
         _ column: ColumnBuffer, from: LogicalType, to: LogicalType, transforms: [CastTransform]
     ) throws -> ColumnBuffer {
+        if transforms.isEmpty, let fast = try convertFast(column, from: from, to: to) { return fast }
         var out = ColumnBuffer(storage: to.storage, capacity: column.count)
         for r in 0..<column.count {
             var v = Value(column: column, row: r, type: from)
@@ -161,6 +162,67 @@ public enum ValueConversion {
             } catch let e as FerryError {
                 throw BatchRowError(row: r, error: e)
             }
+        }
+        return out
+    }
+
+    /// Common conversions straight from buffer to buffer, without a `Value` per row; nil when
+    /// the pair has no fast path. Results are the same as `convert(_:to:)`'s.
+    static func convertFast(_ column: ColumnBuffer, from: LogicalType, to: LogicalType) throws -> ColumnBuffer? {
+        var out = ColumnBuffer(storage: to.storage, capacity: column.count)
+        func failure(_ r: Int) -> BatchRowError {
+            let v = Value(column: column, row: r, type: from)
+            var message = "\(v) cannot be cast to \(to)"
+            do { _ = try convert(v, to: to) } catch { message = "\(error)" }
+            return BatchRowError(row: r, error: .invalidValue(table: nil, column: nil, key: nil, message: message))
+        }
+        switch (from.storage, to) {
+        case (.int64, .int16), (.int64, .int32), (.int64, .int64):
+            guard from.integerRange != nil, from != .boolean, let range = to.integerRange else { return nil }
+            for r in 0..<column.count {
+                if column.isNull(r) { out.appendNull(); continue }
+                let v = column.ints[r]
+                guard range.contains(v) else { throw failure(r) }
+                out.append(v)
+            }
+        case (.int64, .float32), (.int64, .float64):
+            guard from.integerRange != nil, from != .boolean else { return nil }
+            for r in 0..<column.count {
+                if column.isNull(r) { out.appendNull() } else { out.append(Double(column.ints[r])) }
+            }
+        case (.double, .float32), (.double, .float64):
+            for r in 0..<column.count {
+                if column.isNull(r) { out.appendNull() } else { out.append(column.doubles[r]) }
+            }
+        case (.bytes, .float32), (.bytes, .float64):
+            guard case .decimal = from else { return nil }
+            for r in 0..<column.count {
+                if column.isNull(r) { out.appendNull(); continue }
+                let s = column.string(r)
+                switch s {
+                case "NaN": out.append(Double.nan)
+                case "Infinity", "+Infinity": out.append(Double.infinity)
+                case "-Infinity": out.append(-Double.infinity)
+                default:
+                    guard let d = Double(s) else { throw failure(r) }
+                    out.append(d)
+                }
+            }
+        case (.bytes, .text(let maxLength, _)):
+            guard from.isTextual else { return nil }
+            for r in 0..<column.count {
+                if column.isNull(r) { out.appendNull(); continue }
+                let range = column.range(r)
+                // UTF-8 has at least one byte per character: short values need no counting.
+                if let n = maxLength, range.count > n {
+                    let s = column.string(r)
+                    out.append(string: s.count > n ? String(s.prefix(n)) : s)
+                } else {
+                    column.withUnsafeArena { a in out.append(bytes: UnsafeRawBufferPointer(rebasing: a[range])) }
+                }
+            }
+        default:
+            return nil
         }
         return out
     }
