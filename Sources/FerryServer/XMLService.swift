@@ -156,7 +156,14 @@ public struct XMLService: Sendable {
             let limit = min(max(query["limit"].flatMap { Int($0) } ?? service.configuration.defaultPageRows, 1), service.configuration.maxPageRows)
             let after = query[values: "after"].map { String($0) }
             let wanted = query[values: "columns"].map { String($0) }
-            let stream = try await Offload.run { try RowStream(service: service, table: name, after: after, columns: wanted, limit: limit) }
+            var hints: [String: ReadHints] = [:]
+            for (parameter, hint) in [("text", ReadHints.textForm), ("json", .jsonForm), ("zerodates", .zeroDatesAsNull)] {
+                for c in query[values: Substring(parameter)] { hints[String(c), default: []].insert(hint) }
+            }
+            let readHints = hints
+            let stream = try await Offload.run {
+                try RowStream(service: service, table: name, after: after, columns: wanted, hints: readHints, limit: limit)
+            }
             // gzip when the client asks for it (streamed, chunk by chunk).
             let gzip = request.headers[.acceptEncoding].map { $0.lowercased().contains("gzip") } ?? false
             var headers = Self.xmlHeaders
@@ -356,7 +363,9 @@ final class RowStream {
     var sent = 0
     var last: RowBatch?
 
-    init(service: XMLService, table name: TableName, after: [String], columns wanted: [String], limit: Int) throws {
+    /// `hints`: columns a client's cast rule reads in the engine's own text or JSON form, or with
+    /// zero dates as NULL (named columns only: the driver builds the expression, never the request).
+    init(service: XMLService, table name: TableName, after: [String], columns wanted: [String], hints: [String: ReadHints] = [:], limit: Int) throws {
         let c = try service.open(write: false)
         do {
             let table = try service.served(name, in: c)
@@ -364,6 +373,17 @@ final class RowStream {
             var columns = try wanted.isEmpty ? schema.columns : wanted.map { w in
                 guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: table, column: w) }
                 return col
+            }
+            for (name, hint) in hints {
+                guard let i = columns.firstIndex(where: { $0.name == name }) else {
+                    throw FerryError.columnNotFound(table: table, column: name)
+                }
+                columns[i].readHints.formUnion(hint)
+                if hint.contains(.jsonForm) {
+                    columns[i].logicalType = .json
+                } else if hint.contains(.textForm) {
+                    columns[i].logicalType = .text
+                }
             }
             columns.removeAll { !$0.logicalType.isSupported }
             var range: KeyRange?

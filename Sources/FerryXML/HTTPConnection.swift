@@ -53,11 +53,6 @@ public final class HTTPConnection: Connection {
         if keyRange?.upTo != nil || keyRange?.after != nil {
             throw FerryError.invalidOption("reading a key range through the XML service is not supported yet")
         }
-        if let c = columns.first(where: { !$0.readHints.isEmpty }) {
-            throw FerryError.invalidOption(
-                "\(table.name).\(c.name): a cast that reads the source's own text or JSON form (or zero dates) cannot run through the XML service; "
-                    + "copy from the database itself, or cast to a logical type")
-        }
         return HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize)
     }
 
@@ -195,6 +190,11 @@ final class HTTPReader: BatchReader {
     private func pagePath(after: [String]?) -> String {
         var items: [(String, String)] = [("limit", String(Self.pageRows))]
         items += requested.map { ("columns", $0.name) }
+        // Cast rules that read a column in the engine's own text or JSON form (or zero dates as NULL)
+        // are carried out by the service, on its side.
+        items += requested.filter { $0.readHints.contains(.textForm) }.map { ("text", $0.name) }
+        items += requested.filter { $0.readHints.contains(.jsonForm) }.map { ("json", $0.name) }
+        items += requested.filter { $0.readHints.contains(.zeroDatesAsNull) }.map { ("zerodates", $0.name) }
         items += (after ?? []).map { ("after", $0) }
         return connection.path(table, "/rows") + HTTPClient.query(items)
     }

@@ -192,12 +192,10 @@ final class FidelityMatrixTests: XCTestCase {
                 let pair = "\(source.label) -> \(target.label)"
                 let refused = supported.filter { $0.element.refusedBy.contains(target.engine) }
                 let exact = supported.filter { !$0.element.refusedBy.contains(target.engine) }
-                // Types without a logical type travel as the source's text form (not through the service,
-                // which carries logical types only: there they are skipped).
+                // Types without a logical type travel as the source engine's text form (through the
+                // service too: it reads them so on its side).
                 var casts = refused.map { "column \(table.name).\(Self.columnName($0.offset)) to skip" }
-                if !source.viaService {
-                    casts += unsupported.map { "column \(table.name).\(Self.columnName($0.offset)) to text" }
-                }
+                casts += unsupported.map { "column \(table.name).\(Self.columnName($0.offset)) to text" }
                 try drop(table, in: target.databaseURL)
                 let src = try connect(source.url, .source)
                 let dst = try connect(target.url)
@@ -220,7 +218,7 @@ final class FidelityMatrixTests: XCTestCase {
                     }
                 }
                 // Text-form casts: the target holds exactly the source engine's text of each value.
-                if !source.viaService, !unsupported.isEmpty {
+                if !unsupported.isEmpty {
                     let asText = unsupported.map { Column(name: Self.columnName($0.offset), nativeType: $0.element.declaration, logicalType: .text) }
                     let sourceText = try rows(source.databaseURL, asText.map { c in
                         var r = c
@@ -307,7 +305,7 @@ extension FidelityMatrixTests {
                 let src = try connect(source.url, .source)
                 let dst = try connect(target.url)
                 defer { src.close(); dst.close() }
-                let summary = try harness.copy(src, dst, jobs: 2, batchSize: 2000, casts: source.viaService ? [] : casts)
+                let summary = try harness.copy(src, dst, jobs: 2, batchSize: 2000, casts: casts)
                 XCTAssertTrue(summary.ok, "\(pair): \(summary.tables.filter { $0.status != "ok" }.map { $0.error ?? "" })", file: file, line: line)
                 XCTAssertFalse(summary.tables.isEmpty, pair, file: file, line: line)
                 let direct = try connect(target.databaseURL, .source)
@@ -369,8 +367,8 @@ extension FidelityMatrixTests {
         try load("sakila/postgres-sakila-insert-data-using-copy.sql", engine: "postgres", into: pg.url)
         try load("sakila/mysql-sakila-schema.sql", engine: "mysql", into: my.url)
         try load("sakila/sqlite-sakila-schema.sql", engine: "sqlite", into: lite.url)
-        // PostgreSQL's Sakila with its data (tsvector carried as text, text[] as JSON, directly;
-        // skipped through the service); the MySQL and SQLite schemas, empty.
+        // PostgreSQL's Sakila with its data (tsvector carried as text, text[] as JSON); the MySQL
+        // and SQLite schemas, empty.
         try copyEverywhere(world, engines: ["sqlite", "postgres", "mysql"],
                            casts: ["type tsvector to text", "type text[] to json"],
                            serialCheck: { engine in

@@ -265,6 +265,13 @@ final class XMLServiceTests: XCTestCase {
         XCTAssertTrue(body.hasPrefix("<?xml") && body.contains("code=\"not_found\""), body)
         (status, body) = try service.request("GET", "v1/tables/Artist%3B%20DROP%20TABLE%20Artist%3B--/rows", token: service.readWrite)
         XCTAssertEqual(status, 404, body)
+        // A cast's text-form column is a name checked against the catalog, never SQL.
+        (status, body) = try service.request("GET", "v1/tables/Artist/rows?text=Name%29%3B%20DROP%20TABLE%20Artist%3B--", token: service.readOnly)
+        XCTAssertEqual(status, 422, body)
+        XCTAssertTrue(body.contains("has no column"), body)
+        (status, body) = try service.request("GET", "v1/tables/Artist/rows?limit=1&text=ArtistId", token: service.readOnly)
+        XCTAssertEqual(status, 200, body)
+        XCTAssertTrue(body.contains("<r><v>1</v><v>AC/DC</v></r>"), body)
         (status, _) = try service.request("GET", "v1/tables/Artist", token: service.readOnly)
         XCTAssertEqual(status, 200, "nothing was dropped")
         let laughs = """
