@@ -164,14 +164,7 @@ extension Ferry {
                 var v = Verifier.Options()
                 v.tables = plan.tables.map(\.source)
                 v.keys = options.keys
-                for t in plan.tables {
-                    let cast = Set(t.conversions.map { t.columns[$0.index].name } + t.targetSchema.columns.filter { $0.declaredType != nil }.map(\.name))
-                    if cast.isEmpty { continue }
-                    v.ignoredColumns[t.source] = cast
-                    if !output.json {
-                        Console.error("verify: \(t.source): not comparing \(cast.sorted().joined(separator: ", ")) (changed by cast rules)")
-                    }
-                }
+                v.casts = options.casts
                 let report = try Verifier().verify(source: src, target: dst, options: v)
                 if !output.json { try Verify.print(report, json: false) }
                 if !report.equal { throw ExitCode(1) }

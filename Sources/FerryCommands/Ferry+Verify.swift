@@ -10,13 +10,16 @@ extension Ferry {
             discussion: """
                 Row counts and an order-independent digest per key bucket are compared in one pass
                 over each side; buckets that differ are read again to name the differing keys and
-                columns. Values are compared through the source's logical types (decimals by value).
+                columns. Values are compared through the target's logical types (decimals by value);
+                give the copy's cast rules (--cast, --casts) and source values are converted as the
+                copy converted them before they are compared.
                 Exit code 0 when every table is equal, 1 when any differs.
 
                 Examples:
                   ferry verify sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db
                   ferry verify postgres://dba@db/shop sqlite:shop.db --tables orders --json
                   ferry copy sqlite:app.db postgres://dba@db/app --verify
+                  ferry verify mysql://app@db/shop postgres://dba@pg/shop --cast 'type tinyint to boolean using tinyint-to-boolean'
                 """)
 
         @Argument(help: "The database copied from (URL).")
@@ -37,6 +40,12 @@ extension Ferry {
         @Option(name: .long, help: "Differences listed per table.")
         var max: Int = 20
 
+        @Option(name: .long, help: "A cast rule the copy used, e.g. 'type int[] to json' (repeatable): values are compared as converted.")
+        var cast: [String] = []
+
+        @Option(name: .long, help: "A file of cast rules the copy used, one per line.")
+        var casts: [String] = []
+
         @Option(name: .long, help: "Bearer token file for http(s):// endpoints.")
         var tokenFile: String?
 
@@ -47,6 +56,7 @@ extension Ferry {
             options.tables = splitNames(tables)
             options.exclude = splitNames(exclude)
             options.maxReported = Swift.max(1, max)
+            options.casts = try CastRuleSet.load(options: cast, files: casts)
             for k in key {
                 guard let (t, cols) = parseKeyOption(k) else { throw FerryError.invalidOption("--key '\(k)' must look like TABLE=COL1,COL2") }
                 options.keys[t] = cols

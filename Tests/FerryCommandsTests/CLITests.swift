@@ -190,13 +190,20 @@ final class CLITests: XCTestCase {
         // The copy: Genre (its only other column is its key) keeps GenreId; values converted as the rules say.
         let r = try ferry(args + ["-q", "--verify"])
         XCTAssertEqual(r.code, 0, r.err)
-        XCTAssertTrue(r.err.contains("not comparing Composer, UnitPrice (changed by cast rules)"), r.err)
+        XCTAssertTrue(r.out.contains("Track: equal (3503 rows"), "verify compares cast columns as converted: \(r.out)")
         let rows = try ExternalTool.run(["sqlite3", target, """
             SELECT Composer, typeof(UnitPrice), UnitPrice FROM Track WHERE TrackId = 1;
             SELECT count(*) FROM pragma_table_info('Genre');
             SELECT Name FROM MediaType WHERE MediaTypeId = 1;
             """], input: "")
         XCTAssertEqual(rows, "Angus Youn|real|0.99\n1\nMPE\n")
+
+        // verify with the copy's rules finds a changed converted value and names its key.
+        try ExternalTool.run(["sqlite3", target, "UPDATE Track SET UnitPrice = 1.99 WHERE TrackId = 7"], input: "")
+        let v = try ferry(["verify", "sqlite:" + chinook, "sqlite:" + target, "--tables", "Track",
+                           "--cast", "type numeric(10,2) to float64", "--casts", casts])
+        XCTAssertEqual(v.code, 1, v.err)
+        XCTAssertTrue(v.out.contains("changed (TrackId=7): UnitPrice"), v.out)
 
         // A table whose every column is skipped is reported and not created.
         let empty = try ferry(["copy", "sqlite:" + chinook, "sqlite:" + folder.path("empty.db"), "--tables", "Genre,Artist",

@@ -9,8 +9,8 @@ public struct Verifier: Sendable {
         public var tables: [TableName] = []
         public var exclude: [TableName] = []
         public var keys: [TableName: [String]] = [:]
-        /// Columns left out of the comparison, by source table (columns a cast changed).
-        public var ignoredColumns: [TableName: Set<String>] = [:]
+        /// The copy's cast rules: source values are converted as the copy converted them, then compared.
+        public var casts = CastRuleSet()
         /// Key buckets of the first pass; more buckets make the second pass read less.
         public var buckets: Int = 4096
         /// Differences listed per table.
@@ -94,29 +94,40 @@ public struct Verifier: Sendable {
             throw FerryError.tableNotFound(table: targetName, endpoint: target.endpoint.redacted)
         }
         let targetSchema = try target.describe(targetName)
-        // The source's carried columns, read on both sides under the source's logical types.
-        let ignored = options.ignoredColumns.first { table.matches($0.key) }?.value ?? []
-        let columns = sourceSchema.columns.filter { c in
-            c.logicalType.isSupported && !c.generated && targetSchema.column(named: c.name) != nil && !ignored.contains(c.name)
+        // The carried columns: the source read as the copy reads it (casts included), values
+        // converted as the copy converts them, both sides compared under the target's logical types.
+        var columns: [Column] = []
+        var targetColumns: [Column] = []
+        var types: [LogicalType] = []
+        var conversions: [ColumnConversion] = []
+        for c in sourceSchema.columns where !c.generated {
+            guard var t = targetSchema.column(named: c.name) else { continue }
+            let r = try options.casts.resolve(c, in: table, engine: sourceSchema.engine, target: target.dialect)
+            guard let read = r.read, let write = r.write else { continue }
+            if r.converts {
+                conversions.append(ColumnConversion(index: columns.count, from: read.logicalType, to: write.logicalType, transforms: r.transforms))
+            }
+            columns.append(read)
+            t.logicalType = write.logicalType
+            targetColumns.append(t)
+            types.append(write.logicalType)
         }
-        let targetColumns = columns.compactMap { c -> Column? in
-            guard var t = targetSchema.column(named: c.name) else { return nil }
-            t.logicalType = c.logicalType
-            return t
+        func batches(_ reader: any BatchReader, converting: Bool) throws -> RowBatch? {
+            guard let batch = try reader.next() else { return nil }
+            return converting ? try CopyEngine.convert(batch, conversions, columns: columns) : batch
         }
         var key = sourceSchema.preferredKey?.columns ?? []
         if let user = options.keys.first(where: { table.matches($0.key) })?.value { key = user }
         let keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k } }
         let keyed = !key.isEmpty && keyIndexes.count == key.count
-        let types = columns.map(\.logicalType)
         let buckets = max(1, options.buckets)
 
         // Pass 1: both sides at once, on two threads.
-        func digest(_ c: any Connection, _ schema: TableSchema, _ cols: [Column]) throws -> Digest {
+        func digest(_ c: any Connection, _ schema: TableSchema, _ cols: [Column], converting: Bool) throws -> Digest {
             var d = Digest(buckets: buckets)
             let reader = try c.reader(table: schema, columns: cols, keyRange: nil, batchSize: options.batchSize)
             defer { reader.close() }
-            while let batch = try reader.next() {
+            while let batch = try batches(reader, converting: converting) {
                 for r in 0..<batch.count {
                     let row = Self.canonical(batch.row(r, types: types))
                     let b = keyed ? Self.bucket(row, keyIndexes, buckets) : 0
@@ -127,7 +138,8 @@ public struct Verifier: Sendable {
             }
             return d
         }
-        let (a, b) = try both({ try digest(source, sourceSchema, columns) }, { try digest(target, targetSchema, targetColumns) })
+        let (a, b) = try both(
+            { try digest(source, sourceSchema, columns, converting: true) }, { try digest(target, targetSchema, targetColumns, converting: false) })
         let differing = Set((0..<buckets).filter { a.sums[$0] != b.sums[$0] || a.counts[$0] != b.counts[$0] })
         var report = TableReport(
             source: table.description, target: targetName.description, sourceRows: a.rows, targetRows: b.rows,
@@ -139,11 +151,11 @@ public struct Verifier: Sendable {
         }
 
         // Pass 2: only the rows of differing buckets, by key.
-        func collect(_ c: any Connection, _ schema: TableSchema, _ cols: [Column]) throws -> [[Value]: [Value]] {
+        func collect(_ c: any Connection, _ schema: TableSchema, _ cols: [Column], converting: Bool) throws -> [[Value]: [Value]] {
             var rows: [[Value]: [Value]] = [:]
             let reader = try c.reader(table: schema, columns: cols, keyRange: nil, batchSize: options.batchSize)
             defer { reader.close() }
-            while let batch = try reader.next() {
+            while let batch = try batches(reader, converting: converting) {
                 for r in 0..<batch.count {
                     let row = Self.canonical(batch.row(r, types: types))
                     guard differing.contains(Self.bucket(row, keyIndexes, buckets)) else { continue }
@@ -152,7 +164,8 @@ public struct Verifier: Sendable {
             }
             return rows
         }
-        let (left, right) = try both({ try collect(source, sourceSchema, columns) }, { try collect(target, targetSchema, targetColumns) })
+        let (left, right) = try both(
+            { try collect(source, sourceSchema, columns, converting: true) }, { try collect(target, targetSchema, targetColumns, converting: false) })
         func keyText(_ k: [Value]) -> String {
             "(" + zip(key, k).map { "\($0)=\($1)" }.joined(separator: ", ") + ")"
         }
