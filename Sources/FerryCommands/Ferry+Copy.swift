@@ -27,20 +27,27 @@ extension Ferry {
                   ferry copy postgres://dba@db/shop sqlite:shop.db --schema public --jobs 4
                   ferry copy mysql://app@db/shop postgres://dba@pg/shop --zero-dates null
                   ferry copy http://127.0.0.1:8080/ sqlite:laptop.db --token-file token.txt
-                  ferry copy postgres://dba@db/pagila sqlite:p.db --cast 'type text[] to json' --cast 'column film.fulltext to skip'
-                  ferry copy mysql://app@db/shop postgres://dba@pg/shop --cast 'type tinyint when width 1 to boolean using tinyint-to-boolean'
+                  ferry copy postgres://dba@db/pagila sqlite:p.db \\
+                    --cast 'type text[] to json' --cast 'column film.fulltext to skip'
+                  ferry copy mysql://app@db/shop postgres://dba@pg/shop \\
+                    --cast 'type tinyint to boolean using tinyint-to-boolean'
 
-                Cast rules (--cast, repeatable, or one per line of --casts FILE; first match wins):
-                  type NATIVE [when GUARD [and GUARD]] to TARGET [using TRANSFORM[,TRANSFORM]]
-                  column TABLE.COLUMN to TARGET [using TRANSFORM[,TRANSFORM]]
-                NATIVE is the source type as `ferry describe` prints it. GUARDs: unsigned, signed,
-                serial, not serial, nullable, not null, width|length|precision|scale [= != < <= > >=] N.
-                TARGET: a logical type (boolean, int16, int32, int64, decimal(p,s), float32, float64,
-                text, text(n), char(n), binary, date, time(p), timestamp(p) [with time zone], uuid,
-                json), a native type of the target (varchar(20), jsonb, mediumtext), or skip.
-                Types without a logical type (arrays, ranges, geometry, …) cast to `text` or `json` travel
-                in the source engine's own text or JSON form; other types convert from their values.
-                TRANSFORMs: \(CastTransform.allCases.map { "\n                  \($0.rawValue): \($0.summary)" }.joined())
+                Cast rules (--cast, repeatable; or one per line of --casts FILE).
+                The first rule that matches a column decides it:
+                  type NATIVE [when GUARD [and GUARD]] to TARGET [using TRANSFORM,…]
+                  column TABLE.COLUMN to TARGET [using TRANSFORM,…]
+                NATIVE: the source type as `ferry describe` prints it.
+                GUARD: unsigned, signed, serial, not serial, nullable, not null,
+                  width|length|precision|scale [= != < <= > >=] N
+                TARGET: a logical type (boolean, int16, int32, int64, decimal(p,s),
+                  float32, float64, text, text(n), char(n), binary, date, time(p),
+                  timestamp(p) [with time zone], uuid, json), a native type of
+                  the target (varchar(20), jsonb, mediumtext), or skip.
+                Types with no logical type (arrays, ranges, geometry, …) cast to
+                text or json travel in the source engine's own text or JSON form;
+                other types are converted value by value (SQL CAST rules).
+                TRANSFORM:
+                \(CastTransform.allCases.map { "  \($0.rawValue): \($0.summary)" }.joined(separator: "\n"))
                 --dry-run shows which rule (or which type map) decided each column.
                 """)
 

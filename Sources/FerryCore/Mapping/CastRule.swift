@@ -306,7 +306,7 @@ public enum CastTransform: String, Sendable, Hashable, Codable, CaseIterable {
     /// One line for help and docs.
     public var summary: String {
         switch self {
-        case .zeroDatesToNull: return "MySQL zero dates (0000-00-00, zero month or day) become NULL"
+        case .zeroDatesToNull: return "MySQL zero dates (0000-00-00, a zero month or day) are NULL"
         case .tinyintToBoolean: return "0 becomes false, any other integer true"
         case .trim: return "whitespace removed from both ends of text"
         case .rightTrim: return "whitespace removed from the end of text (CHAR padding)"
