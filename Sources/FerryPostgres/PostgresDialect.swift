@@ -16,4 +16,17 @@ public struct PostgresDialect: Dialect {
     }
 
     public func ddlType(for type: LogicalType) -> String? { PostgresTypeMap.declaredType(for: type) }
+
+    /// PostgreSQL to PostgreSQL: built-in types with no logical type (interval, inet, money,
+    /// ranges, geometric types, arrays of built-ins, …) keep their type and binary form. Only
+    /// pg_catalog types qualify: their binary form (array element OIDs included) is the same in
+    /// every PostgreSQL database; user-defined types' is not.
+    public func carriesNatively(_ column: Column, fromEngine engine: String) -> Bool {
+        guard engine == PostgresDriver.name else { return false }
+        var base = NativeTypeName(column.nativeType).base
+        while base.hasSuffix("[]") { base.removeLast(2) }
+        // An empty tsquery's binary form is refused by tsquery_recv ("operand not found"): tsquery
+        // stays skipped unless a cast carries it as text.
+        return PostgresTypeMap.builtInNames.contains(base) && base != "tsquery"
+    }
 }

@@ -177,6 +177,20 @@ public enum PostgresTypeMap {
 }
 
 extension PostgresTypeMap {
+    /// Every pg_catalog type name a user's column can have, folded as `NativeTypeName` folds
+    /// them (so `integer` and `int4` are one name): the types a PostgreSQL-to-PostgreSQL copy
+    /// carries in their native binary form when they have no logical type.
+    public static let builtInNames: Set<String> = {
+        var names = Set(nativeTypes.filter { $0.declaration != "ferry_mood" && $0.declaration != "ferry_posint" }
+            .map { NativeTypeName($0.declaration).base.replacingOccurrences(of: "[]", with: "") })
+        names.formUnion([
+            "oid", "regclass", "regtype", "regproc", "xid", "cid", "tid", "int2vector", "oidvector", "txid_snapshot",
+            "pg_snapshot", "jsonpath", "int8multirange", "nummultirange", "tsmultirange", "tstzmultirange",
+            "datemultirange", "char", "\"char\"", "bpchar", "varchar", "name",
+        ])
+        return names
+    }()
+
     /// PostgreSQL's built-in types (and an enum and a domain) as data: declaration, logical
     /// type, edge samples. Tested column by column by the fidelity matrix; rendered into
     /// docs/type-mapping.md. `ferry_mood` and `ferry_posint` are the matrix's own enum and domain.

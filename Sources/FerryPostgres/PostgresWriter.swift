@@ -50,6 +50,16 @@ final class PostgresWriter: BatchWriter {
         var encoders: [Encoder] = []
         for c in columns {
             guard let t = target[c.name] else { throw FerryError.columnNotFound(table: table, column: c.name) }
+            // A built-in type without a logical type, from PostgreSQL: its binary form as read.
+            if c.readHints.contains(.nativeForm) {
+                guard NativeTypeName(t.formatted).base == NativeTypeName(c.nativeType).base else {
+                    throw FerryError.invalidValue(
+                        table: table, column: c.name, key: nil,
+                        message: "\(c.nativeType) values in their binary form cannot be written into a \(t.formatted) column")
+                }
+                encoders.append(.bytes)
+                continue
+            }
             guard let e = Self.encoder(for: c.logicalType, into: t.name, typtype: t.typtype, typmod: t.typmod) else {
                 throw FerryError.invalidValue(
                     table: table, column: c.name, key: nil,

@@ -157,7 +157,7 @@ public struct XMLService: Sendable {
             let after = query[values: "after"].map { String($0) }
             let wanted = query[values: "columns"].map { String($0) }
             var hints: [String: ReadHints] = [:]
-            for (parameter, hint) in [("text", ReadHints.textForm), ("json", .jsonForm), ("zerodates", .zeroDatesAsNull)] {
+            for (parameter, hint) in [("text", ReadHints.textForm), ("json", .jsonForm), ("zerodates", .zeroDatesAsNull), ("native", .nativeForm)] {
                 for c in query[values: Substring(parameter)] { hints[String(c), default: []].insert(hint) }
             }
             let readHints = hints
@@ -379,7 +379,9 @@ final class RowStream {
                     throw FerryError.columnNotFound(table: table, column: name)
                 }
                 columns[i].readHints.formUnion(hint)
-                if hint.contains(.jsonForm) {
+                if hint.contains(.nativeForm) {
+                    columns[i].logicalType = .binary(maxLength: nil)
+                } else if hint.contains(.jsonForm) {
                     columns[i].logicalType = .json
                 } else if hint.contains(.textForm) {
                     columns[i].logicalType = .text

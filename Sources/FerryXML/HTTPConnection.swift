@@ -195,6 +195,7 @@ final class HTTPReader: BatchReader {
         items += requested.filter { $0.readHints.contains(.textForm) }.map { ("text", $0.name) }
         items += requested.filter { $0.readHints.contains(.jsonForm) }.map { ("json", $0.name) }
         items += requested.filter { $0.readHints.contains(.zeroDatesAsNull) }.map { ("zerodates", $0.name) }
+        items += requested.filter { $0.readHints.contains(.nativeForm) }.map { ("native", $0.name) }
         items += (after ?? []).map { ("after", $0) }
         return connection.path(table, "/rows") + HTTPClient.query(items)
     }

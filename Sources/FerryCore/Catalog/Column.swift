@@ -60,4 +60,7 @@ public struct ReadHints: OptionSet, Hashable, Sendable, Codable {
     public static let jsonForm = ReadHints(rawValue: 2)
     /// MySQL zero dates (`0000-00-00`) read as NULL.
     public static let zeroDatesAsNull = ReadHints(rawValue: 4)
+    /// A type with no logical type, copied into the same engine: its values travel as the
+    /// engine's own binary form (logical type binary) and are written back as they are.
+    public static let nativeForm = ReadHints(rawValue: 8)
 }

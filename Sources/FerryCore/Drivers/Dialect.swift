@@ -16,6 +16,10 @@ public protocol Dialect: Sendable {
     /// The DDL type this engine gives a column of `type` in a table Ferry creates; nil when it
     /// has none (or, for enumerations, when it creates a named type).
     func ddlType(for type: LogicalType) -> String?
+    /// True when a column of a type with no logical type, described by the `engine` driver,
+    /// can be created with its own native type here and its values written in their native
+    /// binary form (a copy between two databases of this engine).
+    func carriesNatively(_ column: Column, fromEngine engine: String) -> Bool
 }
 
 extension Dialect {
@@ -30,4 +34,5 @@ extension Dialect {
     public var supportsConcurrentWriters: Bool { true }
     public func logicalType(forDeclaredType native: String) -> LogicalType? { nil }
     public func ddlType(for type: LogicalType) -> String? { nil }
+    public func carriesNatively(_ column: Column, fromEngine engine: String) -> Bool { false }
 }

@@ -60,6 +60,24 @@ public struct CastRuleSet: Sendable {
     public func resolve(_ column: Column, in table: TableName, engine: String, target: (any Dialect)?) throws -> Resolution {
         let mapName = "\(engine) type map"
         guard let index = rules.firstIndex(where: { $0.matches(column, in: table) }) else {
+            // Same engine on both sides: a type with no logical type keeps its native type, its
+            // values their native binary form.
+            if !column.logicalType.isSupported, !column.generated, let target, target.carriesNatively(column, fromEngine: engine),
+               NativeTypeName.isPlainDeclaration(column.nativeType)
+            {
+                var carried = column
+                carried.logicalType = .binary(maxLength: nil)
+                carried.readHints.insert(.nativeForm)
+                var write = carried
+                write.declaredType = column.nativeType
+                write.defaultExpression = nil
+                return Resolution(
+                    ruleIndex: nil,
+                    decision: ColumnDecision(
+                        column: column.name, nativeType: column.nativeType, logicalType: column.logicalType,
+                        targetType: column.nativeType + " (native form)", decidedBy: mapName + ", same engine"),
+                    read: carried, write: write, skipReason: nil, transforms: [])
+            }
             var reason: String?
             if case .unsupported(let native) = column.logicalType {
                 reason = "type \(native) has no portable form (--cast 'type \(native) to text' would carry its text form)"

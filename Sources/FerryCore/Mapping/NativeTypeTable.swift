@@ -60,9 +60,12 @@ public enum TypeMappingDocument {
             for e in source.entries {
                 var row = "| `\(e.declaration)` | "
                 if case .unsupported = e.logical {
-                    row += "skipped |"
-                    for _ in engines { row += " — |" }
-                    let cast = "`--cast 'type \(NativeTypeName(e.declaration).base) to text'` carries its text form"
+                    row += "none |"
+                    let column = Column(name: "c", nativeType: e.declaration, logicalType: e.logical)
+                    for t in engines {
+                        row += t.dialect.carriesNatively(column, fromEngine: source.name) ? " same (native form) |" : " — |"
+                    }
+                    let cast = "skipped where — ; `--cast 'type \(NativeTypeName(e.declaration).base) to text'` carries its text form"
                     out.append(row + " " + (e.note.isEmpty ? cast : e.note + "; " + cast) + " |")
                     continue
                 }
