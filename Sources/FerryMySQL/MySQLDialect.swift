@@ -37,4 +37,10 @@ public struct MySQLDialect: Dialect {
     }
 
     public func ddlType(for type: LogicalType) -> String? { MySQLTypeMap.declaredType(for: type) }
+
+    /// MySQL to MySQL: spatial columns keep their type, values MySQL's own form (SRID + WKB), as
+    /// the text protocol reads them and LOAD DATA takes them back.
+    public func carriesNatively(_ column: Column, fromEngine engine: String) -> Bool {
+        engine == MySQLDriver.name && MySQLTypeMap.isSpatial(MySQLTypeMap.ColumnType(column.nativeType).base)
+    }
 }

@@ -42,6 +42,16 @@ final class MySQLWriter: BatchWriter {
         var encoders: [Encoder] = []
         for c in columns {
             guard let t = target.column(named: c.name) else { throw FerryError.columnNotFound(table: table, column: c.name) }
+            // A spatial value from MySQL, in MySQL's own form (SRID + WKB), into the same type.
+            if c.readHints.contains(.nativeForm) {
+                guard MySQLTypeMap.ColumnType(t.nativeType).base == MySQLTypeMap.ColumnType(c.nativeType).base else {
+                    throw FerryError.invalidValue(
+                        table: table, column: c.name, key: nil,
+                        message: "\(c.nativeType) values in MySQL's own form cannot be written into a \(t.nativeType) column")
+                }
+                encoders.append(.binary)
+                continue
+            }
             guard let e = Self.encoder(from: c.logicalType, to: t) else {
                 throw FerryError.invalidValue(
                     table: table, column: c.name, key: nil,

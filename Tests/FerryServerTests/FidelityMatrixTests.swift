@@ -262,46 +262,50 @@ final class FidelityMatrixTests: XCTestCase {
 
 
 extension FidelityMatrixTests {
-    /// PostgreSQL to PostgreSQL (directly and through the service in front of the source), no
-    /// casts: built-in types with no logical type keep their type and their exact values.
-    func testPostgresToPostgresKeepsEveryBuiltInType() async throws {
-        guard let world = try await World.make(label: "pgpg") else { throw XCTSkip("needs the test servers (run scripts/test)") }
+    /// Same engine (PostgreSQL → PostgreSQL, MySQL → MySQL), directly and through the service in
+    /// front of the source, no casts: types with no logical type keep their type and exact values
+    /// (PostgreSQL's built-ins but tsquery; MySQL's spatial types).
+    func testSameEngineKeepsTypesWithoutALogicalType() async throws {
+        guard let world = try await World.make(label: "same") else { throw XCTSkip("needs the test servers (run scripts/test)") }
         defer { world.stop() }
-        guard let source = world.sources.first(where: { $0.engine == "postgres" && !$0.viaService }),
-              let target = world.targets.first(where: { $0.engine == "postgres" && !$0.viaService })
-        else { return XCTFail("no PostgreSQL nodes") }
-        try createCoverageTable(engine: "postgres", url: source.url)
-        let entries = Array(PostgresTypeMap.nativeTypes.enumerated())
-        let unsupported = entries.filter { !$0.element.logical.isSupported }
-        for s in world.sources where s.engine == "postgres" {
-            try drop(table, in: target.url)
-            let src = try connect(s.url, .source)
-            let dst = try connect(target.url)
-            let summary = try harness.copy(src, dst, tables: [table.name])
-            src.close()
-            dst.close()
-            XCTAssertTrue(summary.ok, "\(s.label): \(summary.tables.compactMap(\.error))")
-            XCTAssertEqual(summary.tables.first?.skippedColumns.map(\.column) ?? [], unsupported.filter { $0.element.declaration == "tsquery" }.map { Self.columnName($0.offset) },
-                           "\(s.label): nothing but tsquery is skipped")
-            let a = try connect(source.url, .source)
-            let b = try connect(target.url, .source)
-            let sa = try a.describe(table)
-            let sb = try b.describe(table)
-            a.close()
-            b.close()
-            let carried = unsupported.filter { $0.element.declaration != "tsquery" }
-            for (i, e) in carried {
-                let name = Self.columnName(i)
-                XCTAssertEqual(sb.column(named: name)?.nativeType, sa.column(named: name)?.nativeType, "\(s.label): \(e.declaration)")
+        for (engine, staysSkipped) in [("postgres", ["tsquery"]), ("mysql", ["inet6"])] {
+            guard let source = world.sources.first(where: { $0.engine == engine && !$0.viaService }),
+                  let target = world.targets.first(where: { $0.engine == engine && !$0.viaService })
+            else { return XCTFail("no \(engine) nodes") }
+            try createCoverageTable(engine: engine, url: source.url)
+            let unsupported = Self.entries(engine).enumerated().filter { !$0.element.logical.isSupported }
+            let carried = unsupported.filter { !staysSkipped.contains($0.element.declaration) }
+            for s in world.sources where s.engine == engine {
+                try drop(table, in: target.url)
+                let src = try connect(s.url, .source)
+                let dst = try connect(target.url)
+                let summary = try harness.copy(src, dst, tables: [table.name])
+                src.close()
+                dst.close()
+                XCTAssertTrue(summary.ok, "\(s.label): \(summary.tables.compactMap(\.error))")
+                XCTAssertEqual(summary.tables.first?.skippedColumns.map(\.column) ?? [],
+                               unsupported.filter { staysSkipped.contains($0.element.declaration) }.map { Self.columnName($0.offset) },
+                               "\(s.label): only \(staysSkipped) is skipped")
+                let a = try connect(source.url, .source)
+                let b = try connect(target.url, .source)
+                let sa = try a.describe(table)
+                let sb = try b.describe(table)
+                for (i, e) in carried {
+                    let name = Self.columnName(i)
+                    XCTAssertEqual(sb.column(named: name)?.nativeType, sa.column(named: name)?.nativeType, "\(s.label): \(e.declaration)")
+                }
+                let asText = carried.map { e -> Column in
+                    var c = Column(name: Self.columnName(e.offset), nativeType: "", logicalType: .text)
+                    c.readHints = .textForm
+                    return c
+                }
+                XCTAssertEqual(try rows(target.url, asText), try rows(source.url, asText), "\(s.label): values in the engine's text form")
+                let asBytes = carried.map { Column(name: Self.columnName($0.offset), nativeType: "", logicalType: .binary(maxLength: nil)) }
+                XCTAssertEqual(try rows(target.url, asBytes), try rows(source.url, asBytes), "\(s.label): values in the engine's binary form")
+                XCTAssertEqual(try TableComparison.differences(a, b, table: table), [], s.label)
+                a.close()
+                b.close()
             }
-            let asText = carried.map { e -> Column in
-                var c = Column(name: Self.columnName(e.offset), nativeType: "", logicalType: .text)
-                c.readHints = .textForm
-                return c
-            }
-            XCTAssertEqual(try rows(target.url, asText), try rows(source.url, asText), "\(s.label): values in PostgreSQL's text form")
-            // Every other column too, under its logical type.
-            XCTAssertEqual(try TableComparison.differences(try connect(source.url, .source), try connect(target.url, .source), table: table), [])
         }
     }
 }
