@@ -202,7 +202,8 @@ final class CastRuleTests: XCTestCase {
         XCTAssertEqual(try c(.null, .int16), .null)
 
         for (v, t) in [(Value.int(2), LogicalType.boolean), (.int(40_000), .int16), (.text("abc"), .int64), (.text("x"), .date),
-                       (.double(.nan), .int64), (.text("1e999x"), .float64), (.date(1), .uuid), (.double(.infinity), .json)] {
+                       (.double(.nan), .int64), (.text("1e999x"), .float64), (.date(1), .uuid), (.double(.infinity), .json),
+                       (.text("{not json"), .json)] {
             XCTAssertThrowsError(try c(v, t), "\(v) → \(t)") { e in XCTAssertTrue("\(e)".contains("cannot be cast to \(t)"), "\(e)") }
         }
     }

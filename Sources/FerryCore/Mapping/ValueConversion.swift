@@ -22,7 +22,13 @@ public enum ValueConversion {
             return .text(text(of: value))
         case .json:
             switch value {
-            case .json(let s), .text(let s): return .json(s)
+            case .json(let s): return .json(s)
+            case .text(let s):
+                // Text holding JSON is carried as it is written; text that is not JSON has no JSON meaning.
+                guard (try? JSONSerialization.jsonObject(with: Data(s.utf8), options: [.fragmentsAllowed])) != nil else {
+                    throw fail("not JSON text")
+                }
+                return .json(s)
             case .bool, .int, .decimal: return .json(value.canonicalText ?? "null")
             case .double(let d):
                 guard d.isFinite else { throw fail("JSON has no \(d)") }
