@@ -205,8 +205,18 @@ final class PostgresReader: BatchReader {
         case .numeric:
             guard let text = PostgresBinary.numericText(f, count: n) else { throw malformed() }
             col.append(string: text)
-        case .bytes, .uuid:
+        case .bytes:
             col.append(bytes: UnsafeRawBufferPointer(start: f, count: n))
+        case .uuid:
+            let field = UnsafeRawBufferPointer(start: f, count: n)
+            if n == 16 {
+                col.append(bytes: field)
+            } else if let u = UUIDText.parse(field) {
+                // A UUID kept as text (character(36) after a trip through an engine without uuid).
+                col.append(bytes: u)
+            } else {
+                throw problem(i, row, "'\(String(decoding: field.prefix(60), as: UTF8.self))' is not a UUID")
+            }
         case .date:
             let d = PostgresBinary.int32(f)
             if d == Int32.max || d == Int32.min {

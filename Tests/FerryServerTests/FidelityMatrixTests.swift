@@ -10,7 +10,7 @@ import XCTest
 
 /// The cross-engine fidelity matrix: every ordered pair of {SQLite, PostgreSQL, MySQL, and the
 /// XML service in front of each of them}, over each engine's type-coverage table (every entry
-/// of its driver's `nativeTypes`) and over the sample databases. Values are compared after
+/// of its driver's `nativeTypes`; across engines, there and back) and over the sample databases. Values are compared after
 /// each trip under the source's logical types; values a target cannot hold must fail with an
 /// error naming table, column and key, and go through once a cast allows the change.
 final class FidelityMatrixTests: XCTestCase {
@@ -226,6 +226,25 @@ final class FidelityMatrixTests: XCTestCase {
                         return r
                     })
                     XCTAssertEqual(try rows(target.databaseURL, asText), sourceText, "\(pair): text forms")
+                }
+
+                // And back into the source's engine (its target database): the same values again.
+                if source.engine != target.engine, let back = world.targets.first(where: { $0.engine == source.engine && !$0.viaService }) {
+                    try drop(table, in: back.url)
+                    let from = try connect(target.url, .source)
+                    let into = try connect(back.url)
+                    let returned = try harness.copy(from, into, tables: [table.name])
+                    from.close()
+                    into.close()
+                    XCTAssertTrue(returned.ok, "\(pair) -> \(back.label): \(returned.tables.compactMap(\.error))")
+                    if returned.ok {
+                        for (w, g) in zip(want, try rows(back.url, columns)) {
+                            for (k, (a, b)) in zip(w, g).enumerated() where !sameValue(a, b) {
+                                XCTFail("\(pair) -> \(back.label): \(k == 0 ? "id" : columns[k - 1].name): \(a) came back as \(b)")
+                            }
+                        }
+                    }
+                    try drop(table, in: back.url)
                 }
 
                 // Values the target cannot hold: refused with table, column and key; carried once a cast allows it.
