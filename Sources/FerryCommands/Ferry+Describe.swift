@@ -13,9 +13,11 @@ extension Ferry {
                   ferry describe sqlite:samples/chinook.sqlite Track
                   ferry describe --json sqlite:samples/chinook.sqlite Invoice
                   ferry describe postgres://dba@db/pagila film --cast 'type tsvector to text'
+                  ferry describe postgres://dba@db/pagila film --target sqlite:pagila.db
 
                 With --cast/--casts (as in ferry copy), the DECIDED BY column shows which rule, or the
-                engine's type map, decides each column's type.
+                engine's type map, decides each column's type; with --target, what that target
+                makes of each column (native types a rule names, types kept in a same-engine copy).
                 """)
 
         @Argument(help: "The database URL.")
@@ -30,6 +32,9 @@ extension Ferry {
         @Option(name: .long, help: "A file of cast rules, one per line.")
         var casts: [String] = []
 
+        @Option(name: .long, help: "The database a copy would write to (URL): only read, to decide the columns as a copy would.")
+        var target: String?
+
         @OptionGroup var output: OutputOptions
 
         func run() throws {
@@ -37,11 +42,13 @@ extension Ferry {
             defer { connection.close() }
             let rules = try CastRuleSet.load(options: cast, files: casts)
             let schema = try connection.describe(resolve(table, in: connection))
+            // Only its dialect is used: the target is never written (nor created) by describe.
+            let targetDialect = try target.map { try Ferry.registry.driver(for: Endpoint(parsing: $0)) }.map(\.dialect)
             var skipped: [SkippedColumn] = []
             var decisions: [ColumnDecision] = []
             var used = Set<Int>()
             for c in schema.columns {
-                let r = try rules.resolve(c, in: schema.name, engine: schema.engine, target: nil)
+                let r = try rules.resolve(c, in: schema.name, engine: schema.engine, target: targetDialect)
                 decisions.append(r.decision)
                 if let i = r.ruleIndex { used.insert(i) }
                 if let reason = r.skipReason { skipped.append(SkippedColumn(column: c.name, reason: reason)) }

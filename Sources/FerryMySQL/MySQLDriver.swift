@@ -6,6 +6,7 @@ public struct MySQLDriver: Driver {
     public init() {}
     public var name: String { Self.name }
     public var schemes: [String] { ["mysql", "mariadb"] }
+    public var dialect: any Dialect { MySQLDialect() }
 
     public func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection {
         try MySQLConnection(endpoint: endpoint, role: role)

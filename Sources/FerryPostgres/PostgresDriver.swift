@@ -6,6 +6,7 @@ public struct PostgresDriver: Driver {
     public init() {}
     public var name: String { Self.name }
     public var schemes: [String] { ["postgres", "postgresql"] }
+    public var dialect: any Dialect { PostgresDialect() }
 
     public func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection {
         try PostgresConnection(endpoint: endpoint, role: role)

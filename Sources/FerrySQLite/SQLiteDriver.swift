@@ -6,6 +6,7 @@ public struct SQLiteDriver: Driver {
     public init() {}
     public var name: String { Self.name }
     public var schemes: [String] { ["sqlite"] }
+    public var dialect: any Dialect { SQLiteDialect() }
 
     public func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection {
         try SQLiteConnection(endpoint: endpoint, role: role)

@@ -12,6 +12,7 @@ public struct HTTPDriver: Driver {
     public init() {}
     public var name: String { Self.name }
     public var schemes: [String] { ["http", "https"] }
+    public var dialect: any Dialect { HTTPDialect() }
 
     public func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection {
         try HTTPConnection(endpoint: endpoint)

@@ -220,6 +220,15 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(d.out.contains("cast rule --cast #1 'type integer when not serial to int32'"), d.out)
         XCTAssertTrue(d.out.range(of: #"TrackId +INTEGER +int64 +no +rowid +int64 +sqlite type map"#, options: .regularExpression) != nil, d.out)
 
+        // With --target, native types a rule names are checked by that target (never opened for writing).
+        let never = folder.path("describe-target.db")
+        let dt = try ferry(["describe", "sqlite:" + chinook, "Genre", "--target", "sqlite:" + never, "--cast", "column Genre.Name to VARCHAR(5)"])
+        XCTAssertEqual(dt.code, 0, dt.err)
+        XCTAssertTrue(dt.out.contains("VARCHAR(5) (text(5))"), dt.out)
+        assertOneLineError(try ferry(["describe", "sqlite:" + chinook, "Genre", "--target", "sqlite:" + never, "--cast", "column Genre.Name to NUMERIC(10,2)"]),
+                           code: 2, contains: "the target has no type 'NUMERIC(10,2)'")
+        XCTAssertFalse(FileManager.default.fileExists(atPath: never), "describe created its --target")
+
         // Bad rules: one line, exit 2, nothing written.
         let other = folder.path("never.db")
         assertOneLineError(try ferry(["copy", "sqlite:" + chinook, "sqlite:" + other, "--cast", "type integer to number"]), code: 2,

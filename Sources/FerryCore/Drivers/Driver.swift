@@ -5,6 +5,8 @@ public protocol Driver: Sendable {
     var name: String { get }
     /// URL schemes served, lowercased and without the colon (`["postgres", "postgresql"]`).
     var schemes: [String] { get }
+    /// The engine's naming rules and type maps, without a connection (plans, describe, docs).
+    var dialect: any Dialect { get }
     /// Opens a connection. `role` says whether it will be read from or written to, so a
     /// driver can open read-only, refuse a read-only target early, or create a missing file.
     func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection
