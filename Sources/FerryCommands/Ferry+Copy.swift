@@ -82,11 +82,7 @@ extension Ferry {
             case error, null
         }
 
-        @Option(name: .long, help: "A cast rule, e.g. 'type int[] to text' (repeatable; see below).")
-        var cast: [String] = []
-
-        @Option(name: .long, help: "A file of cast rules, one per line (# comments).")
-        var casts: [String] = []
+        @OptionGroup var castOptions: CastOptions
 
         @Option(name: .long, help: "Bearer token file for http(s):// endpoints (else the URL's password or FERRY_TOKEN).")
         var tokenFile: String?
@@ -124,7 +120,7 @@ extension Ferry {
             options.jobs = jobs
             options.batchSize = batchSize
             for k in key { if let (t, cols) = parseKeyOption(k) { options.keys[t] = cols } }
-            options.casts = try CastRuleSet.load(options: cast, files: casts)
+            options.casts = try castOptions.rules()
 
             let registry = Ferry.registry
             var sourceEndpoint = try Endpoint(parsing: source)

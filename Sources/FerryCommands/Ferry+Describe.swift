@@ -26,11 +26,7 @@ extension Ferry {
         @Argument(help: "The table, as `name` or `schema.name`.")
         var table: TableName
 
-        @Option(name: .long, help: "A cast rule, as in ferry copy (repeatable).")
-        var cast: [String] = []
-
-        @Option(name: .long, help: "A file of cast rules, one per line.")
-        var casts: [String] = []
+        @OptionGroup var castOptions: CastOptions
 
         @Option(name: .long, help: "The database a copy would write to (URL): only read, to decide the columns as a copy would.")
         var target: String?
@@ -40,7 +36,7 @@ extension Ferry {
         func run() throws {
             let connection = try Ferry.registry.connect(url, role: .source)
             defer { connection.close() }
-            let rules = try CastRuleSet.load(options: cast, files: casts)
+            let rules = try castOptions.rules()
             let schema = try connection.describe(resolve(table, in: connection))
             // Only its dialect is used: the target is never written (nor created) by describe.
             let targetDialect = try target.map { try Ferry.registry.driver(for: Endpoint(parsing: $0)) }.map(\.dialect)

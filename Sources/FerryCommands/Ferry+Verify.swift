@@ -40,11 +40,7 @@ extension Ferry {
         @Option(name: .long, help: "Differences listed per table.")
         var max: Int = 20
 
-        @Option(name: .long, help: "A cast rule the copy used, e.g. 'type int[] to json' (repeatable): values are compared as converted.")
-        var cast: [String] = []
-
-        @Option(name: .long, help: "A file of cast rules the copy used, one per line.")
-        var casts: [String] = []
+        @OptionGroup var castOptions: CastOptions
 
         @Option(name: .long, help: "Bearer token file for http(s):// endpoints.")
         var tokenFile: String?
@@ -56,7 +52,7 @@ extension Ferry {
             options.tables = splitNames(tables)
             options.exclude = splitNames(exclude)
             options.maxReported = Swift.max(1, max)
-            options.casts = try CastRuleSet.load(options: cast, files: casts)
+            options.casts = try castOptions.rules()
             for k in key {
                 guard let (t, cols) = parseKeyOption(k) else { throw FerryError.invalidOption("--key '\(k)' must look like TABLE=COL1,COL2") }
                 options.keys[t] = cols

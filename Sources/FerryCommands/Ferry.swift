@@ -75,6 +75,17 @@ enum Console {
 }
 
 /// Options every command that prints results shares.
+/// `--cast` and `--casts`, shared by copy, describe and verify.
+struct CastOptions: ParsableArguments {
+    @Option(name: .long, help: "A cast rule, e.g. 'type int[] to text' (repeatable; see ferry help copy).")
+    var cast: [String] = []
+
+    @Option(name: .long, help: "A file of cast rules, one per line (# comments).")
+    var casts: [String] = []
+
+    func rules() throws -> CastRuleSet { try CastRuleSet.load(options: cast, files: casts) }
+}
+
 struct OutputOptions: ParsableArguments {
     @Flag(name: .long, help: "Print machine-readable JSON on stdout.")
     var json = false

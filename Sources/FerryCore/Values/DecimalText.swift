@@ -68,22 +68,52 @@ public enum DecimalText {
     /// The shortest text of the same number: no `+`, no leading or trailing zeros, no `-0`
     /// (`+001.500` → `1.5`, `-0.00` → `0`). Special values and text that is not a number are kept.
     public static func normalized(_ text: String) -> String {
-        guard isValid(text), !text.hasSuffix("Infinity"), text != "NaN" else { return text }
+        guard var (negative, whole, fraction) = parts(text) else { return text }
+        while whole.first == "0" { whole = whole.dropFirst() }
+        while fraction.last == "0" { fraction = fraction.dropLast() }
+        let digits = (whole.isEmpty ? "0" : String(whole)) + (fraction.isEmpty ? "" : "." + fraction)
+        negative = negative && digits != "0"
+        return negative ? "-" + digits : digits
+    }
+
+    /// Sign, digits before and after the point of a valid finite decimal; nil for NaN,
+    /// infinities and text that is not a decimal.
+    static func parts(_ text: String) -> (negative: Bool, whole: Substring, fraction: Substring)? {
+        guard isValid(text), !text.hasSuffix("Infinity"), text != "NaN" else { return nil }
         var s = Substring(text)
         var negative = false
         if s.first == "+" || s.first == "-" {
             negative = s.first == "-"
             s = s.dropFirst()
         }
-        var whole = s
-        var fraction: Substring = ""
-        if let dot = s.firstIndex(of: ".") {
-            whole = s[..<dot]
-            fraction = s[s.index(after: dot)...]
+        guard let dot = s.firstIndex(of: ".") else { return (negative, s, "") }
+        return (negative, s[..<dot], s[s.index(after: dot)...])
+    }
+
+    /// `text` rounded to `scale` fraction digits, half away from zero (`2.345` → `2.35` at 2,
+    /// `-2.5` → `-3` at 0); shorter fractions are kept as they are. NaN and infinities pass.
+    public static func rounded(_ text: String, scale: Int) -> String {
+        guard let (negative, whole, fraction) = parts(text) else { return text }
+        guard fraction.count > scale else { return text }
+        var digits = Array((whole.isEmpty ? "0" : String(whole)) + fraction.prefix(scale)).map { Int($0.asciiValue ?? 48) - 48 }
+        let roundUp = (fraction.dropFirst(scale).first?.asciiValue ?? 48) >= 53
+        if roundUp {
+            var i = digits.count - 1
+            while i >= 0 {
+                if digits[i] == 9 {
+                    digits[i] = 0
+                    i -= 1
+                } else {
+                    digits[i] += 1
+                    break
+                }
+            }
+            if i < 0 { digits.insert(1, at: 0) }
         }
-        while whole.first == "0" { whole = whole.dropFirst() }
-        while fraction.last == "0" { fraction = fraction.dropLast() }
-        let digits = (whole.isEmpty ? "0" : String(whole)) + (fraction.isEmpty ? "" : "." + fraction)
-        return negative && digits != "0" ? "-" + digits : digits
+        let text = digits.map(String.init).joined()
+        let wholeCount = text.count - scale
+        let result = String(text.prefix(wholeCount)) + (scale > 0 ? "." + text.suffix(scale) : "")
+        let isZero = digits.allSatisfy { $0 == 0 }
+        return (negative && !isZero ? "-" : "") + result
     }
 }
