@@ -40,16 +40,10 @@ extension Ferry {
             let schema = try connection.describe(resolve(table, in: connection))
             // Only its dialect is used: the target is never written (nor created) by describe.
             let targetDialect = try target.map { try Ferry.registry.driver(for: Endpoint(parsing: $0)) }.map(\.dialect)
-            var skipped: [SkippedColumn] = []
-            var decisions: [ColumnDecision] = []
-            var used = Set<Int>()
-            for c in schema.columns {
-                let r = try rules.resolve(c, in: schema.name, engine: schema.engine, target: targetDialect)
-                decisions.append(r.decision)
-                if let i = r.ruleIndex { used.insert(i) }
-                if let reason = r.skipReason { skipped.append(SkippedColumn(column: c.name, reason: reason)) }
-            }
-            let unused = rules.unused(used)
+            let resolved = try rules.resolve(schema, target: targetDialect)
+            let skipped = resolved.skipped
+            let decisions = resolved.decisions
+            let unused = rules.unused(resolved.usedRules)
             if output.json {
                 struct Out: Encodable {
                     var schema: TableSchema

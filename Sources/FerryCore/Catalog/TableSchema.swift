@@ -42,7 +42,7 @@ public struct TableSchema: Hashable, Sendable, Codable {
     public var unsupportedColumns: [SkippedColumn] {
         columns.compactMap { col in
             if case .unsupported(let native) = col.logicalType {
-                return SkippedColumn(column: col.name, reason: "type \(native) has no portable form")
+                return SkippedColumn(column: col.name, reason: SkippedColumn.unsupportedReason(native))
             }
             return nil
         }
@@ -75,6 +75,9 @@ public struct SkippedColumn: Hashable, Sendable, Codable {
         self.column = column
         self.reason = reason
     }
+
+    static func unsupportedReason(_ native: String) -> String { "type \(native) has no portable form" }
+    static let generatedReason = "generated column: the source computes it"
 }
 
 /// A table as `listTables()` returns it.

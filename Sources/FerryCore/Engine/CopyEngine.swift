@@ -33,26 +33,9 @@ public struct CopyEngine: Sendable {
         var usedRules = Set<Int>()
         for name in chosen {
             let schema = try source.describe(name)
-            var skipped: [SkippedColumn] = []
-            var carried: [Column] = []
-            var written: [Column] = []
-            var decisions: [ColumnDecision] = []
-            var conversions: [ColumnConversion] = []
-            for column in schema.columns {
-                let r = try options.casts.resolve(column, in: name, engine: schema.engine, target: target.dialect)
-                if let i = r.ruleIndex { usedRules.insert(i) }
-                decisions.append(r.decision)
-                guard let read = r.read, let write = r.write else {
-                    skipped.append(SkippedColumn(column: column.name, reason: r.skipReason ?? "skipped"))
-                    continue
-                }
-                if r.converts {
-                    conversions.append(ColumnConversion(
-                        index: carried.count, from: read.logicalType, to: write.logicalType, transforms: r.transforms))
-                }
-                carried.append(read)
-                written.append(write)
-            }
+            let resolved = try options.casts.resolve(schema, target: target.dialect)
+            usedRules.formUnion(resolved.usedRules)
+            let carried = resolved.read
             if carried.isEmpty {
                 warnings.append("table \(name): every column is skipped; the table is not copied")
                 continue
@@ -71,7 +54,7 @@ public struct CopyEngine: Sendable {
             let targetName = name.unqualified
             var targetSchema = schema
             targetSchema.name = targetName
-            targetSchema.columns = written
+            targetSchema.columns = resolved.write
             targetSchema.primaryKey = schema.primaryKey.allSatisfy(carriedNames.contains) ? schema.primaryKey : []
             targetSchema.uniqueKeys = schema.uniqueKeys.filter { $0.allSatisfy(carriedNames.contains) }
             if schema.primaryKey != targetSchema.primaryKey {
@@ -85,8 +68,8 @@ public struct CopyEngine: Sendable {
             let ddl = try target.createTableStatements(for: targetSchema, named: targetName)
             tables.append(
                 TablePlan(
-                    sourceSchema: schema, targetSchema: targetSchema, columns: carried, skipped: skipped,
-                    decisions: decisions, conversions: conversions, key: key, ddl: ddl, targetExists: exists))
+                    sourceSchema: schema, targetSchema: targetSchema, columns: carried, skipped: resolved.skipped,
+                    decisions: resolved.decisions, conversions: resolved.conversions, key: key, ddl: ddl, targetExists: exists))
         }
         warnings += options.casts.unused(usedRules)
         return CopyPlan(

@@ -96,21 +96,16 @@ public struct Verifier: Sendable {
         let targetSchema = try target.describe(targetName)
         // The carried columns: the source read as the copy reads it (casts included), values
         // converted as the copy converts them, both sides compared under the target's logical types.
-        var columns: [Column] = []
-        var targetColumns: [Column] = []
-        var types: [LogicalType] = []
-        var conversions: [ColumnConversion] = []
-        for c in sourceSchema.columns where !c.generated {
-            guard var t = targetSchema.column(named: c.name) else { continue }
-            let r = try options.casts.resolve(c, in: table, engine: sourceSchema.engine, target: target.dialect)
-            guard let read = r.read, let write = r.write else { continue }
-            if r.converts {
-                conversions.append(ColumnConversion(index: columns.count, from: read.logicalType, to: write.logicalType, transforms: r.transforms))
-            }
-            columns.append(read)
-            t.logicalType = write.logicalType
-            targetColumns.append(t)
-            types.append(write.logicalType)
+        let resolved = try options.casts.resolve(sourceSchema, target: target.dialect) { c in
+            !c.generated && targetSchema.column(named: c.name) != nil
+        }
+        let columns = resolved.read
+        let conversions = resolved.conversions
+        let types = resolved.write.map(\.logicalType)
+        let targetColumns = resolved.write.compactMap { w -> Column? in
+            guard var t = targetSchema.column(named: w.name) else { return nil }
+            t.logicalType = w.logicalType
+            return t
         }
         func batches(_ reader: any BatchReader, converting: Bool) throws -> RowBatch? {
             guard let batch = try reader.next() else { return nil }

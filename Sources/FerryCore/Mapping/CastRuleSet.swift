@@ -80,9 +80,9 @@ public struct CastRuleSet: Sendable {
             }
             var reason: String?
             if case .unsupported(let native) = column.logicalType {
-                reason = "type \(native) has no portable form (--cast 'type \(native) to text' would carry its text form)"
+                reason = SkippedColumn.unsupportedReason(native) + " (--cast 'type \(native) to text' would carry its text form)"
             } else if column.generated {
-                reason = "generated column: the source computes it"
+                reason = SkippedColumn.generatedReason
             }
             return Resolution(
                 ruleIndex: nil,
@@ -100,7 +100,7 @@ public struct CastRuleSet: Sendable {
         if column.generated {
             return Resolution(
                 ruleIndex: index, decision: decision("skip"), read: nil, write: nil,
-                skipReason: "generated column: the source computes it (cast rule \(rule) not applied)", transforms: [])
+                skipReason: SkippedColumn.generatedReason + " (cast rule \(rule) not applied)", transforms: [])
         }
 
         let targetLogical: LogicalType
@@ -156,6 +156,39 @@ public struct CastRuleSet: Sendable {
         return Resolution(
             ruleIndex: index, decision: decision(declared.map { "\($0) (\(targetLogical))" } ?? targetLogical.description),
             read: read, write: write, skipReason: nil, transforms: rule.transforms)
+    }
+
+    /// Every column of a table decided at once (those `including` accepts, in order): what the
+    /// reader reads, what the target gets, the conversions between them (indexed by position in
+    /// `read`), each column's decision, the skipped columns, and the rules that decided any.
+    public struct TableResolution: Sendable {
+        public var read: [Column] = []
+        public var write: [Column] = []
+        public var conversions: [ColumnConversion] = []
+        public var decisions: [ColumnDecision] = []
+        public var skipped: [SkippedColumn] = []
+        public var usedRules = Set<Int>()
+    }
+
+    public func resolve(
+        _ schema: TableSchema, target: (any Dialect)?, including: (Column) -> Bool = { _ in true }
+    ) throws -> TableResolution {
+        var t = TableResolution()
+        for column in schema.columns where including(column) {
+            let r = try resolve(column, in: schema.name, engine: schema.engine, target: target)
+            if let i = r.ruleIndex { t.usedRules.insert(i) }
+            t.decisions.append(r.decision)
+            guard let read = r.read, let write = r.write else {
+                t.skipped.append(SkippedColumn(column: column.name, reason: r.skipReason ?? "skipped"))
+                continue
+            }
+            if r.converts {
+                t.conversions.append(ColumnConversion(index: t.read.count, from: read.logicalType, to: write.logicalType, transforms: r.transforms))
+            }
+            t.read.append(read)
+            t.write.append(write)
+        }
+        return t
     }
 
     /// Rules that decided no column, as warnings.
