@@ -3,27 +3,32 @@ import Foundation
 
 /// Test fixtures shared by every driver's tests.
 public enum TestDatabases {
-    /// The URL of a test server from the environment (set by scripts/test). Under CI=true a
-    /// missing URL is a failure, not a skip: a test that needs a server must run in CI.
-    /// Returns nil (skip) only outside CI.
-    public static func serverURL(_ variable: String) throws -> String? {
+    /// The URL of a test server from the environment (set by scripts/test). A missing URL is a
+    /// failure that says how to get the server, never a skip: a test that needs a server runs.
+    public static func serverURL(_ variable: String) throws -> String {
         if let url = ProcessInfo.processInfo.environment[variable], !url.isEmpty { return url }
-        if ProcessInfo.processInfo.environment["CI"] == "true" {
-            throw ConformanceFailure("\(variable) is not set under CI=true: run the tests with scripts/test, which starts the servers")
-        }
-        return nil
+        throw ConformanceFailure(
+            "\(variable) is not set: run the tests with scripts/test, which installs PostgreSQL and MariaDB "
+                + "and starts throwaway servers (or start them with `eval \"$(scripts/test-services start)\"`)")
     }
 
-    /// ../shared/datasets, found from the package root or FERRY_DATASETS.
-    public static func datasetsFolder(file: String = #filePath) -> URL? {
-        if let env = ProcessInfo.processInfo.environment["FERRY_DATASETS"] { return URL(fileURLWithPath: env) }
-        var dir = URL(fileURLWithPath: file).deletingLastPathComponent()
-        for _ in 0..<6 {
-            let candidate = dir.appendingPathComponent("../shared/datasets").standardized
-            if FileManager.default.fileExists(atPath: candidate.path) { return candidate }
-            dir = dir.deletingLastPathComponent()
+    /// The datasets kept in the repository (Tests/Datasets: Chinook, Sakila, Pagila with their
+    /// licenses). Missing is a failure naming the folder, never a skip.
+    public static func datasetsFolder(file: String = #filePath) throws -> URL {
+        let folder = packageRoot(file: file).appendingPathComponent("Tests/Datasets")
+        guard FileManager.default.fileExists(atPath: folder.appendingPathComponent("README.md").path) else {
+            throw ConformanceFailure("the test datasets are missing at \(folder.path): they are part of the repository; restore them with `git checkout -- Tests/Datasets`")
         }
-        return nil
+        return folder
+    }
+
+    /// A file of the test datasets (e.g. "chinook/Chinook_Sqlite.sqlite"); missing is a failure naming it.
+    public static func dataset(_ path: String, file: String = #filePath) throws -> URL {
+        let url = try datasetsFolder(file: file).appendingPathComponent(path)
+        guard FileManager.default.fileExists(atPath: url.path) else {
+            throw ConformanceFailure("test dataset \(path) is missing at \(url.path): restore it with `git checkout -- Tests/Datasets`")
+        }
+        return url
     }
 
     /// The package root (the folder holding Package.swift).

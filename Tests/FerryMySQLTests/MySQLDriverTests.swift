@@ -11,9 +11,9 @@ final class MySQLFixture {
     let adminURL: String
     private var created: [String] = []
 
-    init?() throws {
-        guard let url = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL") else { return nil }
-        adminURL = url
+    /// Fails (never skips) when no server is configured, saying how to start one.
+    init() throws {
+        adminURL = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
     }
 
     var base: String {
@@ -43,8 +43,7 @@ final class MySQLFixture {
     }
 
     func chinook(_ file: String) throws -> String {
-        guard let folder = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
-        let text = try String(contentsOf: folder.appendingPathComponent("chinook/" + file), encoding: .utf8)
+        let text = try String(contentsOf: TestDatabases.dataset("chinook/" + file), encoding: .utf8)
         let body = text.split(separator: "\n", omittingEmptySubsequences: false)
             .filter { !$0.hasPrefix("DROP DATABASE") && !$0.hasPrefix("CREATE DATABASE") && !$0.hasPrefix("USE ") }
             .joined(separator: "\n")
@@ -65,7 +64,7 @@ final class MySQLDriverTests: XCTestCase {
     var folder: TemporaryFolder!
 
     override func setUpWithError() throws {
-        guard let fixture = try MySQLFixture() else { throw XCTSkip("FERRY_TEST_MYSQL_URL not set (run scripts/test)") }
+        let fixture = try MySQLFixture()
         my = fixture
         folder = try TemporaryFolder()
     }
@@ -173,8 +172,9 @@ final class MySQLDriverTests: XCTestCase {
         try assertSame(db, same)
         XCTAssertEqual(try same.rows("SELECT u, HEX(b), f FROM edge WHERE id = 1"), [["18446744073709551615", "00010200FF00", "0.1"]])
 
-        // MySQL <-> PostgreSQL when a server is there.
-        if let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL") {
+        // MySQL <-> PostgreSQL.
+        do {
+            let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
             let pg = try PostgresConnection(endpoint: Endpoint(parsing: pgURL), role: .target)
             defer { try? pg.run("DROP TABLE IF EXISTS edge; DROP TYPE IF EXISTS edge_e") }
             try? pg.run("DROP TABLE IF EXISTS edge; DROP TYPE IF EXISTS edge_e")
@@ -279,9 +279,9 @@ final class MySQLSakilaTests: XCTestCase {
     /// The Sakila MySQL schema (ENUM, SET, YEAR, MEDIUMBLOB, TIMESTAMP ON UPDATE, triggers,
     /// views) filled with the PostgreSQL Sakila's data, then MySQL -> SQLite -> MySQL.
     func testSakilaSchemaFilledFromPostgres() throws {
-        guard let my = try MySQLFixture() else { throw XCTSkip("FERRY_TEST_MYSQL_URL not set (run scripts/test)") }
-        guard let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL") else { throw XCTSkip("needs PostgreSQL too") }
-        guard let datasets = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
+        let my = try MySQLFixture()
+        let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let datasets = try TestDatabases.datasetsFolder()
         let folder = try TemporaryFolder()
         let schema = try String(contentsOf: datasets.appendingPathComponent("sakila/mysql-sakila-schema.sql"), encoding: .utf8)
             .split(separator: "\n", omittingEmptySubsequences: false)

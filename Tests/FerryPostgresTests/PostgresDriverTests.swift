@@ -9,7 +9,7 @@ final class PostgresDriverTests: XCTestCase {
     var folder: TemporaryFolder!
 
     override func setUpWithError() throws {
-        guard let fixture = try PostgresFixture() else { throw XCTSkip("FERRY_TEST_POSTGRES_URL not set (run scripts/test)") }
+        let fixture = try PostgresFixture()
         pg = fixture
         folder = try TemporaryFolder()
     }
@@ -251,7 +251,7 @@ final class PostgresDriverTests: XCTestCase {
 
 final class PostgresRelationKindsTests: XCTestCase {
     func testPartitionsInheritanceViewsAndSchemas() throws {
-        guard let pg = try PostgresFixture() else { throw XCTSkip("FERRY_TEST_POSTGRES_URL not set (run scripts/test)") }
+        let pg = try PostgresFixture()
         let folder = try TemporaryFolder()
         let db = try pg.connect(try pg.makeDatabase("kinds"))
         try db.run("""

@@ -9,11 +9,9 @@ final class PostgresFixture {
     let adminURL: String
     private(set) var created: [String] = []
 
-    /// nil outside CI when no server is configured (the test skips); under CI=true a missing
-    /// server is a failure.
-    init?() throws {
-        guard let url = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL") else { return nil }
-        adminURL = url
+    /// Fails (never skips) when no server is configured, saying how to start one.
+    init() throws {
+        adminURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
     }
 
     var base: String {
@@ -43,8 +41,7 @@ final class PostgresFixture {
     }
 
     func dataset(_ path: String) throws -> String {
-        guard let folder = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
-        return try String(contentsOf: folder.appendingPathComponent(path), encoding: .utf8)
+        try String(contentsOf: TestDatabases.dataset(path), encoding: .utf8)
     }
 
     /// Loads a Chinook script into a new database (its own CREATE DATABASE / \c lines removed).

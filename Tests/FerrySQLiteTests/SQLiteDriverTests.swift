@@ -15,7 +15,7 @@ final class SQLiteDriverTests: XCTestCase {
     }
 
     func chinook() throws -> URL {
-        guard let datasets = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
+        let datasets = try TestDatabases.datasetsFolder()
         return datasets.appendingPathComponent("chinook")
     }
 

@@ -6,7 +6,7 @@ import XCTest
 final class VerifierTests: XCTestCase {
     func testFindsChangedMissingAndExtraRowsByKey() throws {
         let folder = try TemporaryFolder()
-        guard let datasets = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
+        let datasets = try TestDatabases.datasetsFolder()
         let src = try SQLiteConnection(
             endpoint: Endpoint(parsing: "sqlite:" + datasets.appendingPathComponent("chinook/Chinook_Sqlite.sqlite").path), role: .source)
         let dst = try SQLiteConnection(endpoint: Endpoint(parsing: "sqlite:" + folder.path("copy.db")), role: .target)

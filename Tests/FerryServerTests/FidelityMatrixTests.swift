@@ -39,10 +39,9 @@ final class FidelityMatrixTests: XCTestCase {
 
         init() throws { folder = try TemporaryFolder() }
 
-        static func make(label: String) async throws -> World? {
-            guard let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"),
-                  let myURL = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
-            else { return nil }
+        static func make(label: String) async throws -> World {
+            let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+            let myURL = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
             let w = try World()
             var databases: [(String, String, String)] = []  // (role, engine, url)
             for role in ["source", "target"] {
@@ -162,7 +161,7 @@ final class FidelityMatrixTests: XCTestCase {
     }
 
     func testEveryPairCarriesEveryBuiltInType() async throws {
-        guard let world = try await World.make(label: "types") else { throw XCTSkip("needs the test servers (run scripts/test)") }
+        let world = try await World.make(label: "types")
         defer { world.stop() }
 
         // Each engine's table, and its catalog's logical types, entry by entry.
@@ -285,7 +284,7 @@ extension FidelityMatrixTests {
     /// front of the source, no casts: types with no logical type keep their type and exact values
     /// (PostgreSQL's built-ins but tsquery; MySQL's spatial types).
     func testSameEngineKeepsTypesWithoutALogicalType() async throws {
-        guard let world = try await World.make(label: "same") else { throw XCTSkip("needs the test servers (run scripts/test)") }
+        let world = try await World.make(label: "same")
         defer { world.stop() }
         for (engine, staysSkipped) in [("postgres", ["tsquery"]), ("mysql", ["inet6"])] {
             guard let source = world.sources.first(where: { $0.engine == engine && !$0.viaService }),
@@ -335,8 +334,7 @@ extension FidelityMatrixTests {
 extension FidelityMatrixTests {
     /// Loads a dataset script (or file) into a database.
     func load(_ dataset: String, engine: String, into url: String) throws {
-        guard let folder = TestDatabases.datasetsFolder() else { throw XCTSkip("../shared/datasets not found") }
-        let path = folder.appendingPathComponent(dataset).path
+        let path = try TestDatabases.dataset(dataset).path
         let text = try String(contentsOfFile: path, encoding: .utf8)
         // The scripts' own CREATE/DROP DATABASE, USE and \c lines would leave the database given.
         let script = text.split(separator: "\n", omittingEmptySubsequences: false).filter { line in
@@ -408,7 +406,7 @@ extension FidelityMatrixTests {
     }
 
     func testChinookInEveryEngineToEveryEngine() async throws {
-        guard let world = try await World.make(label: "chinook") else { throw XCTSkip("needs the test servers (run scripts/test)") }
+        let world = try await World.make(label: "chinook")
         defer { world.stop() }
         for source in world.sources where !source.viaService {
             switch source.engine {
@@ -425,7 +423,7 @@ extension FidelityMatrixTests {
     }
 
     func testSakilaAndPagilaToEveryEngine() async throws {
-        guard let world = try await World.make(label: "sakila") else { throw XCTSkip("needs the test servers (run scripts/test)") }
+        let world = try await World.make(label: "sakila")
         defer { world.stop() }
         let pg = world.sources.first { $0.engine == "postgres" && !$0.viaService }
         let my = world.sources.first { $0.engine == "mysql" && !$0.viaService }
@@ -447,9 +445,8 @@ extension FidelityMatrixTests {
 
         // Pagila's schema (partitions, domains over domains, non-ASCII names), from PostgreSQL.
         let pagila = try await World.make(label: "pagila")
-        guard let pagila else { return }
         defer { pagila.stop() }
-        guard let pgPagila = pagila.sources.first(where: { $0.engine == "postgres" && !$0.viaService }) else { return }
+        let pgPagila = try XCTUnwrap(pagila.sources.first(where: { $0.engine == "postgres" && !$0.viaService }))
         try load("pagila/pagila-schema.sql", engine: "postgres", into: pgPagila.url)
         try copyEverywhere(pagila, engines: ["postgres"], casts: ["type tsvector to text", "type text[] to json"])
     }
