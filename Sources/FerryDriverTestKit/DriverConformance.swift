@@ -49,6 +49,7 @@ public struct DriverConformance {
             Check(name: "serial counter moves past the copied maximum", run: serialCounter),
             Check(name: "missing tables are clear errors", run: missingTable),
             Check(name: "key ranges read slices in key order", run: keyRanges),
+            Check(name: "keyed page walks return every row once, for every key type", run: keyedWalks),
             Check(name: "upsert and delete by key", run: upsertAndDelete),
         ]
     }
@@ -357,6 +358,95 @@ public struct DriverConformance {
         let got = try Self.readAll(db, schema.name, columns: columns).sorted { $0[0].description < $1[0].description }
         try expectEqual(got, [[.int(2), .text("b"), .decimal("20.50"), .null], [.int(3), .text("c"), .decimal("3.00"), .null],
                               [.int(4), .text("d"), .decimal("4.00"), .text("it's new")]], "after upsert and delete", names: columns.map(\.name))
+    }
+
+    /// Key types a keyed page walk must handle, each with a generator of distinct values
+    /// (row i → the i-th key, in no particular order) — every logical type usable in a key.
+    public static let walkKeys: [(label: String, columns: [(String, LogicalType)], key: @Sendable (Int) -> [Value])] = [
+        ("int64", [("k", .int64)], { i in [.int(Int64(i * 7919 % 1_000_003) - 500_000)] }),
+        ("int32", [("k", .int32)], { i in [.int(Int64(i) * 31 - 4000)] }),
+        ("decimal", [("k", .decimal(precision: 12, scale: 3))], { i in [.decimal(DecimalText.normalized(String(format: "%.3f", Double(i) * 1.25 - 150)))] }),
+        ("text", [("k", .text(maxLength: 40, fixed: false))], { i in
+            // Mixed case, digits of unequal length and non-ASCII: orders differ between collations.
+            let stems = ["alpha", "Beta", "gamma", "Émile", "zeta", "Zulu", "ß", "日本"]
+            return [.text("\(stems[i % stems.count])-\(i)")]
+        }),
+        ("binary", [("k", .binary(maxLength: 16))], { i in [.binary([UInt8(i % 256), UInt8(i / 256), 0, UInt8(255 - i % 256)])] }),
+        ("uuid", [("k", .uuid)], { i in
+            var b = [UInt8](repeating: 0, count: 16)
+            let x = UInt64(i + 1) &* 0x9E37_79B9_7F4A_7C15
+            for j in 0..<8 { b[j] = UInt8(truncatingIfNeeded: x >> (8 * UInt64(j))); b[8 + j] = b[j] ^ 0x5A }
+            return [.uuid(b)]
+        }),
+        ("date", [("k", .date)], { i in [.date(Int64(i) * 3 - 800)] }),
+        ("time", [("k", .time(precision: 6))], { i in [.time(Int64(i) * 97_000_001 % Temporal.microsPerDay)] }),
+        ("timestamp", [("k", .timestamp(precision: 6, timeZone: false))], { i in [.timestamp(Int64(i) * 86_400_000_123 - 9_000_000_000_000)] }),
+        ("timestamptz", [("k", .timestamp(precision: 6, timeZone: true))], { i in [.timestamp(Int64(i) * 3_600_000_001 + 1_600_000_000_000_000)] }),
+        ("boolean+int (composite)", [("flag", .boolean), ("n", .int32)], { i in [.bool(i % 2 == 0), .int(Int64(i / 2))] }),
+        ("int+text (composite)", [("a", .int32), ("b", .text(maxLength: 20, fixed: false))], { i in [.int(Int64(i % 5)), .text("k\(i)")] }),
+    ]
+
+    /// Rows in the keyed-walk tables: more than two pages of `walkPage` rows.
+    public static let walkRows = 230
+    public static let walkPage = 50
+
+    /// Creates one table per key type in `walkKeys` (`walk_0`, `walk_1`, …) holding `walkRows`
+    /// rows loaded in no key order; returns the table names with the key-type labels.
+    public func loadWalkTables(_ db: any Connection) throws -> [(table: TableName, label: String)] {
+        var out: [(TableName, String)] = []
+        for (n, spec) in Self.walkKeys.enumerated() {
+            let columns = spec.columns.map { col($0.0, $0.1, nullable: false) } + [col("row_no", .int32, nullable: false), col("note", .text)]
+            let schema = makeSchema("walk_\(n)", columns: columns, primaryKey: spec.columns.map(\.0))
+            // A stride coprime with the row count: rows go in out of key order.
+            let rows: [[Value]] = (0..<Self.walkRows).map { j in
+                let i = (j * 97) % Self.walkRows
+                return spec.key(i) + [.int(Int64(i)), .text("row \(i)")]
+            }
+            try load(db, schema, rows)
+            out.append((schema.name, spec.label))
+        }
+        return out
+    }
+
+    /// Walks `table` page by page by its key (`after` = the last key read, `limit` = page) and
+    /// checks it returns every row exactly once, in the order of one ordered read of the table.
+    public static func checkKeyedWalk(_ db: any Connection, _ table: TableName, label: String, page: Int = walkPage) throws {
+        let schema = try db.describe(table)
+        guard let key = schema.preferredKey?.columns, !key.isEmpty else { throw ConformanceFailure("\(label): \(table) has no key") }
+        let keyIdx = key.compactMap { k in schema.columns.firstIndex { $0.name == k } }
+        let ordered = try readAll(db, table, keyRange: KeyRange(key: key))
+        var walked: [[Value]] = []
+        var after: [Value]?
+        var pages = 0
+        while true {
+            let got = try readAll(db, table, keyRange: KeyRange(key: key, after: after, limit: page), batchSize: 17)
+            pages += 1
+            walked += got
+            if got.count < page { break }
+            guard let last = got.last else { break }
+            let next = keyIdx.map { last[$0] }
+            if let after, after == next { throw ConformanceFailure("\(label): page \(pages) did not advance past \(next)") }
+            after = next
+            if pages > walkRows { throw ConformanceFailure("\(label): the walk does not end (\(pages) pages)") }
+        }
+        guard ordered.count == walkRows else { throw ConformanceFailure("\(label): an ordered read returned \(ordered.count) rows, \(walkRows) were written") }
+        let rowNo = schema.columns.firstIndex { $0.name == "row_no" } ?? 0
+        let seen = Set(walked.map { $0[rowNo].description })
+        guard walked.count == walkRows, seen.count == walkRows else {
+            throw ConformanceFailure("\(label): the keyed walk returned \(walked.count) rows (\(seen.count) distinct) of \(walkRows) in \(pages) pages")
+        }
+        for (i, (w, o)) in zip(walked, ordered).enumerated() where w != o {
+            throw ConformanceFailure("\(label): row \(i) of the walk is \(w), the ordered read has \(o)")
+        }
+        guard pages > 2 else { throw ConformanceFailure("\(label): only \(pages) pages walked") }
+    }
+
+    func keyedWalks() throws {
+        let db = try freshDatabase()
+        defer { db.close() }
+        for (table, label) in try loadWalkTables(db) {
+            try Self.checkKeyedWalk(db, table, label: label)
+        }
     }
 
     func keyRanges() throws {

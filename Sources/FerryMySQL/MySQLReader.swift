@@ -84,6 +84,9 @@ final class MySQLReader: BatchReader {
             case .null: return "NULL"
             case .binary(let b): return "X'" + b.map { String(format: "%02X", $0) }.joined() + "'"
             case .bool, .int, .double: return v.canonicalText ?? "NULL"
+            // A quoted decimal would be compared with a DECIMAL column as a double (MySQL's
+            // comparison rules), losing digits: a validated decimal goes unquoted.
+            case .decimal(let d) where DecimalText.isValid(d) && !d.contains(where: { $0.isLetter }): return d
             default: return c.myDialect.literal(v.canonicalText ?? "")
             }
         }.joined(separator: ", ")

@@ -86,10 +86,10 @@ final class PostgresReader: BatchReader {
     /// Key values as SQL literals (COPY takes no parameters).
     static func literals(_ values: [Value], _ c: PostgresConnection) throws -> String {
         try values.map { v -> String in
-            guard let text = v.canonicalText else {
-                if v.isNull { return "NULL" }
-                throw FerryError.invalidOption("binary key columns cannot bound a key range")
+            if case .binary(let bytes) = v {
+                return "'\\x" + bytes.map { String(format: "%02x", $0) }.joined() + "'::bytea"
             }
+            guard let text = v.canonicalText else { return "NULL" }
             switch v {
             case .bool, .int: return text
             case .double: return c.pgDialect.literal(text) + "::float8"

@@ -32,7 +32,11 @@ final class SQLiteReader: BatchReader {
         }
         // A dedicated statement (not the connection's cache): a reader lives as long as the copy.
         statement = try SQLiteStatement(connection, sql)
-        try statement.bind(binds)
+        // Bounds in the form the values are stored in (SQLiteValueCodec), or they compare wrongly.
+        let keyTypes = (keyRange?.key ?? []).map { k in table.column(named: k)?.logicalType ?? .text }
+        let boundTypes = Array(repeating: keyTypes, count: keyTypes.isEmpty ? 0 : binds.count / keyTypes.count).flatMap { $0 }
+        let rc = try SQLiteValueCodec.bind(statement.handle, values: binds, types: boundTypes)
+        guard rc == SQLITE_OK else { throw connection.error(rc, sql: sql) }
         self.columns = columns
         self.types = columns.map(\.logicalType)
         self.kinds = columns.map { ReadKind($0.logicalType) }

@@ -2,13 +2,13 @@ import CSQLite
 import FerryCore
 
 /// Inserts batches with one prepared INSERT, reused for every row; the caller holds the
-/// transaction. Values are bound in Ferry's SQLite conventions (docs/type-mapping.md);
+/// transaction. Values are bound in Ferry's SQLite forms (SQLiteValueCodec);
 /// values SQLite would change are refused: NaN (stored as NULL) and -0.0 in a column whose
 /// affinity stores it as the integer 0.
 final class SQLiteWriter: BatchWriter {
     private let statement: SQLiteStatement
     private let columns: [Column]
-    private let kinds: [BindKind]
+    private let kinds: [SQLiteValueCodec.Form]
     /// Per column: true when -0.0 would lose its sign (REAL, NUMERIC, INTEGER affinity).
     private let signedZeroLost: [Bool]
     private let table: TableName
@@ -37,7 +37,7 @@ final class SQLiteWriter: BatchWriter {
             + columns.map { _ in "?" }.joined(separator: ", ") + ")"
         statement = try SQLiteStatement(connection, custom ?? sql)
         self.columns = columns
-        self.kinds = columns.map { BindKind($0.logicalType) }
+        self.kinds = columns.map { SQLiteValueCodec.Form($0.logicalType) }
         self.table = table
     }
 
@@ -47,15 +47,9 @@ final class SQLiteWriter: BatchWriter {
         let st = statement.handle
         let pinned = PinnedBatch(batch)
         let cols = pinned.columns
-        let transient = ferry_sqlite_transient()
         // Dates, times, timestamps and UUIDs are formatted into one reused buffer.
         var scratch: [UInt8] = []
         scratch.reserveCapacity(64)
-        func bindScratch(_ idx: Int32) -> Int32 {
-            scratch.withUnsafeBufferPointer {
-                sqlite3_bind_text(st, idx, UnsafeRawPointer($0.baseAddress)?.assumingMemoryBound(to: CChar.self), Int32($0.count), transient)
-            }
-        }
         for row in 0..<pinned.count {
             for c in 0..<kinds.count {
                 let col = cols[c]
@@ -64,10 +58,7 @@ final class SQLiteWriter: BatchWriter {
                 if col.isNull(row) {
                     rc = sqlite3_bind_null(st, idx)
                 } else {
-                    switch kinds[c] {
-                    case .integer:
-                        rc = sqlite3_bind_int64(st, idx, col.int(row))
-                    case .double:
+                    if case .double = kinds[c] {
                         let v = col.double(row)
                         if v.isNaN {
                             throw BatchRowError(row: row, error: .invalidValue(
@@ -79,31 +70,8 @@ final class SQLiteWriter: BatchWriter {
                                 table: table, column: columns[c].name, key: nil,
                                 message: "-0.0 would lose its sign in a SQLite REAL column (stored as 0)"))
                         }
-                        rc = sqlite3_bind_double(st, idx, v)
-                    case .date:
-                        scratch.removeAll(keepingCapacity: true)
-                        Temporal.appendDate(col.int(row), into: &scratch)
-                        rc = bindScratch(idx)
-                    case .time(let digits):
-                        scratch.removeAll(keepingCapacity: true)
-                        Temporal.appendTime(col.int(row), fractionDigits: digits, into: &scratch)
-                        rc = bindScratch(idx)
-                    case .timestamp(let digits, let utc):
-                        scratch.removeAll(keepingCapacity: true)
-                        Temporal.appendTimestamp(col.int(row), fractionDigits: digits, into: &scratch)
-                        if utc { scratch.append(contentsOf: Self.utcSuffix) }
-                        rc = bindScratch(idx)
-                    case .uuid:
-                        scratch.removeAll(keepingCapacity: true)
-                        UUIDText.append(col.bytes(row), into: &scratch)
-                        rc = bindScratch(idx)
-                    case .blob:
-                        let b = col.bytes(row)
-                        rc = sqlite3_bind_blob(st, idx, b.baseAddress, Int32(b.count), nil)
-                    case .text:
-                        let b = col.bytes(row)
-                        rc = sqlite3_bind_text(st, idx, b.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(b.count), nil)
                     }
+                    rc = SQLiteValueCodec.bind(st, idx, form: kinds[c], column: col, row: row, scratch: &scratch)
                 }
                 guard rc == SQLITE_OK else {
                     throw BatchRowError(row: row, error: .invalidValue(
@@ -116,29 +84,6 @@ final class SQLiteWriter: BatchWriter {
             guard rc == SQLITE_DONE else {
                 let e = statement.connection.error(rc, sql: nil)
                 throw BatchRowError(row: row, error: .invalidValue(table: table, column: nil, key: nil, message: e.message))
-            }
-        }
-    }
-
-    private static let utcSuffix = Array("+00:00".utf8)
-
-    /// How a column is bound, decided once per writer rather than per value.
-    enum BindKind {
-        case integer, double, date, blob, text, uuid
-        case time(digits: Int?)
-        case timestamp(digits: Int?, utc: Bool)
-
-        init(_ type: LogicalType) {
-            switch type {
-            case .boolean, .int16, .int32, .int64: self = .integer
-            case .float32, .float64: self = .double
-            case .date: self = .date
-            // Text keeps the declared precision, so DATETIME(6) values keep all six digits.
-            case .time(let p): self = .time(digits: p)
-            case .timestamp(let p, let tz): self = .timestamp(digits: p, utc: tz)
-            case .uuid: self = .uuid
-            case .binary: self = .blob
-            case .decimal, .text, .json, .enumeration, .unsupported: self = .text
             }
         }
     }

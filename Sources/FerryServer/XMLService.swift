@@ -161,8 +161,14 @@ public struct XMLService: Sendable {
                 for c in query[values: Substring(parameter)] { hints[String(c), default: []].insert(hint) }
             }
             let readHints = hints
+            let descending: Bool
+            switch query["order"].map(String.init) {
+            case nil, "asc": descending = false
+            case "desc": descending = true
+            case let other?: throw ServiceError.badRequest("order must be asc or desc, not '\(other.prefix(20))'", table: name.description)
+            }
             let stream = try await Offload.run {
-                try RowStream(service: service, table: name, after: after, columns: wanted, hints: readHints, limit: limit)
+                try RowStream(service: service, table: name, after: after, columns: wanted, hints: readHints, limit: limit, descending: descending)
             }
             // gzip when the client asks for it (streamed, chunk by chunk).
             let gzip = request.headers[.acceptEncoding].map { $0.lowercased().contains("gzip") } ?? false
@@ -365,7 +371,8 @@ final class RowStream {
 
     /// `hints`: columns a client's cast rule reads in the engine's own text or JSON form, or with
     /// zero dates as NULL (named columns only: the driver builds the expression, never the request).
-    init(service: XMLService, table name: TableName, after: [String], columns wanted: [String], hints: [String: ReadHints] = [:], limit: Int) throws {
+    init(service: XMLService, table name: TableName, after: [String], columns wanted: [String], hints: [String: ReadHints] = [:], limit: Int,
+         descending: Bool = false) throws {
         let c = try service.open(write: false)
         do {
             let table = try service.served(name, in: c)
@@ -404,13 +411,24 @@ final class RowStream {
                     }
                     afterValues = try zip(after, keyIndexes).map { text, index in
                         var buf = ColumnBuffer(storage: columns[index].logicalType.storage)
-                        do { try WireValue.append(Array(text.utf8), as: columns[index].logicalType, to: &buf) } catch {
+                        var bytes = Array(text.utf8)
+                        if case .binary = columns[index].logicalType {
+                            // Binary keys travel as base64, as binary cells do.
+                            guard let raw = Data(base64Encoded: text) else {
+                                throw ServiceError.badRequest("after: '\(text.prefix(60))' is not base64 (binary key \(columns[index].name))", table: table.description)
+                            }
+                            bytes = Array(raw)
+                        }
+                        do { try WireValue.append(bytes, as: columns[index].logicalType, to: &buf) } catch {
                             throw ServiceError.badRequest("after: \(error)", table: table.description)
                         }
                         return Value(column: buf, row: 0, type: columns[index].logicalType)
                     }
                 }
-                range = KeyRange(key: key, after: afterValues, limit: limit)
+                if descending && afterValues != nil {
+                    throw ServiceError.badRequest("order=desc reads from the end of the table and takes no after=", table: table.description)
+                }
+                range = KeyRange(key: key, after: afterValues, limit: limit, descending: descending)
             }
             self.reader = try c.reader(table: schema, columns: columns, keyRange: range, batchSize: min(limit, 10_000))
             self.connection = c

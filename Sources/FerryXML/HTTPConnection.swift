@@ -14,6 +14,8 @@ public final class HTTPConnection: Connection {
     private var created: Set<TableName> = []
     private var pendingMerges: [(staging: TableName, target: TableName)] = []
     private var inTransaction = false
+    /// Rows asked for per page when reading (the service may cap it at its own maximum).
+    public var pageRows = 50_000
 
     public init(endpoint: Endpoint) throws {
         self.endpoint = endpoint
@@ -50,10 +52,14 @@ public final class HTTPConnection: Connection {
     }
 
     public func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader {
-        if keyRange?.upTo != nil || keyRange?.after != nil {
-            throw FerryError.invalidOption("reading a key range through the XML service is not supported yet")
+        if keyRange?.upTo != nil {
+            throw FerryError.invalidOption("the XML service reads key ranges from a lower bound only (after=…, limit=…); an upper bound is not part of protocol v1")
         }
-        return HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize)
+        if let range = keyRange, !range.key.isEmpty, range.key != (table.preferredKey?.columns ?? []) {
+            throw FerryError.invalidOption("the XML service pages by the table's key (\((table.preferredKey?.columns ?? []).joined(separator: ", "))), not by \(range.key.joined(separator: ", "))")
+        }
+        return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
+                              after: keyRange?.after, limit: keyRange?.limit)
     }
 
     public func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String] {
@@ -154,21 +160,38 @@ final class HTTPReader: BatchReader {
     let requested: [Column]
     let wanted: Int
     let batchSize: Int
+    /// The key's logical types, in key order (binary keys travel as base64 in `after`).
+    let keyTypes: [LogicalType]
     var after: [String]?
+    /// Rows still to read when the caller asked for at most `limit` rows.
+    var remaining: Int?
     var pending: [RowBatch] = []
     var finished = false
-    static let pageRows = 50_000
+    /// Positions of the key columns in `requested`, and the key of the last row read (wire text).
+    let keyIndexes: [Int]
+    var lastKey: [String]?
 
-    init(connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int) {
+    init(connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int, after: [Value]?, limit: Int?) throws {
         self.connection = connection
         self.table = table.name
         var requested = columns
-        for k in table.preferredKey?.columns ?? [] where !requested.contains(where: { $0.name == k }) {
+        let key = table.preferredKey?.columns ?? []
+        for k in key where !requested.contains(where: { $0.name == k }) {
             if let c = table.column(named: k) { requested.append(c) }
         }
         self.requested = requested
         self.wanted = columns.count
         self.batchSize = batchSize
+        self.keyTypes = key.map { k in table.column(named: k)?.logicalType ?? .text }
+        self.keyIndexes = key.compactMap { k in requested.firstIndex { $0.name == k } }
+        if let after {
+            guard after.count == keyTypes.count else {
+                throw FerryError.invalidOption("a key range after \(after.count) values on \(table.name), whose key has \(keyTypes.count) columns")
+            }
+            self.after = zip(after, keyTypes).map { WireValue.keyText($0, type: $1) }
+        }
+        self.remaining = limit.map { max($0, 0) }
+        finished = remaining == 0
     }
 
     func close() {}
@@ -188,7 +211,8 @@ final class HTTPReader: BatchReader {
     }
 
     private func pagePath(after: [String]?) -> String {
-        var items: [(String, String)] = [("limit", String(Self.pageRows))]
+        let page = min(max(connection.pageRows, 1), remaining ?? Int.max)
+        var items: [(String, String)] = [("limit", String(page))]
         items += requested.map { ("columns", $0.name) }
         // Cast rules that read a column in the engine's own text or JSON form (or zero dates as NULL)
         // are carried out by the service, on its side.
@@ -212,7 +236,22 @@ final class HTTPReader: BatchReader {
         }
         // Where the next page starts is at the end of this one: ask for it before decoding,
         // so the service prepares the next page while this one is parsed.
-        let next = try Self.nextKey(in: body, columns: requested)
+        var next = try Self.nextKey(in: body, columns: requested).map { cells in
+            zip(cells, keyTypes).map { cell, type in
+                if case .binary = type { return Data(cell).base64EncodedString() }
+                return String(decoding: cell, as: UTF8.self)
+            }
+        }
+        if let n = next, n == after {
+            // The same page again: the service's key comparison disagrees with its key order.
+            throw FerryError.copyFailed(table: table, endpoint: connection.endpoint.redacted,
+                                        reason: "the service returned a page that does not advance the key (after \(n.joined(separator: ", "))); stopping rather than repeating or losing rows")
+        }
+        if let r = remaining, next != nil {
+            // A page that says more follow was full: what is left of the caller's limit.
+            remaining = r - min(max(connection.pageRows, 1), r)
+            if remaining ?? 0 <= 0 { next = nil }
+        }
         if let next {
             let p = Prefetch()
             let client = connection.client
@@ -225,14 +264,48 @@ final class HTTPReader: BatchReader {
             prefetch = p
         }
         var batches: [RowBatch] = []
-        _ = try XMLRowsDecoder(columns: requested, batchSize: batchSize).decode(body) { batches.append($0) }
+        let (_, rows) = try XMLRowsDecoder(columns: requested, batchSize: batchSize).decode(body) { batches.append($0) }
+        if next != nil && rows == 0 {
+            throw FerryError.copyFailed(table: table, endpoint: connection.endpoint.redacted,
+                                        reason: "the service returned an empty page that says more rows follow; stopping rather than losing rows")
+        }
+        if let b = batches.last, b.count > 0, keyIndexes.count == keyTypes.count {
+            lastKey = zip(keyIndexes, keyTypes).map { i, type in
+                WireValue.keyText(Value(column: b.columns[i], row: b.count - 1, type: type), type: type)
+            }
+        }
         pending += batches.map { RowBatch(columns: Array($0.columns.prefix(wanted))) }
         after = next
         finished = next == nil
+        if finished && remaining == nil && !keyTypes.isEmpty { try checkReachedTheEnd() }
+    }
+
+    /// A walk of the whole table must end at the table's last key: the service reports it with
+    /// one descending read (an index lookup), compared here as text, so a key comparison that
+    /// disagrees with the key order on the service's side fails the read instead of cutting it short.
+    private func checkReachedTheEnd() throws {
+        let keyColumns = keyIndexes.map { requested[$0] }
+        let path = connection.path(table, "/rows") + HTTPClient.query(
+            [("limit", "1"), ("order", "desc")] + keyColumns.map { ("columns", $0.name) })
+        let body = try connection.client.expect("GET", path, table: table)
+        var last: [String]?
+        let types = keyTypes
+        _ = try XMLRowsDecoder(columns: keyColumns, batchSize: 1).decode(body) { b in
+            guard b.count > 0 else { return }
+            last = zip(keyColumns.indices, types).map { i, type in
+                WireValue.keyText(Value(column: b.columns[i], row: 0, type: type), type: type)
+            }
+        }
+        guard last == lastKey else {
+            func show(_ k: [String]?) -> String { k.map { "(" + $0.joined(separator: ", ") + ")" } ?? "no row" }
+            throw FerryError.copyFailed(
+                table: table, endpoint: connection.endpoint.redacted,
+                reason: "the read through the service ended at key \(show(lastKey)) but the table's last key is \(show(last)): rows would be missing; nothing is reported as copied")
+        }
     }
 
     /// The `<next>` key of a page, read from its last bytes only.
-    static func nextKey(in body: Data, columns: [Column]) throws -> [String]? {
+    static func nextKey(in body: Data, columns: [Column]) throws -> [[UInt8]]? {
         let marker = Data("<next>".utf8)
         let tailStart = max(body.startIndex, body.endIndex - 1 << 16)
         guard let r = body.range(of: marker, options: .backwards, in: tailStart..<body.endIndex) else { return nil }

@@ -69,6 +69,27 @@ public enum WireValue {
         }
     }
 
+    /// A key value as the `after=` query parameter carries it: the cell's text (unescaped:
+    /// the URL escapes it), binary as base64.
+    public static func keyText(_ value: Value, type: LogicalType) -> String {
+        switch value {
+        case .null: return ""
+        case .bool(let b): return b ? "true" : "false"
+        case .int(let i): return String(i)
+        case .double(let d): return formatDouble(d)
+        case .decimal(let s), .text(let s), .json(let s): return s
+        case .binary(let b): return Data(b).base64EncodedString()
+        case .uuid(let b): return UUIDText.format(b)
+        case .date(let d): return Temporal.formatDate(d)
+        case .time(let t): return Temporal.formatTime(t)
+        case .timestamp(let t):
+            var out: [UInt8] = []
+            Temporal.appendTimestamp(t, separator: 84, into: &out)
+            if case .timestamp(_, true) = type { out.append(90) }
+            return String(decoding: out, as: UTF8.self)
+        }
+    }
+
     /// Shortest round-trip text, with the protocol's names for the special values.
     public static func formatDouble(_ d: Double) -> String {
         if d.isNaN { return "NaN" }

@@ -146,12 +146,12 @@ public final class XMLRowsDecoder {
     }
 
     /// Decodes a whole response body. `onBatch` receives each full batch as soon as it is made.
-    public func decode(_ data: Data, onBatch: @escaping (RowBatch) throws -> Void) throws -> (next: [String]?, rows: Int) {
+    public func decode(_ data: Data, onBatch: @escaping (RowBatch) throws -> Void) throws -> (next: [[UInt8]]?, rows: Int) {
         try XMLGuard.check(data, limits: limits)
         return try data.withUnsafeBytes { raw in
             var p = RowsParser(raw, limits: limits)
             var batch = RowBatch(types: types, capacity: batchSize)
-            var next: [String]?
+            var next: [[UInt8]]?
             var rows = 0
             var text: [UInt8] = []
             text.reserveCapacity(256)
@@ -160,10 +160,10 @@ public final class XMLRowsDecoder {
                     switch try p.nextItem() {
                     case .end: break loop
                     case .next:
-                        var values: [String] = []
+                        // Raw bytes: a binary key is not text (the client sends it back as base64).
+                        var values: [[UInt8]] = []
                         while let cell = try p.cell(closing: "</next>", into: &text) {
-                            let bytes = cell.base64 ? try Self.base64(text, row: rows, column: "next") : text
-                            values.append(String(decoding: bytes, as: UTF8.self))
+                            values.append(cell.base64 ? try Self.base64(text, row: rows, column: "next") : text)
                         }
                         next = values
                     case .row:

@@ -38,11 +38,15 @@ public struct KeyRange: Sendable, Hashable {
     public var upTo: [Value]?
     /// At most this many rows (keyset paging).
     public var limit: Int?
-    public init(key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil) {
+    /// Largest key first: with `limit: 1`, the table's last key (an index lookup), which a
+    /// keyed walk compares with the last key it read to prove it reached the end.
+    public var descending: Bool
+    public init(key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil, descending: Bool = false) {
         self.key = key
         self.after = after
         self.upTo = upTo
         self.limit = limit
+        self.descending = descending
     }
 }
 
@@ -57,7 +61,7 @@ extension KeyRange {
         if let after { conditions.append("\(tuple) > (\(try render(after)))") }
         if let upTo { conditions.append("\(tuple) <= (\(try render(upTo)))") }
         return (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
-            + " ORDER BY " + key.map { dialect.quote($0) }.joined(separator: ", ")
+            + " ORDER BY " + key.map { dialect.quote($0) + (descending ? " DESC" : "") }.joined(separator: ", ")
             + (limit.map { " LIMIT \(max($0, 0))" } ?? "")
     }
 }
