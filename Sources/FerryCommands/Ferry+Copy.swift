@@ -123,15 +123,13 @@ extension Ferry {
             options.casts = try castOptions.rules()
 
             let registry = Ferry.registry
-            var sourceEndpoint = try Endpoint(parsing: source)
-            if zeroDates == .null { sourceEndpoint.parameters.append(("zero-dates", "null")) }
-            var targetEndpoint = try Endpoint(parsing: target)
-            if let tokenFile {
-                sourceEndpoint.parameters.append(("token-file", tokenFile))
-                targetEndpoint.parameters.append(("token-file", tokenFile))
-            }
-            _ = try registry.driver(for: sourceEndpoint)
-            _ = try registry.driver(for: targetEndpoint)
+            // Driver options travel as values on the endpoints, never in the URLs Ferry prints.
+            var shared: [String: String] = [:]
+            if let tokenFile { shared["token-file"] = tokenFile }
+            var sourceOptions = shared
+            if zeroDates == .null { sourceOptions["zero-dates"] = "null" }
+            let sourceEndpoint = try registry.applying(sourceOptions, to: Endpoint(parsing: source))
+            let targetEndpoint = try registry.applying(shared, to: Endpoint(parsing: target))
             let src = try registry.connect(sourceEndpoint, role: .source)
             defer { src.close() }
             let dst = try registry.connect(targetEndpoint, role: .target)
@@ -170,7 +168,7 @@ extension Ferry {
                 v.casts = options.casts
                 let report = try Verifier().verify(source: src, target: dst, options: v)
                 if !output.json { try Verify.print(report, json: false) }
-                if !report.equal { throw ExitCode(1) }
+                try Verify.exit(for: report)
             }
             if !failures.isEmpty {
                 if quiet || output.json {

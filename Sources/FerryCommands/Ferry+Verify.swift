@@ -13,7 +13,7 @@ extension Ferry {
                 columns. Values are compared through the target's logical types (decimals by value);
                 give the copy's cast rules (--cast, --casts) and source values are converted as the
                 copy converted them before they are compared.
-                Exit code 0 when every table is equal, 1 when any differs.
+                Exit code 0 when every table is equal, 3 when any differs, 1 when a table could not be compared.
 
                 Examples:
                   ferry verify sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db
@@ -57,19 +57,23 @@ extension Ferry {
                 guard let (t, cols) = parseKeyOption(k) else { throw FerryError.invalidOption("--key '\(k)' must look like TABLE=COL1,COL2") }
                 options.keys[t] = cols
             }
-            var s = try Endpoint(parsing: source)
-            var t = try Endpoint(parsing: target)
-            if let tokenFile {
-                s.parameters.append(("token-file", tokenFile))
-                t.parameters.append(("token-file", tokenFile))
-            }
+            let values = tokenFile.map { ["token-file": $0] } ?? [:]
+            let s = try Ferry.registry.applying(values, to: Endpoint(parsing: source))
+            let t = try Ferry.registry.applying(values, to: Endpoint(parsing: target))
             let src = try Ferry.registry.connect(s, role: .source)
             defer { src.close() }
             let dst = try Ferry.registry.connect(t, role: .source)
             defer { dst.close() }
             let report = try Verifier().verify(source: src, target: dst, options: options)
             try Self.print(report, json: output.json)
-            if !report.equal { throw ExitCode(1) }
+            try Self.exit(for: report)
+        }
+
+        /// A table the check could not compare is a failure (1); tables that compared and differ
+        /// are differences (3).
+        static func exit(for report: Verifier.Report) throws {
+            if report.tables.contains(where: { $0.status == "failed" }) { throw ExitStatus.failed.exitCode }
+            if !report.equal { throw ExitStatus.differences.exitCode }
         }
 
         static func print(_ report: Verifier.Report, json: Bool) throws {

@@ -18,7 +18,7 @@ public struct Ferry: ParsableCommand {
               ferry describe sqlite:samples/chinook.sqlite Track
               ferry copy sqlite:samples/chinook.sqlite sqlite:/tmp/chinook-copy.db
 
-            Exit codes: 0 success, 1 failure, 2 usage error.
+            \(ExitStatus.table)
             """,
         version: "0.1.0",
         subcommands: [Tables.self, Describe.self, Copy.self, Verify.self, Serve.self]
@@ -30,30 +30,30 @@ public struct Ferry: ParsableCommand {
     nonisolated(unsafe) public static var registry: DriverRegistry = .builtIn
 
     /// Parses and runs `arguments`, printing errors as one line on stderr, and returns the
-    /// exit code: 0 success, 1 failure, 2 usage.
+    /// exit code (`ExitStatus`).
     public static func run(arguments: [String]) -> Int32 {
         do {
             var command = try parseAsRoot(arguments)
             try command.run()
-            return 0
+            return ExitStatus.ok.rawValue
         } catch let error as FerryError {
             Console.error("ferry: error: \(error)")
-            return error.isUsage ? 2 : 1
+            return (error.isUsage ? ExitStatus.usage : .failed).rawValue
         } catch let code as ExitCode {
             return code.rawValue
         } catch {
             let code = exitCode(for: error)
             if code == .success {
                 Console.out(fullMessage(for: error))
-                return 0
+                return ExitStatus.ok.rawValue
             }
             if code == .validationFailure {
                 Console.error(fullMessage(for: error))
-                return 2
+                return ExitStatus.usage.rawValue
             }
             let message = fullMessage(for: error)
             Console.error(message.hasPrefix("Error:") || message.hasPrefix("ferry:") ? message : "ferry: error: \(message)")
-            return 1
+            return ExitStatus.failed.rawValue
         }
     }
 }

@@ -31,7 +31,7 @@ public final class MySQLConnection: Connection {
             throw FerryError.invalidEndpoint(text: shown, reason: "name the database after the host: mysql://user@host:3306/DATABASE")
         }
         database = endpoint.path
-        zeroDatesAsNull = endpoint.parameter("zero-dates") == "null"
+        zeroDatesAsNull = (endpoint.options["zero-dates"] ?? endpoint.parameter("zero-dates")) == "null"
         mysql_server_init(0, nil, nil)
         guard let m = mysql_init(nil) else {
             throw FerryError.connectionFailed(endpoint: shown, reason: "libmariadb could not allocate a connection")

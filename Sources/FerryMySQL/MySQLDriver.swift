@@ -5,6 +5,9 @@ public struct MySQLDriver: Driver {
     public static let name = "mysql"
     public init() {}
     public var name: String { Self.name }
+    public var options: [DriverOption] {
+        [DriverOption(name: "zero-dates", summary: "null: read 0000-00-00 dates as NULL instead of failing")]
+    }
     public var schemes: [String] { ["mysql", "mariadb"] }
     public var dialect: any Dialect { MySQLDialect() }
 

@@ -159,6 +159,7 @@ final class PostgresReader: BatchReader {
         if !headerSeen {
             guard len >= 19, memcmp(p, PostgresBinary.header, 11) == 0 else { throw malformed() }
             let ext = Int(PostgresBinary.int32(p + 15))
+            guard ext >= 0, 19 + ext <= len else { throw malformed() }
             o = 19 + ext
             headerSeen = true
         }
@@ -186,17 +187,32 @@ final class PostgresReader: BatchReader {
         return rows
     }
 
+    /// Decodes one field of `n` bytes (already checked to lie inside the message). Wire input is
+    /// untrusted: a fixed-width type whose length is not its width is a malformed stream, never
+    /// a read past the field.
     @inline(__always)
     private func decodeField(_ f: UnsafeRawPointer, _ n: Int, column i: Int, into col: inout ColumnBuffer, row: (UnsafeRawPointer, Int, Int)) throws {
+        func width(_ allowed: Int...) throws {
+            guard allowed.contains(n) else {
+                // Not problem(): it decodes the key again, which may be this very field.
+                throw FerryError.copyFailed(
+                    table: table, endpoint: connection.endpoint.redacted,
+                    reason: "malformed binary COPY data from the server: column \(columns[i].name) has a \(n)-byte field where its type has \(allowed.map(String.init).joined(separator: " or ")) bytes")
+            }
+        }
         switch kinds[i] {
-        case .bool: col.append(Int64(f.load(as: UInt8.self)))
+        case .bool:
+            try width(1)
+            col.append(Int64(f.load(as: UInt8.self)))
         case .int:
+            try width(2, 4, 8)
             switch n {
             case 2: col.append(Int64(PostgresBinary.int16(f)))
             case 4: col.append(Int64(PostgresBinary.int32(f)))
             default: col.append(PostgresBinary.int64(f))
             }
         case .float:
+            try width(4, 8)
             if n == 4 {
                 col.append(Double(Float(bitPattern: UInt32(bigEndian: f.loadUnaligned(as: UInt32.self)))))
             } else {
@@ -218,14 +234,17 @@ final class PostgresReader: BatchReader {
                 throw problem(i, row, "'\(String(decoding: field.prefix(60), as: UTF8.self))' is not a UUID")
             }
         case .date:
+            try width(4)
             let d = PostgresBinary.int32(f)
             if d == Int32.max || d == Int32.min {
                 throw problem(i, row, "the date \(d == Int32.max ? "infinity" : "-infinity") has no value in other engines; update it or skip the column")
             }
             col.append(Int64(d) + PostgresBinary.epochDays)
         case .time:
+            try width(8)
             col.append(PostgresBinary.int64(f))
         case .timestamp:
+            try width(8)
             let t = PostgresBinary.int64(f)
             if t == Int64.max || t == Int64.min {
                 throw problem(i, row, "the timestamp \(t == Int64.max ? "infinity" : "-infinity") has no value in other engines; update it or skip the column")

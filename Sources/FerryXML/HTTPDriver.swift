@@ -11,6 +11,9 @@ public struct HTTPDriver: Driver {
     public static let name = "http"
     public init() {}
     public var name: String { Self.name }
+    public var options: [DriverOption] {
+        [DriverOption(name: "token-file", summary: "read the bearer token from this file (first line)")]
+    }
     public var schemes: [String] { ["http", "https"] }
     public var dialect: any Dialect { HTTPDialect() }
 
@@ -43,7 +46,7 @@ final class HTTPClient: @unchecked Sendable {
         if !prefix.isEmpty && !prefix.hasSuffix("/") { prefix += "/" }
         base = "\(endpoint.scheme)://\(hostPart)" + (endpoint.port.map { ":\($0)" } ?? "") + "/" + prefix
         var token = endpoint.password.flatMap { $0.isEmpty ? nil : $0 } ?? ProcessInfo.processInfo.environment["FERRY_TOKEN"]
-        if token == nil, let file = endpoint.parameter("token-file") {
+        if token == nil, let file = endpoint.options["token-file"] ?? endpoint.parameter("token-file") {
             guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
                 throw FerryError.invalidOption("cannot read the token file \(file)")
             }

@@ -171,7 +171,7 @@ final class CLITests: XCTestCase {
         XCTAssertTrue(copied.out.contains("Track: equal (3503 rows in the source, 3503 in the target)"), copied.out)
         try ExternalTool.run(["sqlite3", target, "UPDATE Artist SET Name = 'AC/DC!' WHERE ArtistId = 1"], input: "")
         let r = try ferry(["verify", "sqlite:" + chinook, "sqlite:" + target])
-        XCTAssertEqual(r.code, 1, r.err)
+        XCTAssertEqual(r.code, 3, "differences exit 3 (ExitStatus.differences): " + r.err)
         XCTAssertTrue(r.out.contains("Artist: different"), r.out)
         XCTAssertTrue(r.out.contains("changed (ArtistId=1): Name"), r.out)
         XCTAssertTrue(r.err.contains("1 of 11 tables differ"), r.err)
@@ -213,7 +213,7 @@ final class CLITests: XCTestCase {
         try ExternalTool.run(["sqlite3", target, "UPDATE Track SET UnitPrice = 1.99 WHERE TrackId = 7"], input: "")
         let v = try ferry(["verify", "sqlite:" + chinook, "sqlite:" + target, "--tables", "Track",
                            "--cast", "type numeric(10,2) to float64", "--casts", casts])
-        XCTAssertEqual(v.code, 1, v.err)
+        XCTAssertEqual(v.code, 3, v.err)
         XCTAssertTrue(v.out.contains("changed (TrackId=7): UnitPrice"), v.out)
 
         // A table whose every column is skipped is reported and not created.
@@ -330,6 +330,12 @@ final class ServeCLITests: XCTestCase {
         XCTAssertEqual(r.code, 0, r.err)
         XCTAssertTrue(r.err.contains("copied 11 of 11 tables, 15607 rows"), r.err)
         XCTAssertFalse(r.err.contains(token), "the token was printed")
+        // Driver options are values, not URL parameters: no URL Ferry prints carries them.
+        XCTAssertFalse(r.err.contains("token-file"), "an option leaked into a printed URL: \(r.err)")
+        let json = try ferry(["copy", "--json", "--mode", "replace", "--tables", "Artist", "http://127.0.0.1:\(port)/", "sqlite:" + target,
+                              "--token-file", tokenFile])
+        XCTAssertEqual(json.code, 0, json.err)
+        XCTAssertFalse(json.out.contains("token-file"), "an option leaked into a printed URL: \(json.out)")
         let src = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + chinook), role: .source)
         let dst = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + target), role: .source)
         XCTAssertEqual(try CopyHarness([SQLiteDriver()]).differences(src, dst), [])

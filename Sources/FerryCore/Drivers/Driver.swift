@@ -7,6 +7,9 @@ public protocol Driver: Sendable {
     var schemes: [String] { get }
     /// The engine's naming rules and type maps, without a connection (plans, describe, docs).
     var dialect: any Dialect { get }
+    /// The settings this driver takes besides its URL (`DriverOption`), read from
+    /// `Endpoint.options`. Default: none.
+    var options: [DriverOption] { get }
     /// Opens a connection. `role` says whether it will be read from or written to, so a
     /// driver can open read-only, refuse a read-only target early, or create a missing file.
     func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection

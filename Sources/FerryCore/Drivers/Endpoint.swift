@@ -20,6 +20,8 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
         set { parameterPairs = newValue.map { Parameter(name: $0.0, value: $0.1) } }
     }
     private var parameterPairs: [Parameter] = []
+    /// Driver options given as values (`DriverOption`), not part of the URL: never printed.
+    public var options: [String: String] = [:]
 
     private struct Parameter: Hashable, Sendable {
         var name: String
@@ -182,7 +184,7 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
 
     public static func == (a: Endpoint, b: Endpoint) -> Bool {
         a.scheme == b.scheme && a.user == b.user && a.password == b.password && a.host == b.host
-            && a.port == b.port && a.path == b.path && a.parameterPairs == b.parameterPairs
+            && a.port == b.port && a.path == b.path && a.parameterPairs == b.parameterPairs && a.options == b.options
     }
 
     public func hash(into hasher: inout Hasher) {
