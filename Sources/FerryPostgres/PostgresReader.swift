@@ -13,6 +13,10 @@ final class PostgresReader: BatchReader {
     private let batchSize: Int
     private let keyIndexes: [Int]
     private var headerSeen = false
+    /// The stream's end marker (a tuple count of -1) arrived.
+    private var trailerSeen = false
+    /// Rows decoded so far, checked against the server's `COPY n` command tag at the end.
+    private var rowsDecoded = 0
     private var done = false
     private var active = false
 
@@ -137,15 +141,27 @@ final class PostgresReader: BatchReader {
                 throw connection.error(nil, sql: nil)
             }
             defer { PQfreemem(buf) }
-            n += try decode(UnsafeRawPointer(buf), Int(len), into: &batch)
+            let rows = try decode(UnsafeRawPointer(buf), Int(len), into: &batch)
+            n += rows
+            rowsDecoded += rows
         }
         return n == 0 ? nil : batch
     }
 
+    /// Ends the COPY and proves the read is whole: the stream's end marker arrived, and the row
+    /// count the server reports for free (`COPY n`) is the number of rows decoded.
     private func finishCopy() throws {
+        var reported: Int?
         while let r = PQgetResult(connection.conn) {
             defer { PQclear(r) }
             if PQresultStatus(r) != PGRES_COMMAND_OK { throw connection.error(r, sql: nil) }
+            if let tuples = PQcmdTuples(r), let count = Int(String(cString: tuples)) { reported = count }
+        }
+        guard trailerSeen else { throw malformed() }
+        if let reported, reported != rowsDecoded {
+            throw FerryError.copyFailed(
+                table: table, endpoint: connection.endpoint.redacted,
+                reason: "the server reports \(reported) rows sent (COPY \(reported)) but \(rowsDecoded) were read; nothing is reported as copied")
         }
     }
 
@@ -167,7 +183,10 @@ final class PostgresReader: BatchReader {
         while o + 2 <= len {
             let fields = Int(PostgresBinary.int16(p + o))
             o += 2
-            if fields == -1 { return rows }
+            if fields == -1 {
+                trailerSeen = true
+                return rows
+            }
             guard fields == kinds.count else { throw malformed() }
             let rowStart = o
             for i in 0..<fields {
