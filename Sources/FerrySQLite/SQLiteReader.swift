@@ -33,8 +33,9 @@ final class SQLiteReader: BatchReader {
         // A dedicated statement (not the connection's cache): a reader lives as long as the copy.
         statement = try SQLiteStatement(connection, sql)
         // Bounds in the form the values are stored in (SQLiteValueCodec), or they compare wrongly.
+        // `binds` holds the lower bound's key, then the upper bound's (KeyRange.sqlSuffix's order).
         let keyTypes = (keyRange?.key ?? []).map { k in table.column(named: k)?.logicalType ?? .text }
-        let boundTypes = Array(repeating: keyTypes, count: keyTypes.isEmpty ? 0 : binds.count / keyTypes.count).flatMap { $0 }
+        let boundTypes = (keyRange?.after == nil ? [] : keyTypes) + (keyRange?.upTo == nil ? [] : keyTypes)
         let rc = try SQLiteValueCodec.bind(statement.handle, values: binds, types: boundTypes)
         guard rc == SQLITE_OK else { throw connection.error(rc, sql: sql) }
         self.columns = columns

@@ -411,15 +411,7 @@ final class RowStream {
                     }
                     afterValues = try zip(after, keyIndexes).map { text, index in
                         var buf = ColumnBuffer(storage: columns[index].logicalType.storage)
-                        var bytes = Array(text.utf8)
-                        if case .binary = columns[index].logicalType {
-                            // Binary keys travel as base64, as binary cells do.
-                            guard let raw = Data(base64Encoded: text) else {
-                                throw ServiceError.badRequest("after: '\(text.prefix(60))' is not base64 (binary key \(columns[index].name))", table: table.description)
-                            }
-                            bytes = Array(raw)
-                        }
-                        do { try WireValue.append(bytes, as: columns[index].logicalType, to: &buf) } catch {
+                        do { try WireValue.appendKey(text, as: columns[index].logicalType, to: &buf) } catch {
                             throw ServiceError.badRequest("after: \(error)", table: table.description)
                         }
                         return Value(column: buf, row: 0, type: columns[index].logicalType)

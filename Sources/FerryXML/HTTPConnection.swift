@@ -237,10 +237,7 @@ final class HTTPReader: BatchReader {
         // Where the next page starts is at the end of this one: ask for it before decoding,
         // so the service prepares the next page while this one is parsed.
         var next = try Self.nextKey(in: body, columns: requested).map { cells in
-            zip(cells, keyTypes).map { cell, type in
-                if case .binary = type { return Data(cell).base64EncodedString() }
-                return String(decoding: cell, as: UTF8.self)
-            }
+            zip(cells, keyTypes).map { WireValue.keyText(cell: $0, type: $1) }
         }
         if let n = next, n == after {
             // The same page again: the service's key comparison disagrees with its key order.

@@ -90,6 +90,23 @@ public enum WireValue {
         }
     }
 
+    /// The `after=` text of a `<next>` cell, given the cell's decoded bytes.
+    public static func keyText(cell: [UInt8], type: LogicalType) -> String {
+        if case .binary = type { return Data(cell).base64EncodedString() }
+        return String(decoding: cell, as: UTF8.self)
+    }
+
+    /// Appends the value of an `after=` parameter (the inverse of `keyText`) to `column`.
+    public static func appendKey(_ text: String, as type: LogicalType, to column: inout ColumnBuffer) throws {
+        if case .binary = type {
+            guard let raw = Data(base64Encoded: text) else {
+                throw WireValueError(message: "'\(text.prefix(60))' is not base64 (binary keys travel as base64)")
+            }
+            return try append(Array(raw), as: type, to: &column)
+        }
+        try append(Array(text.utf8), as: type, to: &column)
+    }
+
     /// Shortest round-trip text, with the protocol's names for the special values.
     public static func formatDouble(_ d: Double) -> String {
         if d.isNaN { return "NaN" }
