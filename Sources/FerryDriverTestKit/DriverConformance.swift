@@ -51,7 +51,107 @@ public struct DriverConformance {
             Check(name: "key ranges read slices in key order", run: keyRanges),
             Check(name: "keyed page walks return every row once, for every key type", run: keyedWalks),
             Check(name: "upsert and delete by key", run: upsertAndDelete),
+            Check(name: "a row error in the middle of a large load leaves the target as it was", run: abortMidLoad),
+            Check(name: "batches end by bytes as well as rows", run: batchesByBytes),
         ]
+    }
+
+    // MARK: Failing loads
+
+    /// Rows of the abort check's load: many batches, the bad row in the middle.
+    public static let abortRows = 300_000
+
+    /// A 300,000-row append into a table holding three rows, where row id=150001 has a NULL the
+    /// target's NOT NULL column refuses: the copy fails with one line naming the table, the column
+    /// and the key; the target holds its three rows; the connection still works afterwards.
+    func abortMidLoad() throws {
+        let src = try freshDatabase()
+        defer { src.close() }
+        let dst = try freshDatabase()
+        defer { dst.close() }
+        let name = TableName("aborted_load")
+        let columns = [col("id", .int64, nullable: false), col("label", .text), col("n", .int64)]
+        let bad = Int64(Self.abortRows / 2 + 1)
+        try src.begin()
+        do {
+            try src.createTable(makeSchema(name.name, columns: columns, primaryKey: ["id"]), named: name)
+            let writer = try src.writer(table: name, columns: columns)
+            var id: Int64 = 1
+            while id <= Int64(Self.abortRows) {
+                var rows: [[Value]] = []
+                rows.reserveCapacity(20_000)
+                for _ in 0..<20_000 where id <= Int64(Self.abortRows) {
+                    rows.append([.int(id), id == bad ? .null : .text("row \(id)"), .int(id * 7)])
+                    id += 1
+                }
+                try writer.write(RowBatch(rows: rows, types: columns.map(\.logicalType)))
+            }
+            try writer.finish()
+            try src.commit()
+        } catch {
+            try? src.rollback()
+            throw error
+        }
+        var strict = columns
+        strict[1].isNullable = false
+        let before: [[Value]] = [[.int(-3), .text("kept"), .int(0)], [.int(-2), .text("kept too"), .int(0)], [.int(-1), .text("kept three"), .int(0)]]
+        try load(dst, makeSchema(name.name, columns: strict, primaryKey: ["id"]), before)
+
+        var o = CopyOptions()
+        o.mode = .append
+        o.tables = [name]
+        let engine = CopyEngine(registry: DriverRegistry())
+        let plan = try engine.plan(source: src, target: dst, options: o)
+        let summary = engine.run(plan, source: src, target: dst, options: o, progress: ProgressReporter(style: .quiet) { _ in })
+        guard !summary.ok, let message = summary.tables.first?.error else {
+            throw ConformanceFailure("a NULL into a NOT NULL column in row \(bad) of \(Self.abortRows) did not fail the copy")
+        }
+        for part in ["aborted_load", "label", "id=\(bad)"] where !message.contains(part) {
+            throw ConformanceFailure("the error does not name \(part): \(message)")
+        }
+        guard !message.contains("\n") else { throw ConformanceFailure("the error is not one line: \(message)") }
+        let after = try Self.readAll(dst, name, keyRange: KeyRange(key: ["id"]))
+        try expectEqual(after, before, "the target after the failed load", names: ["id", "label", "n"])
+        // The connection is usable: a new transaction writes and reads back.
+        try dst.begin()
+        let w = try dst.writer(table: name, columns: strict)
+        try w.write(RowBatch(rows: [[.int(1), .text("after"), .int(1)]], types: strict.map(\.logicalType)))
+        try w.finish()
+        try dst.commit()
+        guard try dst.countRows(name) == 4 else { throw ConformanceFailure("the write after the failed load did not land") }
+    }
+
+    /// A table of large values reads in batches bounded by bytes, not by the row limit asked for:
+    /// 12 rows of 1.5 MB with a row limit of 1,000 come in more than two batches, none much
+    /// over `RowBatch.byteLimit`.
+    func batchesByBytes() throws {
+        let db = try freshDatabase()
+        defer { db.close() }
+        let columns = [col("id", .int64, nullable: false), col("doc", .text), col("img", .binary(maxLength: nil))]
+        let schema = makeSchema("large_values", columns: columns, primaryKey: ["id"])
+        let text = String(repeating: "Ferry ✓ ", count: 100_000)  // 1 MB
+        let blob = [UInt8](repeating: 0xAB, count: 500_000)
+        try load(db, schema, [])
+        for i in 0..<12 {
+            try db.begin()
+            let w = try db.writer(table: schema.name, columns: columns)
+            try w.write(RowBatch(rows: [[.int(Int64(i)), .text(text), .binary(blob)]], types: columns.map(\.logicalType)))
+            try w.finish()
+            try db.commit()
+        }
+        let reader = try db.reader(table: try db.describe(schema.name), columns: columns, keyRange: nil, batchSize: 1000)
+        defer { reader.close() }
+        var batches = 0
+        var rows = 0
+        while let b = try reader.next() {
+            batches += 1
+            rows += b.count
+            guard b.byteSize < RowBatch.byteLimit + 2_000_000 else {
+                throw ConformanceFailure("a batch of \(b.count) rows holds \(b.byteSize) bytes, beyond the \(RowBatch.byteLimit)-byte limit plus one row")
+            }
+        }
+        guard rows == 12 else { throw ConformanceFailure("\(rows) of 12 large rows read") }
+        guard batches > 2 else { throw ConformanceFailure("12 rows of 1.5 MB came in \(batches) batches: batches are not bounded by bytes") }
     }
 
     // MARK: Fixtures

@@ -107,7 +107,7 @@ final class MySQLReader: BatchReader {
         guard !done, let r = result else { return nil }
         var batch = RowBatch(types: types, capacity: batchSize)
         var n = 0
-        while n < batchSize {
+        while !batch.isFull(rows: n, limit: batchSize) {
             guard let row = mysql_fetch_row(r) else {
                 done = true
                 if mysql_errno(connection.mysql) != 0 { throw connection.error(sql: nil) }

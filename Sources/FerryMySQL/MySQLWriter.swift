@@ -121,10 +121,7 @@ final class MySQLWriter: BatchWriter {
         }
     }
 
-    /// Waits for the batch being loaded in the background and reports its failure.
-    func finish() throws {
-        try awaitInFlight()
-    }
+    func finish() throws {}
 
     private func fail(_ row: Int, _ column: Int, _ message: String) -> BatchRowError {
         BatchRowError(row: row, error: .invalidValue(table: table, column: columns[column].name, key: nil, message: message))
@@ -249,67 +246,34 @@ final class MySQLWriter: BatchWriter {
 
     // MARK: Sending
 
-    /// The load running on a background thread while the next batch is encoded.
-    private final class InFlight: @unchecked Sendable {
-        let batch: RowBatch
-        let done = DispatchSemaphore(value: 0)
-        var error: (any Error)?
-        init(batch: RowBatch) { self.batch = batch }
-    }
-    private var inFlight: InFlight?
-
-    /// Encodes the batch, waits for the previous load to finish, then starts loading this one
-    /// in the background: encoding overlaps the server's work on the previous batch.
+    /// Encodes the batch and sends it (LOAD DATA from memory, or INSERT), waiting for the server.
     func write(_ batch: RowBatch) throws {
         let pinned = PinnedBatch(batch)
         buffer.removeAll(keepingCapacity: true)
+        if useInsert { buffer.append(contentsOf: insertPrefix.utf8) }
+        try encode(pinned)
         if useInsert {
-            try awaitInFlight()
-            buffer.append(contentsOf: insertPrefix.utf8)
-            try encode(pinned)
             buffer.append(contentsOf: insertSuffix.utf8)
             try runInsert(buffer, rows: pinned.count)
             return
         }
-        try encode(pinned)
-        try awaitInFlight()
-        if useInsert {  // the previous batch found LOCAL INFILE refused
-            try write(batch)
-            return
-        }
-        let job = InFlight(batch: batch)
-        let bytes = buffer
-        let rows = pinned.count
-        let this = UncheckedWriter(self)
-        inFlight = job
-        Thread {
-            do { try this.writer.runLoad(bytes, rows: rows) } catch { job.error = error }
-            job.done.signal()
-        }.start()
-    }
-
-    /// Joins the background load; a refusal of LOCAL INFILE switches to INSERT and resends.
-    private func awaitInFlight() throws {
-        guard let job = inFlight else { return }
-        inFlight = nil
-        job.done.wait()
-        guard let error = job.error else { return }
-        if let e = error as? MySQLError, [1148, 2068, 3948, 4166].contains(e.code) {
+        do {
+            try runLoad(buffer, rows: pinned.count)
+        } catch let e as MySQLError where [1148, 2068, 3948, 4166].contains(e.code) {
+            // The server refuses LOCAL INFILE: INSERT from now on.
             useInsert = true
-            try write(job.batch)
-            try awaitInFlight()
-            return
+            try write(batch)
         }
-        if var rowError = error as? BatchRowError {
-            rowError.batch = job.batch
-            throw rowError
-        }
-        throw error
     }
 
-    /// Runs one LOAD DATA over `bytes` (on the background thread; the connection is not used
-    /// by anyone else meanwhile).
-    fileprivate func runLoad(_ bytes: [UInt8], rows: Int) throws {
+    /// Every statement has finished before `write` returns: nothing is in flight; the local-infile
+    /// handler is back to the client's default.
+    func abort() {
+        mysql_set_local_infile_default(connection.mysql)
+    }
+
+    /// Runs one LOAD DATA over `bytes`, fed to the client library from memory.
+    private func runLoad(_ bytes: [UInt8], rows: Int) throws {
         let source = InfileSource(bytes: bytes)
         let unmanaged = Unmanaged.passRetained(source)
         defer { unmanaged.release() }
@@ -382,13 +346,6 @@ final class MySQLWriter: BatchWriter {
         guard let r = message.range(of: "at row ", options: .backwards) else { return nil }
         return Int(message[r.upperBound...].prefix { $0.isNumber })
     }
-}
-
-/// Hands the writer to its background load thread, which is the only user of the connection
-/// until the writer joins it.
-private struct UncheckedWriter: @unchecked Sendable {
-    let writer: MySQLWriter
-    init(_ writer: MySQLWriter) { self.writer = writer }
 }
 
 /// The bytes of one LOAD DATA, handed to the client library as it asks for them.

@@ -126,7 +126,7 @@ final class PostgresReader: BatchReader {
         guard !done else { return nil }
         var batch = RowBatch(types: types, capacity: batchSize)
         var n = 0
-        while n < batchSize {
+        while !batch.isFull(rows: n, limit: batchSize) {
             var buf: UnsafeMutablePointer<CChar>?
             let len = PQgetCopyData(connection.conn, &buf, 0)
             if len == -1 {

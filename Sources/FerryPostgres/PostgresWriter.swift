@@ -106,6 +106,16 @@ final class PostgresWriter: BatchWriter {
 
     func finish() throws {}
 
+    /// Each batch's COPY is ended before `write` returns, so nothing is in flight; should the
+    /// connection still be in a COPY (a failure between its steps), it is ended with an error so
+    /// that the caller's ROLLBACK can run.
+    func abort() {
+        let conn = connection.conn
+        guard PQtransactionStatus(conn) == PQTRANS_ACTIVE else { return }
+        _ = PQputCopyEnd(conn, "ferry: the load was aborted")
+        while let r = PQgetResult(conn) { PQclear(r) }
+    }
+
     private func fail(_ row: Int, _ column: Int, _ message: String) -> BatchRowError {
         BatchRowError(row: row, error: .invalidValue(table: table, column: columns[column].name, key: nil, message: message))
     }

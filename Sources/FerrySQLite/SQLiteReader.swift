@@ -55,7 +55,7 @@ final class SQLiteReader: BatchReader {
         var batch = RowBatch(types: types, capacity: batchSize)
         let st = statement.handle
         var n = 0
-        while n < batchSize {
+        while !batch.isFull(rows: n, limit: batchSize) {
             guard try statement.step() else {
                 done = true
                 break

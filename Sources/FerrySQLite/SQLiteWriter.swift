@@ -43,6 +43,9 @@ final class SQLiteWriter: BatchWriter {
 
     func finish() throws {}
 
+    /// Nothing runs between calls: clears the statement's bindings and state.
+    func abort() { statement.reset() }
+
     func write(_ batch: RowBatch) throws {
         let st = statement.handle
         let pinned = PinnedBatch(batch)

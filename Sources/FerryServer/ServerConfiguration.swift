@@ -21,12 +21,17 @@ public struct ServerConfiguration: Sendable {
     /// Rows per page when the client does not ask, and the most it may ask for.
     public var defaultPageRows: Int
     public var maxPageRows: Int
+    /// Bytes of rows after which a page ends early (with `<next>`), whatever its row limit, so
+    /// that neither side holds more than about this much plus one row per request.
+    public var pageBytes: Int
 
     public init(
         database: Endpoint, registry: DriverRegistry, readWriteTokens: [String], readOnlyTokens: [String] = [],
         tables: [TableName] = [], host: String = "127.0.0.1", port: Int = 8080, tlsCertificate: String? = nil, tlsKey: String? = nil,
-        maxBodyBytes: Int = 64 << 20, defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000
+        maxBodyBytes: Int = 64 << 20, defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000,
+        pageBytes: Int = 8 << 20
     ) {
+        self.pageBytes = pageBytes
         self.database = database
         self.registry = registry
         self.readWriteTokens = readWriteTokens

@@ -155,6 +155,7 @@ public struct XMLService: Sendable {
             let query = request.uri.queryParameters
             let limit = min(max(query["limit"].flatMap { Int($0) } ?? service.configuration.defaultPageRows, 1), service.configuration.maxPageRows)
             let after = query[values: "after"].map { String($0) }
+            let upTo = query[values: "upto"].map { String($0) }
             let wanted = query[values: "columns"].map { String($0) }
             var hints: [String: ReadHints] = [:]
             for (parameter, hint) in [("text", ReadHints.textForm), ("json", .jsonForm), ("zerodates", .zeroDatesAsNull), ("native", .nativeForm)] {
@@ -168,7 +169,7 @@ public struct XMLService: Sendable {
             case let other?: throw ServiceError.badRequest("order must be asc or desc, not '\(other.prefix(20))'", table: name.description)
             }
             let stream = try await Offload.run {
-                try RowStream(service: service, table: name, after: after, columns: wanted, hints: readHints, limit: limit, descending: descending)
+                try RowStream(service: service, table: name, after: after, upTo: upTo, columns: wanted, hints: readHints, limit: limit, descending: descending)
             }
             // gzip when the client asks for it (streamed, chunk by chunk).
             let gzip = request.headers[.acceptEncoding].map { $0.lowercased().contains("gzip") } ?? false
@@ -250,11 +251,16 @@ public struct XMLService: Sendable {
                 }
                 let writer = try c.writer(table: t, columns: columns)
                 return try Self.transaction(c) {
-                    let (_, rows) = try XMLRowsDecoder(columns: columns, batchSize: 10_000).decode(data) { batch in
-                        try writer.write(batch)
+                    do {
+                        let (_, rows) = try XMLRowsDecoder(columns: columns, batchSize: 10_000).decode(data) { batch in
+                            try writer.write(batch)
+                        }
+                        try writer.finish()
+                        return rows
+                    } catch {
+                        writer.abort()
+                        throw error
                     }
-                    try writer.finish()
-                    return rows
                 }
             }
             return service.xml(Self.applied([("inserted", inserted)]))
@@ -287,6 +293,7 @@ public struct XMLService: Sendable {
                         try writer.finish()
                     } catch {
                         reader.close()
+                        writer.abort()
                         throw error
                     }
                     reader.close()
@@ -366,13 +373,20 @@ final class RowStream {
     let table: TableName
     let keyIndexes: [Int]
     let limit: Int?
+    /// Bytes of `<r>` elements after which the page ends early (with `<next>`), whatever its row
+    /// limit: a page of 20 MB documents is a few rows, a page of integers `limit` rows.
+    let pageBytes: Int
     var sent = 0
+    var sentBytes = 0
+    /// The page ended on `pageBytes` before the reader ran out.
+    var cut = false
     var last: RowBatch?
 
     /// `hints`: columns a client's cast rule reads in the engine's own text or JSON form, or with
     /// zero dates as NULL (named columns only: the driver builds the expression, never the request).
-    init(service: XMLService, table name: TableName, after: [String], columns wanted: [String], hints: [String: ReadHints] = [:], limit: Int,
-         descending: Bool = false) throws {
+    init(service: XMLService, table name: TableName, after: [String], upTo: [String] = [], columns wanted: [String], hints: [String: ReadHints] = [:],
+         limit: Int, descending: Bool = false) throws {
+        pageBytes = service.configuration.pageBytes
         let c = try service.open(write: false)
         do {
             let table = try service.served(name, in: c)
@@ -404,23 +418,21 @@ final class RowStream {
                     columns.append(col)
                 }
                 keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k } }
-                var afterValues: [Value]?
-                if !after.isEmpty {
-                    guard after.count == key.count else {
-                        throw ServiceError.badRequest("after needs \(key.count) values, one per key column (\(key.joined(separator: ", ")))", table: table.description)
+                // `after=` (exclusive) and `upto=` (inclusive) bounds, one value per key column.
+                func bound(_ texts: [String], _ parameter: String) throws -> [Value]? {
+                    guard !texts.isEmpty else { return nil }
+                    guard texts.count == key.count else {
+                        throw ServiceError.badRequest("\(parameter) needs \(key.count) values, one per key column (\(key.joined(separator: ", ")))", table: table.description)
                     }
-                    afterValues = try zip(after, keyIndexes).map { text, index in
+                    return try zip(texts, keyIndexes).map { text, index in
                         var buf = ColumnBuffer(storage: columns[index].logicalType.storage)
                         do { try WireValue.appendKey(text, as: columns[index].logicalType, to: &buf) } catch {
-                            throw ServiceError.badRequest("after: \(error)", table: table.description)
+                            throw ServiceError.badRequest("\(parameter): \(error)", table: table.description)
                         }
                         return Value(column: buf, row: 0, type: columns[index].logicalType)
                     }
                 }
-                if descending && afterValues != nil {
-                    throw ServiceError.badRequest("order=desc reads from the end of the table and takes no after=", table: table.description)
-                }
-                range = KeyRange(key: key, after: afterValues, limit: limit, descending: descending)
+                range = KeyRange(key: key, after: try bound(after, "after"), upTo: try bound(upTo, "upto"), limit: limit, descending: descending)
             }
             self.reader = try c.reader(table: schema, columns: columns, keyRange: range, batchSize: min(limit, 10_000))
             self.connection = c
@@ -437,18 +449,23 @@ final class RowStream {
     func begin() -> [UInt8] { writer.begin(table: table) }
 
     func nextChunk() throws -> [UInt8]? {
+        if limit != nil && sent > 0 && sentBytes >= pageBytes {
+            cut = true
+            return nil
+        }
         guard let batch = try reader.next() else { return nil }
         var out: [UInt8] = []
         out.reserveCapacity(batch.count * 128)
         writer.rows(batch, into: &out)
         sent += batch.count
+        sentBytes += out.count
         last = batch
         return out
     }
 
-    /// `</rows>`, with `<next>` when the page is full (more rows may follow).
+    /// `</rows>`, with `<next>` when the page is full by rows or bytes (more rows may follow).
     func end() -> [UInt8] {
-        if let limit, sent >= limit, let last, last.count > 0 {
+        if let limit, sent >= limit || cut, let last, last.count > 0 {
             return writer.end(next: (last, last.count - 1, keyIndexes))
         }
         return writer.end()

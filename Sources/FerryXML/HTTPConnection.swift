@@ -52,14 +52,14 @@ public final class HTTPConnection: Connection {
     }
 
     public func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader {
-        if keyRange?.upTo != nil {
-            throw FerryError.invalidOption("the XML service reads key ranges from a lower bound only (after=…, limit=…); an upper bound is not part of protocol v1")
-        }
         if let range = keyRange, !range.key.isEmpty, range.key != (table.preferredKey?.columns ?? []) {
             throw FerryError.invalidOption("the XML service pages by the table's key (\((table.preferredKey?.columns ?? []).joined(separator: ", "))), not by \(range.key.joined(separator: ", "))")
         }
+        if keyRange?.descending == true {
+            throw FerryError.invalidOption("the http driver walks key ranges in ascending order only")
+        }
         return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
-                              after: keyRange?.after, limit: keyRange?.limit)
+                              after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit)
     }
 
     public func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String] {
@@ -163,6 +163,9 @@ final class HTTPReader: BatchReader {
     /// The key's logical types, in key order (binary keys travel as base64 in `after`).
     let keyTypes: [LogicalType]
     var after: [String]?
+    /// The range's bounds as asked (wire text): `after` moves page by page, these do not.
+    let rangeAfter: [String]?
+    let upTo: [String]?
     /// Rows still to read when the caller asked for at most `limit` rows.
     var remaining: Int?
     var pending: [RowBatch] = []
@@ -171,7 +174,7 @@ final class HTTPReader: BatchReader {
     let keyIndexes: [Int]
     var lastKey: [String]?
 
-    init(connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int, after: [Value]?, limit: Int?) throws {
+    init(connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int, after: [Value]?, upTo: [Value]?, limit: Int?) throws {
         self.connection = connection
         self.table = table.name
         var requested = columns
@@ -184,12 +187,17 @@ final class HTTPReader: BatchReader {
         self.batchSize = batchSize
         self.keyTypes = key.map { k in table.column(named: k)?.logicalType ?? .text }
         self.keyIndexes = key.compactMap { k in requested.firstIndex { $0.name == k } }
-        if let after {
-            guard after.count == keyTypes.count else {
-                throw FerryError.invalidOption("a key range after \(after.count) values on \(table.name), whose key has \(keyTypes.count) columns")
+        let keyTypes = self.keyTypes
+        let wire = { (bound: [Value]?) throws -> [String]? in
+            guard let bound else { return nil }
+            guard bound.count == keyTypes.count else {
+                throw FerryError.invalidOption("a key range bound of \(bound.count) values on \(table.name), whose key has \(keyTypes.count) columns")
             }
-            self.after = zip(after, keyTypes).map { WireValue.keyText($0, type: $1) }
+            return zip(bound, keyTypes).map { WireValue.keyText($0, type: $1) }
         }
+        self.after = try wire(after)
+        self.rangeAfter = self.after
+        self.upTo = try wire(upTo)
         self.remaining = limit.map { max($0, 0) }
         finished = remaining == 0
     }
@@ -199,15 +207,6 @@ final class HTTPReader: BatchReader {
     func next() throws -> RowBatch? {
         while pending.isEmpty && !finished { try fetchPage() }
         return pending.isEmpty ? nil : pending.removeFirst()
-    }
-
-    /// The page being fetched in the background while the previous one is decoded.
-    private var prefetch: Prefetch?
-
-    private final class Prefetch: @unchecked Sendable {
-        let done = DispatchSemaphore(value: 0)
-        var body: Data?
-        var error: (any Error)?
     }
 
     private func pagePath(after: [String]?) -> String {
@@ -221,21 +220,14 @@ final class HTTPReader: BatchReader {
         items += requested.filter { $0.readHints.contains(.zeroDatesAsNull) }.map { ("zerodates", $0.name) }
         items += requested.filter { $0.readHints.contains(.nativeForm) }.map { ("native", $0.name) }
         items += (after ?? []).map { ("after", $0) }
+        items += (upTo ?? []).map { ("upto", $0) }
         return connection.path(table, "/rows") + HTTPClient.query(items)
     }
 
+    /// Fetches and decodes one page. The engine reads on its own thread, so the next page is
+    /// fetched while the writer is busy with this one; the reader itself stays sequential.
     private func fetchPage() throws {
-        let body: Data
-        if let p = prefetch {
-            prefetch = nil
-            p.done.wait()
-            if let e = p.error { throw e }
-            body = p.body ?? Data()
-        } else {
-            body = try connection.client.expect("GET", pagePath(after: after), table: table)
-        }
-        // Where the next page starts is at the end of this one: ask for it before decoding,
-        // so the service prepares the next page while this one is parsed.
+        let body = try connection.client.expect("GET", pagePath(after: after), table: table)
         var next = try Self.nextKey(in: body, columns: requested).map { cells in
             zip(cells, keyTypes).map { WireValue.keyText(cell: $0, type: $1) }
         }
@@ -244,27 +236,16 @@ final class HTTPReader: BatchReader {
             throw FerryError.copyFailed(table: table, endpoint: connection.endpoint.redacted,
                                         reason: "the service returned a page that does not advance the key (after \(n.joined(separator: ", "))); stopping rather than repeating or losing rows")
         }
-        if let r = remaining, next != nil {
-            // A page that says more follow was full: what is left of the caller's limit.
-            remaining = r - min(max(connection.pageRows, 1), r)
-            if remaining ?? 0 <= 0 { next = nil }
-        }
-        if let next {
-            let p = Prefetch()
-            let client = connection.client
-            let path = pagePath(after: next)
-            let table = self.table
-            Thread {
-                do { p.body = try client.expect("GET", path, table: table) } catch { p.error = error }
-                p.done.signal()
-            }.start()
-            prefetch = p
-        }
         var batches: [RowBatch] = []
         let (_, rows) = try XMLRowsDecoder(columns: requested, batchSize: batchSize).decode(body) { batches.append($0) }
         if next != nil && rows == 0 {
             throw FerryError.copyFailed(table: table, endpoint: connection.endpoint.redacted,
                                         reason: "the service returned an empty page that says more rows follow; stopping rather than losing rows")
+        }
+        if let r = remaining {
+            // A page ends early when it is full by bytes: what is left of the caller's limit.
+            remaining = r - rows
+            if remaining ?? 0 <= 0 { next = nil }
         }
         if let b = batches.last, b.count > 0, keyIndexes.count == keyTypes.count {
             lastKey = zip(keyIndexes, keyTypes).map { i, type in
@@ -277,13 +258,15 @@ final class HTTPReader: BatchReader {
         if finished && remaining == nil && !keyTypes.isEmpty { try checkReachedTheEnd() }
     }
 
-    /// A walk of the whole table must end at the table's last key: the service reports it with
-    /// one descending read (an index lookup), compared here as text, so a key comparison that
-    /// disagrees with the key order on the service's side fails the read instead of cutting it short.
+    /// A walk of the whole table (or range) must end at its last key: the service reports it
+    /// with one descending read of the same range (an index lookup), compared here as text, so a
+    /// key comparison that disagrees with the key order on the service's side fails the read
+    /// instead of cutting it short.
     private func checkReachedTheEnd() throws {
         let keyColumns = keyIndexes.map { requested[$0] }
         let path = connection.path(table, "/rows") + HTTPClient.query(
-            [("limit", "1"), ("order", "desc")] + keyColumns.map { ("columns", $0.name) })
+            [("limit", "1"), ("order", "desc")] + keyColumns.map { ("columns", $0.name) }
+                + (rangeAfter ?? []).map { ("after", $0) } + (upTo ?? []).map { ("upto", $0) })
         let body = try connection.client.expect("GET", path, table: table)
         var last: [String]?
         let types = keyTypes
@@ -297,7 +280,7 @@ final class HTTPReader: BatchReader {
             func show(_ k: [String]?) -> String { k.map { "(" + $0.joined(separator: ", ") + ")" } ?? "no row" }
             throw FerryError.copyFailed(
                 table: table, endpoint: connection.endpoint.redacted,
-                reason: "the read through the service ended at key \(show(lastKey)) but the table's last key is \(show(last)): rows would be missing; nothing is reported as copied")
+                reason: "the read through the service ended at key \(show(lastKey)) but the \(rangeAfter == nil && upTo == nil ? "table" : "range")'s last key is \(show(last)): rows would be missing; nothing is reported as copied")
         }
     }
 
@@ -310,10 +293,6 @@ final class HTTPReader: BatchReader {
         return try XMLRowsDecoder(columns: columns, batchSize: 1).decode(doc) { _ in }.next
     }
 
-    deinit {
-        // Never leave a background request writing into a released box.
-        prefetch?.done.wait()
-    }
 }
 
 /// Posts each batch as one `<rows>` document (one server-side transaction per request).
@@ -338,4 +317,7 @@ final class HTTPWriter: BatchWriter {
     }
 
     func finish() throws {}
+
+    /// Each request has been answered before `write` returns: nothing is in flight.
+    func abort() {}
 }

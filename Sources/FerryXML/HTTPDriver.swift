@@ -29,7 +29,7 @@ struct HTTPReply {
 }
 
 /// A synchronous HTTP client on URLSession, with retries for idempotent requests.
-/// Immutable after init, and URLSession is thread-safe: a reader may prefetch on another thread.
+/// Immutable after init, and URLSession is thread-safe.
 final class HTTPClient: @unchecked Sendable {
     let base: String
     let token: String?

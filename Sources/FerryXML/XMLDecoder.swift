@@ -131,7 +131,8 @@ public enum XMLTree {
 }
 
 /// Streams a `<rows>` document into batches of the given column types: each `<r>` becomes a
-/// row, each `<v>` a cell (`null="1"`, `enc="b64"` honoured). Memory holds one batch.
+/// row, each `<v>` a cell (`null="1"`, `enc="b64"` honoured). Memory holds one batch, which
+/// ends at `batchSize` rows or `RowBatch.byteLimit` bytes.
 public final class XMLRowsDecoder {
     public let types: [LogicalType]
     public let names: [String]
@@ -169,7 +170,7 @@ public final class XMLRowsDecoder {
                     case .row:
                         try Self.row(&p, closing: "</r>", types: types, names: names, index: rows, text: &text, into: &batch)
                         rows += 1
-                        if batch.count >= batchSize {
+                        if batch.isFull(rows: batch.count, limit: batchSize) {
                             try onBatch(batch)
                             batch = RowBatch(types: types, capacity: batchSize)
                         }

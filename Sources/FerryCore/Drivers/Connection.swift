@@ -61,15 +61,22 @@ public protocol Connection: AnyObject {
 
 /// Delivers a table's rows in batches.
 public protocol BatchReader: AnyObject {
-    /// The next batch, or nil at the end. Batches are never empty.
+    /// The next batch, or nil at the end. Batches are never empty, and end at the reader's
+    /// `batchSize` rows or `RowBatch.byteLimit` bytes (`RowBatch.isFull`), whichever comes first.
     func next() throws -> RowBatch?
     func close()
 }
 
-/// Writes batches into a table.
+/// Writes batches into a table. A writer is sequential: `write` returns when the batch is
+/// with the server (or failed), and owns no thread; the copy engine overlaps reading with
+/// writing.
 public protocol BatchWriter: AnyObject {
     /// Writes every row of `batch` (one buffer per column, in the writer's column order).
     func write(_ batch: RowBatch) throws
     /// Flushes whatever the writer buffers. The enclosing transaction is the caller's.
     func finish() throws
+    /// Gives up after a failure (of this writer, the reader or anything else): waits for or
+    /// cancels whatever is in flight and leaves the connection ready for the caller's
+    /// `rollback`. Never throws; calling it twice, or after `finish`, does nothing.
+    func abort()
 }

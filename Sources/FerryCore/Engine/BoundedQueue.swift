@@ -1,26 +1,34 @@
 import Foundation
 
-/// A blocking FIFO of at most `capacity` items between one producer and one consumer thread.
-/// It keeps memory flat: the producer waits while the consumer is behind.
+/// A blocking FIFO between one producer and one consumer thread, bounded by items and by
+/// bytes (`cost` of each item): the producer waits while the consumer is behind, so memory
+/// stays flat whatever the size of the rows. One item always fits, however large.
 final class BoundedQueue<Element: Sendable>: @unchecked Sendable {
     private let condition = NSCondition()
-    private var items: [Element] = []
+    private var items: [(item: Element, cost: Int)] = []
+    private var queuedCost = 0
     private let capacity: Int
+    private let maxCost: Int
+    private let cost: @Sendable (Element) -> Int
     private var finished = false
     private var failure: (any Error)?
     private var cancelled = false
 
-    init(capacity: Int) {
+    init(capacity: Int, maxCost: Int = .max, cost: @escaping @Sendable (Element) -> Int = { _ in 0 }) {
         self.capacity = max(1, capacity)
+        self.maxCost = max(1, maxCost)
+        self.cost = cost
     }
 
     /// Adds an item, waiting for room. Returns false when the consumer cancelled.
     func put(_ item: Element) -> Bool {
+        let c = cost(item)
         condition.lock()
         defer { condition.unlock() }
-        while items.count >= capacity && !cancelled { condition.wait() }
+        while !items.isEmpty && (items.count >= capacity || queuedCost + c > maxCost) && !cancelled { condition.wait() }
         if cancelled { return false }
-        items.append(item)
+        items.append((item, c))
+        queuedCost += c
         condition.broadcast()
         return true
     }
@@ -40,9 +48,10 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {
         defer { condition.unlock() }
         while items.isEmpty && !finished { condition.wait() }
         if !items.isEmpty {
-            let item = items.removeFirst()
+            let first = items.removeFirst()
+            queuedCost -= first.cost
             condition.broadcast()
-            return item
+            return first.item
         }
         if let failure { throw failure }
         return nil
@@ -53,6 +62,7 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {
         condition.lock()
         cancelled = true
         items.removeAll()
+        queuedCost = 0
         condition.broadcast()
         condition.unlock()
     }

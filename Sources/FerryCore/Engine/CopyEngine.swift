@@ -4,8 +4,8 @@ import Foundation
 ///
 /// Each table is loaded inside one target transaction (create or stage, insert, move serial
 /// counters, swap), so a failure leaves the target as it was. Within a table a reader thread
-/// and the writer are joined by a bounded queue of batches; `jobs` tables run at once when
-/// the target allows concurrent writers.
+/// and the writer are joined by a queue bounded in batches and bytes (see `pump`); `jobs`
+/// tables run at once when the target allows concurrent writers.
 public struct CopyEngine: Sendable {
     public let registry: DriverRegistry
 
@@ -254,15 +254,25 @@ public struct CopyEngine: Sendable {
         }
     }
 
-    /// Streams batches from a reader thread through a bounded queue into the writer.
+    /// The copy's pipeline: a reader thread reads batch N+1 (and converts it) while this thread
+    /// writes batch N; the queue between them is bounded in batches and in bytes. Drivers stay
+    /// sequential: each connection is used by one thread at a time. On any failure the reader
+    /// is stopped and joined and the writer aborted (in-flight work finished or cancelled)
+    /// before the caller touches the target connection again (to roll back).
     private func pump(
         _ table: TablePlan, source: any Connection, target: any Connection, into loadName: TableName,
         options: CopyOptions, progress: ProgressReporter
     ) throws -> Int64 {
         let reader = Handoff(try source.reader(
             table: table.sourceSchema, columns: table.columns, keyRange: nil, batchSize: max(1, options.batchSize)))
-        let writer = try target.writer(table: loadName, columns: table.targetSchema.columns)
-        let queue = BoundedQueue<RowBatch>(capacity: options.queueDepth)
+        let writer: any BatchWriter
+        do {
+            writer = try target.writer(table: loadName, columns: table.targetSchema.columns)
+        } catch {
+            reader.value.close()
+            throw error
+        }
+        let queue = BoundedQueue<RowBatch>(capacity: options.queueDepth, maxCost: options.queueBytes) { $0.byteSize }
         let producer = Worker(name: "ferry-read-\(table.source.name)") {
             do {
                 while let batch = try reader.value.next() {
@@ -293,6 +303,7 @@ public struct CopyEngine: Sendable {
             queue.cancel()
             producer.join()
             reader.value.close()
+            writer.abort()
             throw error
         }
         producer.join()

@@ -45,9 +45,13 @@ public struct CopyOptions: Sendable {
     public var keys: [TableName: [String]] = [:]
     /// Tables copied at once.
     public var jobs: Int = 1
+    /// Rows per batch at most; a batch also ends at `RowBatch.byteLimit` bytes.
     public var batchSize: Int = 10_000
-    /// Batches buffered between each table's reader and writer.
+    /// Batches buffered between each table's reader and writer, at most.
     public var queueDepth: Int = 4
+    /// Bytes of batches buffered between each table's reader and writer, at most (one batch
+    /// always fits, however large).
+    public var queueBytes: Int = 2 * RowBatch.byteLimit
     /// `--cast` / `--casts FILE` rules, first match wins.
     public var casts = CastRuleSet()
 

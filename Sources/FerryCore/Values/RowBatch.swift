@@ -21,6 +21,21 @@ public struct RowBatch: Sendable {
         columns.reduce(0) { $0 + $1.ints.count * 8 + $1.doubles.count * 8 + $1.arena.count + $1.offsets.count * 8 }
     }
 
+    /// Bytes of values after which every reader ends a batch, whatever its row limit: memory
+    /// follows bytes, not rows. A batch holds at most this much plus one row, so a table of
+    /// 20 MB documents travels one row per batch and a table of integers `batchSize` rows.
+    public static let byteLimit = 4 << 20
+
+    /// True when a reader that has put `rows` rows in this batch must end it: `rows` reached
+    /// `limit`, or the values reached `byteLimit`.
+    @inline(__always)
+    public func isFull(rows: Int, limit: Int) -> Bool {
+        if rows >= limit { return true }
+        var bytes = 0
+        for c in columns { bytes += c.arena.count }
+        return bytes + rows * 8 * columns.count >= Self.byteLimit
+    }
+
     /// Row `row` as `Value`s, interpreted with these types (non-hot code: sync, tests, errors).
     public func row(_ row: Int, types: [LogicalType]) -> [Value] {
         zip(columns, types).map { Value(column: $0, row: row, type: $1) }
