@@ -5,6 +5,8 @@ let package = Package(
     name: "Ferry",
     platforms: [.macOS(.v14), .iOS(.v17)],
     products: [
+        // Ferry as a library: `Ferry.copy/verify/describe` with the drivers of the platform.
+        .library(name: "FerryKit", targets: ["FerryKit"]),
         .library(name: "FerryCore", targets: ["FerryCore"]),
         .library(name: "FerrySQLite", targets: ["FerrySQLite"]),
         .library(name: "FerryPostgres", targets: ["FerryPostgres"]),
@@ -14,11 +16,14 @@ let package = Package(
         .library(name: "FerryCommands", targets: ["FerryCommands"]),
         .library(name: "FerryDriverTestKit", targets: ["FerryDriverTestKit"]),
         .executable(name: "ferry", targets: ["ferry"]),
+        .executable(name: "ferry-embedding-sample", targets: ["ferry-embedding-sample"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.20.0", traits: []),
+        // `swift package generate-documentation --target FerryKit` (DocC).
+        .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
     ],
     targets: [
         // C client libraries, from Debian's -dev packages.
@@ -53,13 +58,24 @@ let package = Package(
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // The library façade: SQLite and http everywhere, PostgreSQL and MySQL where libpq and
+        // libmariadb exist (not on iOS).
+        .target(
+            name: "FerryKit",
+            dependencies: [
+                "FerryCore", "FerrySQLite", "FerryXML",
+                .target(name: "FerryPostgres", condition: .when(platforms: [.linux, .macOS])),
+                .target(name: "FerryMySQL", condition: .when(platforms: [.linux, .macOS])),
+            ]),
+        // A program embedding FerryKit, built and run by the tests.
+        .executableTarget(name: "ferry-embedding-sample", dependencies: ["FerryKit"], path: "samples/embedding"),
         // The conformance suite every driver's tests run.
         .target(name: "FerryDriverTestKit", dependencies: ["FerryCore"]),
         // The command-line commands (testable) and the executable.
         .target(
             name: "FerryCommands",
             dependencies: [
-                "FerryCore", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryServer",
+                "FerryCore", "FerryKit", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryServer",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
@@ -81,7 +97,7 @@ let package = Package(
             dependencies: ["FerryServer", "FerryXML", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore"]),
         .testTarget(
             name: "FerryCommandsTests",
-            dependencies: ["FerryCommands", "FerryDriverTestKit", "FerrySQLite", "ferry"]),
+            dependencies: ["FerryCommands", "FerryKit", "FerryDriverTestKit", "FerrySQLite", "ferry", "ferry-embedding-sample"]),
     ],
     swiftLanguageModes: [.v6]
 )

@@ -1,12 +1,7 @@
 import FerryCore
-import FerryMySQL
-import FerryPostgres
-import FerrySQLite
-import FerryXML
+import FerryKit
 
 extension DriverRegistry {
-    /// Every driver compiled into Ferry: the one place that lists them.
-    public static var builtIn: DriverRegistry {
-        DriverRegistry([SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()])
-    }
+    /// Every driver compiled into Ferry: FerryKit's list, the one place that names them.
+    public static var builtIn: DriverRegistry { FerryKit.Ferry.drivers }
 }

@@ -156,11 +156,11 @@ extension Ferry {
             } else if !quiet {
                 let rate = summary.seconds > 0 ? Double(summary.totalRows) / summary.seconds : 0
                 Console.error(
-                    "copied \(summary.tables.filter { $0.status == "ok" }.count) of \(summary.tables.count) tables, "
+                    "copied \(summary.tables.filter { $0.status == .ok }.count) of \(summary.tables.count) tables, "
                         + "\(summary.totalRows) rows in \(String(format: "%.2f", summary.seconds))s "
                         + "(\(String(format: "%.0f", rate)) rows/s) from \(summary.source) to \(summary.target)")
             }
-            let failures = summary.tables.filter { $0.status != "ok" }
+            let failures = summary.tables.filter { $0.status != .ok }
             if verify && failures.isEmpty && !plan.tables.isEmpty {
                 var v = Verifier.Options()
                 v.tables = plan.tables.map(\.source)

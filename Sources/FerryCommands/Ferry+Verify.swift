@@ -72,7 +72,7 @@ extension Ferry {
         /// A table the check could not compare is a failure (1); tables that compared and differ
         /// are differences (3).
         static func exit(for report: Verifier.Report) throws {
-            if report.tables.contains(where: { $0.status == "failed" }) { throw ExitStatus.failed.exitCode }
+            if report.tables.contains(where: { $0.status == .failed }) { throw ExitStatus.failed.exitCode }
             if !report.equal { throw ExitStatus.differences.exitCode }
         }
 
@@ -87,7 +87,7 @@ extension Ferry {
             }
             for t in report.tables {
                 var line = "\(t.source): \(t.status)"
-                if t.status != "failed" { line += " (\(t.sourceRows) rows in the source, \(t.targetRows) in the target)" }
+                if t.status != .failed { line += " (\(t.sourceRows) rows in the source, \(t.targetRows) in the target)" }
                 if let e = t.error { line += ": \(e)" }
                 Console.out(line)
                 for d in t.differences {
@@ -95,7 +95,7 @@ extension Ferry {
                 }
                 if t.truncated { Console.out("  … more differences (raise --max to list them)") }
             }
-            let bad = report.tables.filter { $0.status != "equal" }.count
+            let bad = report.tables.filter { $0.status != .equal }.count
             Console.error(bad == 0 ? "all \(report.tables.count) tables are equal" : "\(bad) of \(report.tables.count) tables differ")
         }
     }

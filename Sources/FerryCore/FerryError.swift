@@ -31,6 +31,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     case copyFailed(table: TableName, endpoint: String, reason: String)
     /// Several tables failed; each reason is one line.
     case someTablesFailed(count: Int, total: Int)
+    /// The caller cancelled (a `Cancellation`, a cancelled Swift task).
+    case cancelled
 
     /// True for mistakes in how Ferry was called (exit code 2), false for failures (exit code 1).
     public var isUsage: Bool {
@@ -72,6 +74,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
             return "table \(table), column \(column): \(target) has no type for \(type); skip the column or cast it"
         case let .copyFailed(table, endpoint, reason):
             return "copying \(table) to \(endpoint) failed: \(reason)"
+        case .cancelled:
+            return "cancelled: the table being written was rolled back; tables not started were not touched"
         case let .someTablesFailed(count, total):
             return "\(count) of \(total) tables failed (see the messages above); tables that failed were left as they were"
         }

@@ -248,17 +248,16 @@ final class MySQLWriter: BatchWriter {
 
     /// Encodes the batch and sends it (LOAD DATA from memory, or INSERT), waiting for the server.
     func write(_ batch: RowBatch) throws {
-        let pinned = PinnedBatch(batch)
         buffer.removeAll(keepingCapacity: true)
         if useInsert { buffer.append(contentsOf: insertPrefix.utf8) }
-        try encode(pinned)
+        try PinnedBatch.with(batch) { try encode($0) }
         if useInsert {
             buffer.append(contentsOf: insertSuffix.utf8)
-            try runInsert(buffer, rows: pinned.count)
+            try runInsert(buffer, rows: batch.count)
             return
         }
         do {
-            try runLoad(buffer, rows: pinned.count)
+            try runLoad(buffer, rows: batch.count)
         } catch let e as MySQLError where [1148, 2068, 3948, 4166].contains(e.code) {
             // The server refuses LOCAL INFILE: INSERT from now on.
             useInsert = true

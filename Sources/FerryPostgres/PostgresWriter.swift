@@ -121,7 +121,10 @@ final class PostgresWriter: BatchWriter {
     }
 
     func write(_ batch: RowBatch) throws {
-        let pinned = PinnedBatch(batch)
+        try PinnedBatch.with(batch) { try write(pinned: $0) }
+    }
+
+    private func write(pinned: PinnedBatch) throws {
         let cols = pinned.columns
         // Encode into a local array: appending to a class property costs an exclusivity check each time.
         var buffer: [UInt8] = []

@@ -82,7 +82,10 @@ enum SQLiteValueCodec {
     static func bind(_ st: OpaquePointer, values: [Value], types: [LogicalType], first: Int32 = 1) throws -> Int32 {
         guard !values.isEmpty else { return SQLITE_OK }
         let batch = try RowBatch(rows: [values], types: types)
-        let pinned = PinnedBatch(batch)
+        return try PinnedBatch.with(batch) { try bind(st, pinned: $0, types: types, first: first) }
+    }
+
+    private static func bind(_ st: OpaquePointer, pinned: PinnedBatch, types: [LogicalType], first: Int32) throws -> Int32 {
         var scratch: [UInt8] = []
         for (i, col) in pinned.columns.enumerated() {
             let index = first + Int32(i)

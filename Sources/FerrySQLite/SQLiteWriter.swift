@@ -47,8 +47,11 @@ final class SQLiteWriter: BatchWriter {
     func abort() { statement.reset() }
 
     func write(_ batch: RowBatch) throws {
+        try PinnedBatch.with(batch) { try write(pinned: $0) }
+    }
+
+    private func write(pinned: PinnedBatch) throws {
         let st = statement.handle
-        let pinned = PinnedBatch(batch)
         let cols = pinned.columns
         // Dates, times, timestamps and UUIDs are formatted into one reused buffer.
         var scratch: [UInt8] = []

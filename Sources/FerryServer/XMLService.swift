@@ -77,8 +77,8 @@ public struct XMLService: Sendable {
 
     func body(_ request: Request) async throws -> Data {
         do {
-            var buffer = try await request.body.collect(upTo: configuration.maxBodyBytes)
-            return Data(buffer.readBytes(length: buffer.readableBytes) ?? [])
+            let buffer = try await request.body.collect(upTo: configuration.maxBodyBytes)
+            return Data(buffer.readableBytesView)  // one copy
         } catch let e as HTTPError where e.status == .contentTooLarge {
             throw ServiceError.tooLarge(configuration.maxBodyBytes)
         } catch is NIOTooManyBytesError {

@@ -313,7 +313,9 @@ final class HTTPWriter: BatchWriter {
         var out = writer.begin(table: table)
         writer.rows(batch, into: &out)
         out += writer.end()
-        _ = try client.expect("POST", path, body: Data(out), table: table)
+        let body = Data(out)
+        out = []  // the document is held once, as the request body
+        _ = try client.expect("POST", path, body: body, table: table)
     }
 
     func finish() throws {}

@@ -242,10 +242,10 @@ final class PostgresDriverTests: XCTestCase {
         let lite = try sqlite("perm.db")
         let s = try copy(reader, lite, tables: ["secret", "open"])
         let secret = s.tables.first { $0.source == "secret" }
-        XCTAssertEqual(secret?.status, "failed")
+        XCTAssertEqual(secret?.status, .failed)
         XCTAssertTrue(secret?.error?.contains("permission denied") == true, secret?.error ?? "")
         XCTAssertFalse(try lite.tableExists(TableName("secret")), "nothing written for a table that could not be read")
-        XCTAssertEqual(s.tables.first { $0.source == "open" }?.status, "ok")
+        XCTAssertEqual(s.tables.first { $0.source == "open" }?.status, .ok)
     }
 }
 

@@ -15,7 +15,7 @@ final class VerifierTests: XCTestCase {
         var options = Verifier.Options()
         options.buckets = 64
         let equal = try Verifier().verify(source: src, target: dst, options: options)
-        XCTAssertTrue(equal.equal, "\(equal.tables.filter { $0.status != "equal" })")
+        XCTAssertTrue(equal.equal, "\(equal.tables.filter { $0.status != .equal })")
         XCTAssertEqual(equal.tables.count, 11)
         XCTAssertEqual(equal.tables.first { $0.source == "Track" }?.targetRows, 3503)
 
@@ -35,8 +35,8 @@ final class VerifierTests: XCTestCase {
         XCTAssertEqual(Set(genre.map(\.kind)), ["missing in target", "extra in target"])
         XCTAssertTrue(genre.contains { $0.key == "(GenreId=25)" } && genre.contains { $0.key == "(GenreId=99)" })
         // 0.99 stored as text '0.990' is the same number: not a difference.
-        XCTAssertEqual(report.tables.first { $0.source == "InvoiceLine" }?.status, "equal")
-        XCTAssertEqual(report.tables.filter { $0.status == "different" }.count, 3)
+        XCTAssertEqual(report.tables.first { $0.source == "InvoiceLine" }?.status, .equal)
+        XCTAssertEqual(report.tables.filter { $0.status == .different }.count, 3)
     }
 
     func testDecimalNormalisation() {

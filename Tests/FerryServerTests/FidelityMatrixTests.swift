@@ -372,11 +372,11 @@ extension FidelityMatrixTests {
                 let dst = try connect(target.url)
                 defer { src.close(); dst.close() }
                 let summary = try harness.copy(src, dst, jobs: 2, batchSize: 2000, casts: casts)
-                XCTAssertTrue(summary.ok, "\(pair): \(summary.tables.filter { $0.status != "ok" }.map { $0.error ?? "" })", file: file, line: line)
+                XCTAssertTrue(summary.ok, "\(pair): \(summary.tables.filter { $0.status != .ok }.map { $0.error ?? "" })", file: file, line: line)
                 XCTAssertFalse(summary.tables.isEmpty, pair, file: file, line: line)
                 let direct = try connect(target.databaseURL, .source)
                 defer { direct.close() }
-                for t in summary.tables where t.status == "ok" {
+                for t in summary.tables where t.status == .ok {
                     let name = TableName(parsing: t.source)
                     XCTAssertEqual(try TableComparison.differences(src, direct, table: name), [], pair, file: file, line: line)
                     // Keys arrive as constraints.

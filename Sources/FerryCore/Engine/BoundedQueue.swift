@@ -33,6 +33,16 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {
         return true
     }
 
+    /// Waits until the queue has room for another item (by count and by bytes), so that the
+    /// producer reads its next item only then and does not hold one while it waits. Returns
+    /// false when the consumer cancelled.
+    func waitForRoom() -> Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        while !items.isEmpty && (items.count >= capacity || queuedCost >= maxCost) && !cancelled { condition.wait() }
+        return !cancelled
+    }
+
     /// The producer is done; `error` when it stopped because of one.
     func finish(error: (any Error)? = nil) {
         condition.lock()

@@ -125,9 +125,11 @@ public struct CopyEngine: Sendable {
     // MARK: Running
 
     /// Runs a plan. `connect` opens fresh connections for extra jobs; the given ones serve the first.
+    /// With `cancellation`, a cancel stops the table being written between batches (rolled
+    /// back) and leaves the tables not started untouched; both are reported `cancelled`.
     public func run(
         _ plan: CopyPlan, source: any Connection, target: any Connection, options: CopyOptions,
-        progress: ProgressReporter
+        progress: ProgressReporter, cancellation: Cancellation? = nil
     ) -> CopySummary {
         let started = Date()
         for w in plan.warnings { progress.note("warning: \(w)") }
@@ -161,11 +163,18 @@ public struct CopyEngine: Sendable {
                     }
                     while let i = nextIndex.next(below: plan.tables.count) {
                         let table = plan.tables[i]
+                        if cancellation?.isCancelled == true {
+                            var r = engine.failed(table, error: FerryError.cancelled.description, rows: 0, seconds: 0)
+                            r.status = .cancelled
+                            results.set(i, r)
+                            continue
+                        }
                         guard let (s, t) = connections else {
                             results.set(i, engine.failed(table, error: openError ?? "no connection", rows: 0, seconds: 0))
                             continue
                         }
-                        results.set(i, engine.copyTable(table, source: s, target: t, options: options, mode: plan.mode, progress: progress))
+                        results.set(i, engine.copyTable(
+                            table, source: s, target: t, options: options, mode: plan.mode, progress: progress, cancellation: cancellation))
                     }
                     if j != 0, let (s, t) = connections {
                         s.close()
@@ -182,13 +191,13 @@ public struct CopyEngine: Sendable {
     private func failed(_ table: TablePlan, error: String, rows: Int64, seconds: Double) -> CopySummary.Table {
         CopySummary.Table(
             source: table.source.description, target: table.target.description, rows: rows, seconds: seconds,
-            rowsPerSecond: 0, skippedColumns: table.skipped, status: "failed", error: error)
+            rowsPerSecond: 0, skippedColumns: table.skipped, status: .failed, error: error)
     }
 
     /// Loads one table in one target transaction.
     func copyTable(
         _ table: TablePlan, source: any Connection, target: any Connection, options: CopyOptions, mode: WriteMode,
-        progress: ProgressReporter
+        progress: ProgressReporter, cancellation: Cancellation? = nil
     ) -> CopySummary.Table {
         let label = table.source.description
         let started = Date()
@@ -219,7 +228,8 @@ public struct CopyEngine: Sendable {
                 loadName = table.target
             }
 
-            rows = try pump(table, source: source, target: target, into: loadName, options: options, progress: progress)
+            rows = try pump(table, source: source, target: target, into: loadName, options: options, progress: progress, cancellation: cancellation)
+            if cancellation?.isCancelled == true { throw FerryError.cancelled }
 
             if mode != .append {
                 let landed = try target.countRows(loadName)
@@ -241,7 +251,7 @@ public struct CopyEngine: Sendable {
             return CopySummary.Table(
                 source: label, target: table.target.description, rows: rows, seconds: seconds,
                 rowsPerSecond: seconds > 0 ? Double(rows) / seconds : 0, skippedColumns: table.skipped,
-                status: "ok", error: nil)
+                status: .ok, error: nil)
         } catch {
             try? target.rollback()
             if !target.dialect.supportsTransactionalDDL, let created {
@@ -250,7 +260,9 @@ public struct CopyEngine: Sendable {
             let seconds = Date().timeIntervalSince(started)
             let message = Self.describe(error, table: table.source)
             progress.finished(label, rows: rows, seconds: seconds, error: message)
-            return failed(table, error: message, rows: rows, seconds: seconds)
+            var result = failed(table, error: message, rows: rows, seconds: seconds)
+            if case .cancelled? = error as? FerryError { result.status = .cancelled }
+            return result
         }
     }
 
@@ -261,7 +273,7 @@ public struct CopyEngine: Sendable {
     /// before the caller touches the target connection again (to roll back).
     private func pump(
         _ table: TablePlan, source: any Connection, target: any Connection, into loadName: TableName,
-        options: CopyOptions, progress: ProgressReporter
+        options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?
     ) throws -> Int64 {
         let reader = Handoff(try source.reader(
             table: table.sourceSchema, columns: table.columns, keyRange: nil, batchSize: max(1, options.batchSize)))
@@ -275,7 +287,8 @@ public struct CopyEngine: Sendable {
         let queue = BoundedQueue<RowBatch>(capacity: options.queueDepth, maxCost: options.queueBytes) { $0.byteSize }
         let producer = Worker(name: "ferry-read-\(table.source.name)") {
             do {
-                while let batch = try reader.value.next() {
+                // Read only when there is room: a batch waiting to be queued is one more in memory.
+                while queue.waitForRoom(), let batch = try reader.value.next() {
                     let converted = try Self.convert(batch, table.conversions, columns: table.columns)
                     if !queue.put(converted) { break }
                 }
@@ -289,6 +302,7 @@ public struct CopyEngine: Sendable {
             var last: RowBatch?
             do {
                 while let batch = try queue.take() {
+                    if cancellation?.isCancelled == true { throw FerryError.cancelled }
                     last = batch
                     try writer.write(batch)
                     rows += Int64(batch.count)

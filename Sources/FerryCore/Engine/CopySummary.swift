@@ -7,9 +7,18 @@ public struct CopySummary: Sendable, Codable {
         public var seconds: Double
         public var rowsPerSecond: Double
         public var skippedColumns: [SkippedColumn]
-        /// "ok" or "failed".
-        public var status: String
+        public var status: Status
         public var error: String?
+    }
+
+    /// How a table's copy ended (`"ok"`, `"failed"`, `"cancelled"` in JSON).
+    public enum Status: String, Sendable, Codable {
+        /// Every row read arrived, in one committed transaction.
+        case ok
+        /// Nothing of this table was committed; `error` says why.
+        case failed
+        /// Stopped by the caller before or while it was copied; nothing of it was committed.
+        case cancelled
     }
 
     public var source: String
@@ -19,7 +28,7 @@ public struct CopySummary: Sendable, Codable {
     public var seconds: Double
     public var warnings: [String]
 
-    public var ok: Bool { tables.allSatisfy { $0.status == "ok" } }
+    public var ok: Bool { tables.allSatisfy { $0.status == .ok } }
     public var totalRows: Int64 { tables.reduce(0) { $0 + $1.rows } }
 }
 

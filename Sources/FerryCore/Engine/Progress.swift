@@ -23,7 +23,20 @@ public final class ProgressReporter: @unchecked Sendable {
         var lastLine: Date
     }
 
+    /// What a copy reports as it goes, to a library caller's observer.
+    public enum Event: Sendable, Equatable {
+        /// A table started being written; `estimatedRows` from the source's catalog when it has one.
+        case started(table: String, estimatedRows: Int64?)
+        /// `rows` more rows of the table were written (not yet committed).
+        case advanced(table: String, rows: Int)
+        /// The table ended: committed with `rows` rows, or rolled back with `error`.
+        case finished(table: String, rows: Int64, seconds: Double, error: String?)
+        /// A warning (a skipped column, an unused cast rule, …).
+        case note(String)
+    }
+
     public let style: Style
+    private let observer: (@Sendable (Event) -> Void)?
     private let lock = NSLock()
     private var active: [String: Entry] = [:]
     private var order: [String] = []
@@ -40,9 +53,18 @@ public final class ProgressReporter: @unchecked Sendable {
     public init(style: Style, write: @escaping @Sendable (String) -> Void) {
         self.style = style
         self.write = write
+        self.observer = nil
+    }
+
+    /// Reports events to `observer` (from the copy's threads) and writes nothing.
+    public init(observer: @escaping @Sendable (Event) -> Void) {
+        self.style = .quiet
+        self.write = { _ in }
+        self.observer = observer
     }
 
     public func started(_ table: String, estimate: Int64?) {
+        observer?(.started(table: table, estimatedRows: estimate))
         guard style != .quiet else { return }
         lock.lock()
         defer { lock.unlock() }
@@ -57,6 +79,7 @@ public final class ProgressReporter: @unchecked Sendable {
     }
 
     public func advanced(_ table: String, by rows: Int) {
+        observer?(.advanced(table: table, rows: rows))
         guard style != .quiet else { return }
         lock.lock()
         defer { lock.unlock() }
@@ -72,6 +95,7 @@ public final class ProgressReporter: @unchecked Sendable {
     }
 
     public func finished(_ table: String, rows: Int64, seconds: Double, error: String?) {
+        observer?(.finished(table: table, rows: rows, seconds: seconds, error: error))
         guard style != .quiet else { return }
         lock.lock()
         defer { lock.unlock() }
@@ -89,6 +113,7 @@ public final class ProgressReporter: @unchecked Sendable {
 
     /// A message that interrupts the status line (warnings).
     public func note(_ text: String) {
+        observer?(.note(text))
         guard style != .quiet else { return }
         lock.lock()
         defer { lock.unlock() }

@@ -40,8 +40,7 @@ public struct Verifier: Sendable {
         public var target: String
         public var sourceRows: Int64
         public var targetRows: Int64
-        /// `equal`, `different`, or `failed`.
-        public var status: String
+        public var status: Status
         public var differences: [Difference]
         /// True when there were more differences than `maxReported`.
         public var truncated: Bool
@@ -49,19 +48,31 @@ public struct Verifier: Sendable {
         public var seconds: Double
     }
 
+    /// How a table's comparison ended (`"equal"`, `"different"`, `"failed"` in JSON).
+    public enum Status: String, Sendable, Codable {
+        case equal
+        /// Both sides were read whole and some rows differ (listed in `differences`).
+        case different
+        /// The comparison could not be made; `error` says why.
+        case failed
+    }
+
     public struct Report: Sendable, Codable {
         public var source: String
         public var target: String
         public var tables: [TableReport]
-        public var equal: Bool { tables.allSatisfy { $0.status == "equal" } }
+        public var equal: Bool { tables.allSatisfy { $0.status == .equal } }
     }
 
     public init() {}
 
-    public func verify(source: any Connection, target: any Connection, options: Options) throws -> Report {
+    /// Compares each chosen table. With `cancellation`, a cancel stops before the next table
+    /// and throws `FerryError.cancelled`.
+    public func verify(source: any Connection, target: any Connection, options: Options, cancellation: Cancellation? = nil) throws -> Report {
         let chosen = try CopyEngine.selectTables(in: source, tables: options.tables, exclude: options.exclude).chosen
         var reports: [TableReport] = []
         for table in chosen {
+            if cancellation?.isCancelled == true { throw FerryError.cancelled }
             let started = Date()
             do {
                 var r = try verifyTable(table, source: source, target: target, options: options)
@@ -69,7 +80,7 @@ public struct Verifier: Sendable {
                 reports.append(r)
             } catch {
                 reports.append(TableReport(
-                    source: table.description, target: table.unqualified.description, sourceRows: 0, targetRows: 0, status: "failed",
+                    source: table.description, target: table.unqualified.description, sourceRows: 0, targetRows: 0, status: .failed,
                     differences: [], truncated: false, error: "\(error)", seconds: Date().timeIntervalSince(started)))
             }
         }
@@ -138,7 +149,7 @@ public struct Verifier: Sendable {
         let differing = Set((0..<buckets).filter { a.sums[$0] != b.sums[$0] || a.counts[$0] != b.counts[$0] })
         var report = TableReport(
             source: table.description, target: targetName.description, sourceRows: a.rows, targetRows: b.rows,
-            status: differing.isEmpty ? "equal" : "different", differences: [], truncated: false, error: nil, seconds: 0)
+            status: differing.isEmpty ? .equal : .different, differences: [], truncated: false, error: nil, seconds: 0)
         guard !differing.isEmpty else { return report }
         guard keyed else {
             report.error = "the table has no key: differences cannot be narrowed to rows (name one with --key)"
