@@ -38,7 +38,7 @@ final class MySQLWriter: BatchWriter {
         self.connection = connection
         self.columns = columns
         self.table = table
-        let target = try connection.describe(table)
+        let target = try connection.describe(table, estimatingRows: false)
         var encoders: [Encoder] = []
         for c in columns {
             guard let t = target.column(named: c.name) else { throw FerryError.columnNotFound(table: table, column: c.name) }

@@ -109,10 +109,10 @@ public final class HTTPConnection: Connection {
         return try changes(table, columns: columns, key: key, ChangeSet.encode(inserts: nil, upserts: rows, deletes: nil, columns: columns, key: keyColumns)).upserted
     }
 
+    /// Deletes by key; the request names only the key columns (no describe of the table per call).
     public func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int {
-        let schema = try describe(table)
-        return try changes(table, columns: schema.columns, key: key.map(\.name),
-                           ChangeSet.encode(inserts: nil, upserts: nil, deletes: keys, columns: schema.columns, key: key)).deleted
+        try changes(table, columns: key, key: key.map(\.name),
+                    ChangeSet.encode(inserts: nil, upserts: nil, deletes: keys, columns: key, key: key)).deleted
     }
 
     /// Posts a change set; the service applies it in one transaction.
