@@ -308,8 +308,17 @@ public struct DriverConformance {
         let schema = makeSchema("empties", columns: columns, primaryKey: ["id"])
         let rows: [[Value]] = [[.int(1), .text(""), .binary([])], [.int(2), .null, .null], [.int(3), .text(" "), .binary([0])]]
         try load(db, schema, rows)
+        // A batch whose text and binary columns hold only empty values: their arenas have no
+        // storage at all, and an empty value must still not become NULL.
+        var lone = RowBatch(types: columns.map(\.logicalType), capacity: 0)
+        for (i, v) in [Value.int(4), .text(""), .binary([])].enumerated() { try v.append(to: &lone.columns[i], as: columns[i].logicalType) }
+        try db.begin()
+        let w = try db.writer(table: schema.name, columns: columns)
+        try w.write(lone)
+        try w.finish()
+        try db.commit()
         let got = try Self.readAll(db, schema.name).sorted { $0[0].description < $1[0].description }
-        try expectEqual(got, rows, "empties", names: columns.map(\.name))
+        try expectEqual(got, rows + [[.int(4), .text(""), .binary([])]], "empties", names: columns.map(\.name))
     }
 
     func emptyTable() throws {

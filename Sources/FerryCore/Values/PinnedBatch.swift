@@ -23,15 +23,19 @@ public final class PinnedBatch {
         @inline(__always) public func isNull(_ row: Int) -> Bool { nulls[row] != 0 }
         @inline(__always) public func int(_ row: Int) -> Int64 { ints.unsafelyUnwrapped[row] }
         @inline(__always) public func double(_ row: Int) -> Double { doubles.unsafelyUnwrapped[row] }
-        /// Row `row`'s bytes.
+        /// Row `row`'s bytes. Never a nil base address, also when empty: C APIs read a nil pointer
+        /// as NULL (sqlite3_bind_text), and an empty string is not NULL.
         @inline(__always) public func bytes(_ row: Int) -> UnsafeRawBufferPointer {
             let o = offsets.unsafelyUnwrapped
-            return UnsafeRawBufferPointer(start: arena.map { $0 + o[row] }, count: o[row + 1] - o[row])
+            return UnsafeRawBufferPointer(start: (arena ?? PinnedBatch.emptyBytes) + o[row], count: o[row + 1] - o[row])
         }
     }
 
     public let columns: [Column]
     public let count: Int
+
+    /// A valid address for empty values when a column's arena has no storage at all.
+    nonisolated(unsafe) static let emptyBytes = UnsafeRawPointer(UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 8))
 
     private init(columns: [Column], count: Int) {
         self.columns = columns
