@@ -194,8 +194,10 @@ extension Ferry {
                     lines.append("  column \(d.column): \(d.nativeType.isEmpty ? "(none)" : d.nativeType) -> \(d.logicalType)\(via)\(using)\(serial)  (\(d.decidedBy))")
                 }
                 for s in t.skipped { lines.append("  skip \(s.column): \(s.reason)") }
-                if !(t.targetExists && plan.mode == .append) {
-                    for sql in t.ddl { lines.append(sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n")) }
+                // Exactly the statements the load runs.
+                for sql in t.ddl { lines.append(sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n")) }
+                if plan.mode == .replace, let staging = t.creates?.schema.name {
+                    lines.append("  (rows load into \(staging), which then replaces \(t.target) in the same transaction)")
                 }
             }
             return lines.joined(separator: "\n")

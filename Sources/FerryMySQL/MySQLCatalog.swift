@@ -89,7 +89,7 @@ extension MySQLConnection {
         var unique: [[String]] = []
         for k in keys where k.name != "PRIMARY" && k.usable && !unique.contains(k.cols) && k.cols != primary { unique.append(k.cols) }
         return TableSchema(
-            name: table, engine: MySQLDriver.name, columns: columns, primaryKey: primary, uniqueKeys: unique,
+            name: table, engine: .mysql, columns: columns, primaryKey: primary, uniqueKeys: unique,
             rowEstimate: estimatingRows ? try estimate(table, first.first.flatMap { $0.flatMap { Int64($0) } }) : nil)
     }
 }

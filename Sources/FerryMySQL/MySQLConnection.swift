@@ -151,12 +151,12 @@ public final class MySQLConnection: Connection {
 
     // MARK: DDL
 
-    public func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String] {
-        try MySQLTypeMap.createTable(schema, named: name, on: self)
+    public func planTable(_ schema: TableSchema, named name: TableName) throws -> PlannedTable {
+        try MySQLDDL.plan(schema, named: name, on: self)
     }
 
-    public func createTable(_ schema: TableSchema, named name: TableName) throws {
-        for sql in try createTableStatements(for: schema, named: name) { try ddl(sql) }
+    public func createTable(_ table: PlannedTable) throws {
+        for sql in table.statements { try ddl(sql) }
     }
 
     public func dropTable(_ name: TableName) throws {
@@ -194,29 +194,27 @@ public final class MySQLConnection: Connection {
         try MySQLReader(connection: self, table: table, columns: columns, keyRange: keyRange, batchSize: batchSize)
     }
 
-    public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
+    public func writer(into table: TableSchema, columns: [Column]) throws -> any BatchWriter {
         try MySQLWriter(connection: self, table: table, columns: columns)
     }
 
-    public func upsertRows(table: TableName, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+    public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
         guard !rows.isEmpty else { return 0 }
         let q = { (s: String) in self.dialect.quote(s) }
         let others = columns.map(\.name).filter { !key.contains($0) }
-        // With no other column, "update" the key to itself: the row stays as it is.
-        let updates = (others.isEmpty ? [key[0]] : others).map { "\(q($0)) = VALUES(\(q($0)))" }.joined(separator: ", ")
         let w = try MySQLWriter(
             connection: self, table: table, columns: columns,
-            prefix: "INSERT INTO \(dialect.quote(table)) (" + columns.map { q($0.name) }.joined(separator: ", ") + ") VALUES ",
-            suffix: " ON DUPLICATE KEY UPDATE " + updates)
+            prefix: "INSERT INTO \(dialect.quote(table.name)) (" + columns.map { q($0.name) }.joined(separator: ", ") + ") VALUES ",
+            suffix: dialect.upsertClause(key: key, others: others) ?? "")
         try w.write(rows)
         return rows.count
     }
 
-    public func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int {
+    public func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int {
         guard !keys.isEmpty else { return 0 }
         let w = try MySQLWriter(
             connection: self, table: table, columns: key,
-            prefix: "DELETE FROM \(dialect.quote(table)) WHERE (" + key.map { dialect.quote($0.name) }.joined(separator: ", ") + ") IN (",
+            prefix: "DELETE FROM \(dialect.quote(table.name)) WHERE (" + key.map { dialect.quote($0.name) }.joined(separator: ", ") + ") IN (",
             suffix: ")")
         try w.write(keys)
         return w.affected

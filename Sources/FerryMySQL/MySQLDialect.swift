@@ -4,6 +4,10 @@ import FerryCore
 /// implicitly (so a failed create is undone by dropping the table), concurrent writers.
 public struct MySQLDialect: Dialect {
     public init() {}
+    public var engine: Engine { .mysql }
+    public var upsertSyntax: UpsertSyntax { .onDuplicateKey }
+    public var enumSyntax: EnumSyntax { .columnType }
+    public var identitySyntax: IdentitySyntax { .autoIncrement }
 
     public func quote(_ identifier: String) -> String {
         "`" + identifier.replacingOccurrences(of: "`", with: "``") + "`"
@@ -40,7 +44,7 @@ public struct MySQLDialect: Dialect {
 
     /// MySQL to MySQL: spatial columns keep their type, values MySQL's own form (SRID + WKB), as
     /// the text protocol reads them and LOAD DATA takes them back.
-    public func carriesNatively(_ column: Column, fromEngine engine: String) -> Bool {
-        engine == MySQLDriver.name && MySQLTypeMap.isSpatial(MySQLTypeMap.ColumnType(column.nativeType).base)
+    public func carriesNatively(_ column: Column, fromEngine engine: Engine) -> Bool {
+        engine == .mysql && MySQLTypeMap.isSpatial(MySQLTypeMap.ColumnType(column.nativeType).base)
     }
 }

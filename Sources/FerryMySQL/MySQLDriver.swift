@@ -1,8 +1,12 @@
 import FerryCore
 
 /// The MySQL/MariaDB driver (schemes `mysql` and `mariadb`), on libmariadb (Connector/C).
+extension Engine {
+    public static let mysql = Engine("mysql")
+}
+
 public struct MySQLDriver: Driver {
-    public static let name = "mysql"
+    public static let name = Engine.mysql.rawValue
     public init() {}
     public var name: String { Self.name }
     public var options: [DriverOption] {

@@ -64,7 +64,7 @@ final class MySQLReader: BatchReader {
         self.kinds = kinds
         self.zeroDatesAsNull = columns.map { $0.readHints.contains(.zeroDatesAsNull) }
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + d.quote(table.name)
-        if let range = keyRange { sql += range.sqlSuffix(dialect: d) { Self.literals($0, connection) } }
+        if let range = keyRange { sql += range.sqlSuffix(dialect: d) { MySQLValueCodec.literals($0, connection) } }
         let rc = sql.withCString { mysql_real_query(connection.mysql, $0, UInt(strlen($0))) }
         guard rc == 0 else {
             let e = connection.error(sql: sql)
@@ -76,20 +76,6 @@ final class MySQLReader: BatchReader {
         }
         guard let r = mysql_use_result(connection.mysql) else { throw connection.error(sql: sql) }
         result = r
-    }
-
-    static func literals(_ values: [Value], _ c: MySQLConnection) -> String {
-        values.map { v -> String in
-            switch v {
-            case .null: return "NULL"
-            case .binary(let b): return "X'" + b.map { String(format: "%02X", $0) }.joined() + "'"
-            case .bool, .int, .double: return v.canonicalText ?? "NULL"
-            // A quoted decimal would be compared with a DECIMAL column as a double (MySQL's
-            // comparison rules), losing digits: a validated decimal goes unquoted.
-            case .decimal(let d) where DecimalText.isValid(d) && !d.contains(where: { $0.isLetter }): return d
-            default: return c.myDialect.literal(v.canonicalText ?? "")
-            }
-        }.joined(separator: ", ")
     }
 
     func close() {

@@ -127,48 +127,6 @@ public enum MySQLTypeMap {
         case .unsupported: return nil
         }
     }
-
-    /// CREATE TABLE with PK and UNIQUE keys, AUTO_INCREMENT for a serial column, InnoDB and utf8mb4.
-    static func createTable(_ schema: TableSchema, named name: TableName, on c: MySQLConnection) throws -> [String] {
-        let d = c.dialect
-        let sameEngine = schema.engine == MySQLDriver.name
-        let keyColumns = Set(schema.primaryKey + schema.uniqueKeys.flatMap { $0 })
-        var parts: [String] = []
-        for col in schema.columns {
-            var type: String
-            if let declared = col.declaredType {
-                type = declared  // named by a cast rule; checked by MySQLDialect.logicalType(forDeclaredType:)
-            } else if sameEngine, !col.nativeType.isEmpty {
-                type = col.nativeType
-                if col.logicalType == .json { type = "JSON" }
-            } else {
-                guard let t = declaredType(for: col.logicalType) else {
-                    throw FerryError.unsupportedType(table: schema.name, column: col.name, type: col.logicalType.description, target: c.endpoint.redacted)
-                }
-                type = t
-            }
-            if keyColumns.contains(col.name), type == "LONGTEXT" || type == "LONGBLOB" {
-                throw FerryError.invalidValue(
-                    table: schema.name, column: col.name, key: nil,
-                    message: "a key column of unbounded \(col.logicalType) cannot be indexed by MySQL without a prefix length; give the source column a length (e.g. varchar(255))")
-            }
-            var def = d.quote(col.name) + " " + type
-            if !col.isNullable { def += " NOT NULL" }
-            if col.isSerial, [.int16, .int32, .int64].contains(col.logicalType), keyColumns.contains(col.name) {
-                def += " AUTO_INCREMENT"
-            }
-            if sameEngine, let expr = col.defaultExpression, !col.isSerial { def += " DEFAULT " + expr }
-            parts.append(def)
-        }
-        if !schema.primaryKey.isEmpty {
-            parts.append("PRIMARY KEY (" + schema.primaryKey.map { d.quote($0) }.joined(separator: ", ") + ")")
-        }
-        for key in schema.uniqueKeys {
-            parts.append("UNIQUE (" + key.map { d.quote($0) }.joined(separator: ", ") + ")")
-        }
-        return ["CREATE TABLE \(d.quote(name)) (\n  " + parts.joined(separator: ",\n  ")
-                + "\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"]
-    }
 }
 
 extension MySQLTypeMap {

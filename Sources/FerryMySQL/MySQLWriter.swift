@@ -10,7 +10,7 @@ import Foundation
 final class MySQLWriter: BatchWriter {
     private let connection: MySQLConnection
     private let columns: [Column]
-    private let encoders: [Encoder]
+    private let encoders: [MySQLValueCodec.Encoder]
     private let table: TableName
     private let loadSQL: String
     private var insertPrefix: String
@@ -20,26 +20,14 @@ final class MySQLWriter: BatchWriter {
     private(set) var affected = 0
     private var buffer: [UInt8] = []
 
-    enum Encoder {
-        case int(range: ClosedRange<Int64>?)
-        case bool
-        case double(float: Bool)
-        case decimal(scale: Int?)
-        case text
-        case binary
-        case uuidText
-        case uuidBinary
-        case date
-        case time
-        case timestamp
-    }
-
-    init(connection: MySQLConnection, table: TableName, columns: [Column]) throws {
+    /// `target` is the table as described or planned: each value is encoded for its column's
+    /// type there, with no second look at the catalog.
+    init(connection: MySQLConnection, table target: TableSchema, columns: [Column]) throws {
         self.connection = connection
         self.columns = columns
+        let table = target.name
         self.table = table
-        let target = try connection.describe(table, estimatingRows: false)
-        var encoders: [Encoder] = []
+        var encoders: [MySQLValueCodec.Encoder] = []
         for c in columns {
             guard let t = target.column(named: c.name) else { throw FerryError.columnNotFound(table: table, column: c.name) }
             // A spatial value from MySQL, in MySQL's own form (SRID + WKB), into the same type.
@@ -52,7 +40,7 @@ final class MySQLWriter: BatchWriter {
                 encoders.append(.binary)
                 continue
             }
-            guard let e = Self.encoder(from: c.logicalType, to: t) else {
+            guard let e = MySQLValueCodec.encoder(from: c.logicalType, to: t) else {
                 throw FerryError.invalidValue(
                     table: table, column: c.name, key: nil,
                     message: "a \(c.logicalType) value cannot be written into a MySQL \(t.nativeType) column exactly")
@@ -85,40 +73,11 @@ final class MySQLWriter: BatchWriter {
 
     /// A writer that runs `prefix (row), (row), … suffix` with the rows as literals: keyed
     /// statements (upsert, delete by key) built on the same exact encoding.
-    convenience init(connection: MySQLConnection, table: TableName, columns: [Column], prefix: String, suffix: String) throws {
+    convenience init(connection: MySQLConnection, table: TableSchema, columns: [Column], prefix: String, suffix: String) throws {
         try self.init(connection: connection, table: table, columns: columns)
         useInsert = true
         insertPrefix = prefix
         insertSuffix = suffix
-    }
-
-    static func encoder(from type: LogicalType, to target: Column) -> Encoder? {
-        let base = MySQLTypeMap.ColumnType(target.nativeType)
-        switch (type, target.logicalType) {
-        case (.boolean, .boolean): return .bool
-        case (.boolean, .int16), (.boolean, .int32), (.boolean, .int64): return .bool
-        case (.int16, let t), (.int32, let t), (.int64, let t):
-            switch t {
-            case .int16, .int32, .int64: return .int(range: t.integerRange.map { base.unsigned ? max(0, $0.lowerBound)...$0.upperBound : $0 })
-            case .decimal: return .int(range: nil)
-            case .boolean: return .int(range: 0...1)
-            default: return nil
-            }
-        case (.float32, .float32), (.float64, .float32): return .double(float: true)
-        case (.float32, .float64), (.float64, .float64): return .double(float: false)
-        case (.decimal, .decimal(_, let s)): return .decimal(scale: s)
-        case (.text, .text), (.enumeration, .text), (.enumeration, .enumeration), (.text, .enumeration), (.json, .json), (.json, .text),
-             (.decimal, .text):
-            return .text
-        case (.binary, .binary): return .binary
-        case (.uuid, .uuid): return .uuidText
-        case (.uuid, .text(let n, _)) where (n ?? 36) >= 36: return .uuidText
-        case (.uuid, .binary(let n)) where n == 16: return .uuidBinary
-        case (.date, .date): return .date
-        case (.time, .time): return .time
-        case (.timestamp, .timestamp): return .timestamp
-        default: return nil
-        }
     }
 
     func finish() throws {}
@@ -129,27 +88,6 @@ final class MySQLWriter: BatchWriter {
 
     // MARK: Encoding
 
-    private static let hexDigits = Array("0123456789ABCDEF".utf8)
-
-    /// Appends bytes escaped for LOAD DATA (`\\`, tab, newline, NUL) or, for INSERT, a quoted literal.
-    @inline(__always)
-    private static func appendEscaped(_ b: UnsafeRawBufferPointer, insert: Bool, into out: inout [UInt8]) {
-        if insert { out.append(39) }
-        for c in b {
-            switch c {
-            case 92: out.append(92); out.append(92)
-            case 9: out.append(92); out.append(116)
-            case 10: out.append(92); out.append(110)
-            case 13 where insert: out.append(92); out.append(114)
-            case 0: out.append(92); out.append(48)
-            case 39 where insert: out.append(92); out.append(39)
-            case 26 where insert: out.append(92); out.append(90)
-            default: out.append(c)
-            }
-        }
-        if insert { out.append(39) }
-    }
-
     /// Encodes a batch into `buffer` (a local copy while encoding: appending to a class property
     /// costs an exclusivity check per byte).
     private func encode(_ pinned: PinnedBatch) throws {
@@ -157,7 +95,7 @@ final class MySQLWriter: BatchWriter {
         swap(&out, &buffer)
         defer { swap(&out, &buffer) }
         let useInsert = self.useInsert
-        func appendEscaped(_ b: UnsafeRawBufferPointer) { Self.appendEscaped(b, insert: useInsert, into: &out) }
+        func appendEscaped(_ b: UnsafeRawBufferPointer) { MySQLValueCodec.appendEscaped(b, insert: useInsert, into: &out) }
         func appendPlain(_ s: String) { out.append(contentsOf: s.utf8) }
         let cols = pinned.columns
         var scratch: [UInt8] = []
@@ -193,7 +131,7 @@ final class MySQLWriter: BatchWriter {
                     guard DecimalText.isValid(b), b.first != 78, b.last != 121 else {
                         throw fail(row, c, "'\(String(decoding: b, as: UTF8.self))' cannot be stored in a MySQL DECIMAL (no NaN or infinity)")
                     }
-                    if let scale, Self.fractionDigits(b, beyond: scale) {
+                    if let scale, MySQLValueCodec.fractionDigits(b, beyond: scale) {
                         throw fail(row, c, "\(String(decoding: b, as: UTF8.self)) has more than \(scale) decimal places: the target would round it")
                     }
                     appendEscaped(b)
@@ -203,7 +141,7 @@ final class MySQLWriter: BatchWriter {
                     let b = col.bytes(row)
                     if useInsert {
                         out.append(88); out.append(39)
-                        for x in b { out.append(Self.hexDigits[Int(x >> 4)]); out.append(Self.hexDigits[Int(x & 15)]) }
+                        for x in b { out.append(MySQLValueCodec.hexDigits[Int(x >> 4)]); out.append(MySQLValueCodec.hexDigits[Int(x & 15)]) }
                         out.append(39)
                         if b.isEmpty { out.removeLast(3); appendPlain("''") }
                     } else {
@@ -231,17 +169,6 @@ final class MySQLWriter: BatchWriter {
             }
             if useInsert { out.append(41) } else { out.append(10) }
         }
-    }
-
-    /// True when decimal text has non-zero digits more than `scale` places after the point.
-    static func fractionDigits(_ text: UnsafeRawBufferPointer, beyond scale: Int) -> Bool {
-        guard let dot = text.firstIndex(of: 46) else { return false }
-        var i = dot + 1 + scale
-        while i < text.count {
-            if text[i] != 48 { return true }
-            i += 1
-        }
-        return false
     }
 
     // MARK: Sending

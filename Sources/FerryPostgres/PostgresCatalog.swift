@@ -164,7 +164,7 @@ extension PostgresConnection {
         }
         flush()
         return TableSchema(
-            name: display(TableName(schema: schemaName, table.name)), engine: PostgresDriver.name, columns: columns,
+            name: display(TableName(schema: schemaName, table.name)), engine: .postgres, columns: columns,
             primaryKey: primaryKey, uniqueKeys: uniqueKeys, rowEstimate: estimate)
     }
 

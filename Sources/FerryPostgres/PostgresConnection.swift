@@ -148,39 +148,29 @@ public final class PostgresConnection: Connection {
 
     // MARK: DDL
 
-    public func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String] {
-        try PostgresTypeMap.createTable(schema, named: name, on: self)
+    public func planTable(_ schema: TableSchema, named name: TableName) throws -> PlannedTable {
+        try PostgresDDL.plan(schema, named: name, on: self)
     }
 
-    public func createTable(_ schema: TableSchema, named name: TableName) throws {
-        // Enum types are created when missing (and checked when present) as part of the load.
-        for c in schema.columns {
-            if case .enumeration(let labels) = c.logicalType {
-                try ensureEnum(PostgresTypeMap.enumTypeName(for: c, table: schema.name, target: name), labels: labels)
-            }
+    /// Runs the planned statements. A planned `CREATE TYPE` that another table of the same copy
+    /// ran first (two tables sharing an enum type) is skipped when the type has the same labels.
+    public func createTable(_ table: PlannedTable) throws {
+        var alreadyThere = Set<String>()
+        for c in table.schema.columns {
+            guard case .enumeration(let labels) = c.logicalType else { continue }
+            let sql = PostgresDDL.createEnum(c.nativeType, labels: labels, dialect: pgDialect)
+            if table.statements.contains(sql), try enumLabels(c.nativeType) == labels { alreadyThere.insert(sql) }
         }
-        for sql in try createTableStatements(for: schema, named: name) { try execute(sql) }
+        for sql in table.statements where !alreadyThere.contains(sql) { try execute(sql) }
     }
 
-    /// Creates enum type `name` with `labels`, or checks that an existing one has exactly them.
-    func ensureEnum(_ name: TableName, labels: [String]) throws {
-        let existing = try query(
-            """
-            SELECT e.enumlabel FROM pg_type t JOIN pg_namespace n ON n.oid = t.typnamespace
-            JOIN pg_enum e ON e.enumtypid = t.oid
-            WHERE t.typname = $1 AND n.nspname = coalesce($2, current_schema()) ORDER BY e.enumsortorder
-            """, [name.name, name.schema])
-        if existing.count > 0 {
-            let have = (0..<existing.count).map { existing.string($0, 0) }
-            guard have == labels else {
-                throw FerryError.invalidValue(
-                    table: nil, column: nil, key: nil,
-                    message: "enum type \(name) already exists in \(endpoint) with labels \(have), not \(labels); rename or drop it")
-            }
-            return
-        }
-        let list = labels.map { pgDialect.literal($0) }.joined(separator: ", ")
-        try execute("CREATE TYPE \(dialect.quote(name)) AS ENUM (\(list))")
+    /// The labels of the enum type named `quotedName` (as DDL writes it), nil when there is no
+    /// type of that name; an empty list for a type that is not an enum.
+    func enumLabels(_ quotedName: String) throws -> [String]? {
+        let oid = try query("SELECT to_regtype($1)::oid::text", [quotedName])
+        guard oid.count > 0, let id = oid.value(0, 0) else { return nil }
+        let labels = try query("SELECT enumlabel FROM pg_enum WHERE enumtypid = $1::oid ORDER BY enumsortorder", [id])
+        return (0..<labels.count).map { labels.string($0, 0) }
     }
 
     public func dropTable(_ name: TableName) throws {
@@ -233,40 +223,43 @@ public final class PostgresConnection: Connection {
         try PostgresReader(connection: self, table: table, columns: columns, keyRange: keyRange, batchSize: batchSize)
     }
 
-    public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
+    public func writer(into table: TableSchema, columns: [Column]) throws -> any BatchWriter {
         try PostgresWriter(connection: self, table: table, columns: columns)
     }
 
     /// Loads `rows` into a scratch table shaped like `columns` of `table` (binary COPY, exact
     /// values), runs `statement` with it, drops it; all inside the caller's transaction.
-    private func withScratch(_ table: TableName, columns: [Column], rows: RowBatch, _ statement: (String) -> String) throws -> Int {
+    private func withScratch(_ target: TableSchema, columns: [Column], rows: RowBatch, _ statement: (String) -> String) throws -> Int {
         let q = { (s: String) in self.dialect.quote(s) }
+        let table = target.name
         let scratch = TableName(schema: table.schema, CopyEngine.internalPrefix + "changes_" + String(UInt32.random(in: 0...UInt32.max), radix: 16))
         try execute("CREATE TABLE \(dialect.quote(scratch)) AS SELECT " + columns.map { q($0.name) }.joined(separator: ", ")
                     + " FROM \(dialect.quote(table)) WITH NO DATA")
-        let w = try PostgresWriter(connection: self, table: scratch, columns: columns)
+        // The scratch table has the target's column types: its writer encodes as for the target.
+        var shape = target
+        shape.name = scratch
+        let w = try PostgresWriter(connection: self, table: shape, columns: columns)
         try w.write(rows)
         let result = try query(statement(dialect.quote(scratch)))
         try execute("DROP TABLE \(dialect.quote(scratch))")
         return Int(String(cString: PQcmdTuples(result.handle))) ?? 0
     }
 
-    public func upsertRows(table: TableName, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+    public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
         let q = { (s: String) in self.dialect.quote(s) }
         let list = columns.map { q($0.name) }.joined(separator: ", ")
         let others = columns.map(\.name).filter { !key.contains($0) }
         _ = try withScratch(table, columns: columns, rows: rows) { scratch in
-            "INSERT INTO \(dialect.quote(table)) (\(list)) OVERRIDING SYSTEM VALUE SELECT \(list) FROM \(scratch) ON CONFLICT ("
-                + key.map(q).joined(separator: ", ") + ") "
-                + (others.isEmpty ? "DO NOTHING" : "DO UPDATE SET " + others.map { "\(q($0)) = EXCLUDED.\(q($0))" }.joined(separator: ", "))
+            "INSERT INTO \(dialect.quote(table.name)) (\(list)) OVERRIDING SYSTEM VALUE SELECT \(list) FROM \(scratch)"
+                + (dialect.upsertClause(key: key, others: others) ?? "")
         }
         return rows.count
     }
 
-    public func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int {
+    public func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int {
         let q = { (s: String) in self.dialect.quote(s) }
         return try withScratch(table, columns: key, rows: keys) { scratch in
-            "DELETE FROM \(dialect.quote(table)) t USING \(scratch) k WHERE "
+            "DELETE FROM \(dialect.quote(table.name)) t USING \(scratch) k WHERE "
                 + key.map { "t.\(q($0.name)) = k.\(q($0.name))" }.joined(separator: " AND ")
         }
     }

@@ -4,6 +4,10 @@ import FerryCore
 /// transactional DDL, many concurrent writers.
 public struct PostgresDialect: Dialect {
     public init() {}
+    public var engine: Engine { .postgres }
+    public var upsertSyntax: UpsertSyntax { .onConflict }
+    public var enumSyntax: EnumSyntax { .namedType }
+    public var identitySyntax: IdentitySyntax { .generatedByDefault }
 
     /// Quotes a string literal with standard_conforming_strings semantics (the session sets it on).
     public func literal(_ text: String) -> String {
@@ -21,8 +25,8 @@ public struct PostgresDialect: Dialect {
     /// ranges, geometric types, arrays of built-ins, …) keep their type and binary form. Only
     /// pg_catalog types qualify: their binary form (array element OIDs included) is the same in
     /// every PostgreSQL database; user-defined types' is not.
-    public func carriesNatively(_ column: Column, fromEngine engine: String) -> Bool {
-        guard engine == PostgresDriver.name else { return false }
+    public func carriesNatively(_ column: Column, fromEngine engine: Engine) -> Bool {
+        guard engine == .postgres else { return false }
         var base = NativeTypeName(column.nativeType).base
         while base.hasSuffix("[]") { base.removeLast(2) }
         // An empty tsquery's binary form is refused by tsquery_recv ("operand not found"): tsquery

@@ -1,8 +1,12 @@
 import FerryCore
 
 /// The PostgreSQL driver (schemes `postgres` and `postgresql`), on libpq.
+extension Engine {
+    public static let postgres = Engine("postgres")
+}
+
 public struct PostgresDriver: Driver {
-    public static let name = "postgres"
+    public static let name = Engine.postgres.rawValue
     public init() {}
     public var name: String { Self.name }
     public var schemes: [String] { ["postgres", "postgresql"] }

@@ -72,7 +72,7 @@ final class PostgresReader: BatchReader {
         self.kinds = kinds
         let only = try connection.readsWithOnly(table.name) ? "ONLY " : ""
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + only + d.quote(table.name)
-        if let range = keyRange { sql += try range.sqlSuffix(dialect: d) { try Self.literals($0, connection) } }
+        if let range = keyRange { sql += try range.sqlSuffix(dialect: d) { try PostgresValueCodec.literals($0, connection) } }
         let copy = "COPY (\(sql)) TO STDOUT (FORMAT binary)"
         guard let res = PQexec(connection.conn, copy) else { throw connection.error(nil, sql: copy) }
         defer { PQclear(res) }
@@ -85,26 +85,6 @@ final class PostgresReader: BatchReader {
             throw e
         }
         active = true
-    }
-
-    /// Key values as SQL literals (COPY takes no parameters).
-    static func literals(_ values: [Value], _ c: PostgresConnection) throws -> String {
-        try values.map { v -> String in
-            if case .binary(let bytes) = v {
-                return "'\\x" + bytes.map { String(format: "%02x", $0) }.joined() + "'::bytea"
-            }
-            guard let text = v.canonicalText else { return "NULL" }
-            switch v {
-            case .bool, .int: return text
-            case .double: return c.pgDialect.literal(text) + "::float8"
-            case .decimal: return c.pgDialect.literal(text) + "::numeric"
-            case .date: return c.pgDialect.literal(text) + "::date"
-            case .time: return c.pgDialect.literal(text) + "::time"
-            case .timestamp: return c.pgDialect.literal(text) + "::timestamp"
-            case .uuid: return c.pgDialect.literal(text) + "::uuid"
-            default: return c.pgDialect.literal(text)
-            }
-        }.joined(separator: ", ")
     }
 
     func close() {
@@ -173,15 +153,15 @@ final class PostgresReader: BatchReader {
     private func decode(_ p: UnsafeRawPointer, _ len: Int, into batch: inout RowBatch) throws -> Int {
         var o = 0
         if !headerSeen {
-            guard len >= 19, memcmp(p, PostgresBinary.header, 11) == 0 else { throw malformed() }
-            let ext = Int(PostgresBinary.int32(p + 15))
+            guard len >= 19, memcmp(p, PostgresValueCodec.header, 11) == 0 else { throw malformed() }
+            let ext = Int(PostgresValueCodec.int32(p + 15))
             guard ext >= 0, 19 + ext <= len else { throw malformed() }
             o = 19 + ext
             headerSeen = true
         }
         var rows = 0
         while o + 2 <= len {
-            let fields = Int(PostgresBinary.int16(p + o))
+            let fields = Int(PostgresValueCodec.int16(p + o))
             o += 2
             if fields == -1 {
                 trailerSeen = true
@@ -191,7 +171,7 @@ final class PostgresReader: BatchReader {
             let rowStart = o
             for i in 0..<fields {
                 guard o + 4 <= len else { throw malformed() }
-                let n = Int(PostgresBinary.int32(p + o))
+                let n = Int(PostgresValueCodec.int32(p + o))
                 o += 4
                 if n < 0 {
                     batch.columns[i].appendNull()
@@ -226,9 +206,9 @@ final class PostgresReader: BatchReader {
         case .int:
             try width(2, 4, 8)
             switch n {
-            case 2: col.append(Int64(PostgresBinary.int16(f)))
-            case 4: col.append(Int64(PostgresBinary.int32(f)))
-            default: col.append(PostgresBinary.int64(f))
+            case 2: col.append(Int64(PostgresValueCodec.int16(f)))
+            case 4: col.append(Int64(PostgresValueCodec.int32(f)))
+            default: col.append(PostgresValueCodec.int64(f))
             }
         case .float:
             try width(4, 8)
@@ -238,7 +218,7 @@ final class PostgresReader: BatchReader {
                 col.append(Double(bitPattern: UInt64(bigEndian: f.loadUnaligned(as: UInt64.self))))
             }
         case .numeric:
-            guard let text = PostgresBinary.numericText(f, count: n) else { throw malformed() }
+            guard let text = PostgresValueCodec.numericText(f, count: n) else { throw malformed() }
             col.append(string: text)
         case .bytes:
             col.append(bytes: UnsafeRawBufferPointer(start: f, count: n))
@@ -254,21 +234,21 @@ final class PostgresReader: BatchReader {
             }
         case .date:
             try width(4)
-            let d = PostgresBinary.int32(f)
+            let d = PostgresValueCodec.int32(f)
             if d == Int32.max || d == Int32.min {
                 throw problem(i, row, "the date \(d == Int32.max ? "infinity" : "-infinity") has no value in other engines; update it or skip the column")
             }
-            col.append(Int64(d) + PostgresBinary.epochDays)
+            col.append(Int64(d) + PostgresValueCodec.epochDays)
         case .time:
             try width(8)
-            col.append(PostgresBinary.int64(f))
+            col.append(PostgresValueCodec.int64(f))
         case .timestamp:
             try width(8)
-            let t = PostgresBinary.int64(f)
+            let t = PostgresValueCodec.int64(f)
             if t == Int64.max || t == Int64.min {
                 throw problem(i, row, "the timestamp \(t == Int64.max ? "infinity" : "-infinity") has no value in other engines; update it or skip the column")
             }
-            col.append(t + PostgresBinary.epochMicros)
+            col.append(t + PostgresValueCodec.epochMicros)
         }
     }
 
@@ -279,7 +259,7 @@ final class PostgresReader: BatchReader {
             var values: [Int: String] = [:]
             var o = row.1
             for i in 0..<kinds.count where o + 4 <= row.2 {
-                let n = Int(PostgresBinary.int32(row.0 + o))
+                let n = Int(PostgresValueCodec.int32(row.0 + o))
                 o += 4
                 if keyIndexes.contains(i) {
                     if n < 0 {

@@ -7,63 +7,33 @@ import FerryCore
 final class PostgresWriter: BatchWriter {
     private let connection: PostgresConnection
     private let columns: [Column]
-    private let encoders: [Encoder]
+    private let encoders: [PostgresValueCodec.Encoder]
     private let table: TableName
     private let copySQL: String
     private var buffer: [UInt8] = []
 
-    enum Encoder {
-        case bool
-        case int(bytes: Int, range: ClosedRange<Int64>)
-        case intAsNumeric
-        case float8
-        case float4
-        /// numeric(p,s): the text must not have non-zero digits beyond `scale`.
-        case numeric(scale: Int?)
-        case text
-        case jsonb
-        case bytes
-        case uuid
-        case date
-        case time
-        case timestamp
-    }
-
-    init(connection: PostgresConnection, table: TableName, columns: [Column]) throws {
+    init(connection: PostgresConnection, table target: TableSchema, columns: [Column]) throws {
         self.connection = connection
         self.columns = columns
+        let table = target.name
         self.table = table
-        guard let oid = try connection.relationOID(table) else {
-            throw FerryError.tableNotFound(table: table, endpoint: connection.endpoint.redacted)
-        }
-        // The target's own column types, domains resolved.
-        let r = try connection.query(
-            """
-            \(PostgresConnection.resolvedTypesCTE)
-            SELECT a.attname, t.typname, t.typtype, r.typmod, format_type(r.typid, r.typmod)
-            FROM resolved r JOIN pg_attribute a ON a.attrelid = $1::oid AND a.attnum = r.attnum JOIN pg_type t ON t.oid = r.typid
-            """, [oid])
-        var target: [String: (name: String, typtype: String, typmod: Int, formatted: String)] = [:]
-        for i in 0..<r.count {
-            target[r.string(i, 0)] = (r.string(i, 1), r.string(i, 2), Int(r.int(i, 3) ?? -1), r.string(i, 4))
-        }
-        var encoders: [Encoder] = []
+        var encoders: [PostgresValueCodec.Encoder] = []
         for c in columns {
-            guard let t = target[c.name] else { throw FerryError.columnNotFound(table: table, column: c.name) }
+            guard let t = target.column(named: c.name) else { throw FerryError.columnNotFound(table: table, column: c.name) }
             // A built-in type without a logical type, from PostgreSQL: its binary form as read.
             if c.readHints.contains(.nativeForm) {
-                guard NativeTypeName(t.formatted).base == NativeTypeName(c.nativeType).base else {
+                guard NativeTypeName(t.nativeType).base == NativeTypeName(c.nativeType).base else {
                     throw FerryError.invalidValue(
                         table: table, column: c.name, key: nil,
-                        message: "\(c.nativeType) values in their binary form cannot be written into a \(t.formatted) column")
+                        message: "\(c.nativeType) values in their binary form cannot be written into a \(t.nativeType) column")
                 }
                 encoders.append(.bytes)
                 continue
             }
-            guard let e = Self.encoder(for: c.logicalType, into: t.name, typtype: t.typtype, typmod: t.typmod) else {
+            guard let e = PostgresValueCodec.encoder(for: c.logicalType, into: t) else {
                 throw FerryError.invalidValue(
                     table: table, column: c.name, key: nil,
-                    message: "a \(c.logicalType) value cannot be written into a PostgreSQL \(t.formatted) column exactly")
+                    message: "a \(c.logicalType) value cannot be written into a PostgreSQL \(t.nativeType) column exactly")
             }
             encoders.append(e)
         }
@@ -71,37 +41,6 @@ final class PostgresWriter: BatchWriter {
         let d = connection.dialect
         copySQL = "COPY \(d.quote(table)) (" + columns.map { d.quote($0.name) }.joined(separator: ", ") + ") FROM STDIN (FORMAT binary)"
         buffer.reserveCapacity(1 << 20)
-    }
-
-    static func encoder(for type: LogicalType, into pgType: String, typtype: String, typmod: Int) -> Encoder? {
-        if typtype == "e" {
-            if case .enumeration = type { return .text }
-            if case .text = type { return .text }
-            return nil
-        }
-        switch (type, pgType) {
-        case (.boolean, "bool"): return .bool
-        case (.int16, "int2"), (.int32, "int2"), (.int64, "int2"): return .int(bytes: 2, range: Int64(Int16.min)...Int64(Int16.max))
-        case (.int16, "int4"), (.int32, "int4"), (.int64, "int4"): return .int(bytes: 4, range: Int64(Int32.min)...Int64(Int32.max))
-        case (.int16, "int8"), (.int32, "int8"), (.int64, "int8"): return .int(bytes: 8, range: Int64.min...Int64.max)
-        case (.int16, "numeric"), (.int32, "numeric"), (.int64, "numeric"): return .intAsNumeric
-        case (.boolean, "int2"), (.boolean, "int4"), (.boolean, "int8"): return .int(bytes: pgType == "int2" ? 2 : pgType == "int4" ? 4 : 8, range: 0...1)
-        case (.float64, "float8"), (.float32, "float8"): return .float8
-        case (.float32, "float4"), (.float64, "float4"): return .float4
-        case (.decimal, "numeric"): return .numeric(scale: typmod >= 4 ? (typmod - 4) & 0xffff : nil)
-        case (.text, "text"), (.text, "varchar"), (.text, "bpchar"), (.text, "name"), (.enumeration, "text"), (.enumeration, "varchar"),
-             (.json, "text"), (.json, "json"), (.decimal, "text"), (.decimal, "varchar"), (.uuid, "text"):
-            if case .uuid = type { return nil }
-            return .text
-        case (.json, "jsonb"): return .jsonb
-        case (.binary, "bytea"): return .bytes
-        case (.uuid, "uuid"): return .uuid
-        case (.date, "date"): return .date
-        case (.time, "time"): return .time
-        case (.timestamp(_, let tz), "timestamp") where !tz: return .timestamp
-        case (.timestamp, "timestamptz"): return .timestamp
-        default: return nil
-        }
     }
 
     func finish() throws {}
@@ -131,44 +70,44 @@ final class PostgresWriter: BatchWriter {
         swap(&buffer, &self.buffer)
         defer { swap(&buffer, &self.buffer) }
         buffer.removeAll(keepingCapacity: true)
-        buffer.append(contentsOf: PostgresBinary.header)
+        buffer.append(contentsOf: PostgresValueCodec.header)
         // Encode the whole batch first: nothing is sent when a value is refused.
         for row in 0..<pinned.count {
-            PostgresBinary.put16(Int16(cols.count), &buffer)
+            PostgresValueCodec.put16(Int16(cols.count), &buffer)
             for c in 0..<cols.count {
                 let col = cols[c]
                 if col.isNull(row) {
-                    PostgresBinary.put32(-1, &buffer)
+                    PostgresValueCodec.put32(-1, &buffer)
                     continue
                 }
                 switch encoders[c] {
                 case .bool:
-                    PostgresBinary.put32(1, &buffer)
+                    PostgresValueCodec.put32(1, &buffer)
                     buffer.append(col.int(row) != 0 ? 1 : 0)
                 case .int(let bytes, let range):
                     let v = col.int(row)
                     guard range.contains(v) else { throw fail(row, c, "\(v) does not fit the target's \(bytes * 8)-bit integer column") }
-                    PostgresBinary.put32(Int32(bytes), &buffer)
+                    PostgresValueCodec.put32(Int32(bytes), &buffer)
                     switch bytes {
-                    case 2: PostgresBinary.put16(Int16(v), &buffer)
-                    case 4: PostgresBinary.put32(Int32(v), &buffer)
-                    default: PostgresBinary.put64(v, &buffer)
+                    case 2: PostgresValueCodec.put16(Int16(v), &buffer)
+                    case 4: PostgresValueCodec.put32(Int32(v), &buffer)
+                    default: PostgresValueCodec.put64(v, &buffer)
                     }
                 case .intAsNumeric:
                     var text = String(col.int(row))
-                    _ = text.withUTF8 { PostgresBinary.appendNumeric(UnsafeRawBufferPointer($0), into: &buffer) }
+                    _ = text.withUTF8 { PostgresValueCodec.appendNumeric(UnsafeRawBufferPointer($0), into: &buffer) }
                 case .float8:
-                    PostgresBinary.put32(8, &buffer)
-                    PostgresBinary.put64(Int64(bitPattern: col.double(row).bitPattern), &buffer)
+                    PostgresValueCodec.put32(8, &buffer)
+                    PostgresValueCodec.put64(Int64(bitPattern: col.double(row).bitPattern), &buffer)
                 case .float4:
                     let v = col.double(row)
                     let f = Float(v)
                     guard Double(f) == v || v.isNaN else { throw fail(row, c, "\(v) has no exact 32-bit float form") }
-                    PostgresBinary.put32(4, &buffer)
-                    PostgresBinary.put32(Int32(bitPattern: f.bitPattern), &buffer)
+                    PostgresValueCodec.put32(4, &buffer)
+                    PostgresValueCodec.put32(Int32(bitPattern: f.bitPattern), &buffer)
                 case .numeric(let scale):
                     let text = col.bytes(row)
-                    guard let digits = PostgresBinary.appendNumeric(text, into: &buffer) else {
+                    guard let digits = PostgresValueCodec.appendNumeric(text, into: &buffer) else {
                         throw fail(row, c, "'\(String(decoding: text, as: UTF8.self))' is not a decimal number")
                     }
                     if let scale, digits > scale, Self.hasNonZeroDigits(text, after: scale) {
@@ -176,35 +115,35 @@ final class PostgresWriter: BatchWriter {
                     }
                 case .text, .bytes:
                     let b = col.bytes(row)
-                    PostgresBinary.put32(Int32(b.count), &buffer)
+                    PostgresValueCodec.put32(Int32(b.count), &buffer)
                     buffer.append(contentsOf: b)
                 case .jsonb:
                     let b = col.bytes(row)
-                    PostgresBinary.put32(Int32(b.count + 1), &buffer)
+                    PostgresValueCodec.put32(Int32(b.count + 1), &buffer)
                     buffer.append(1)
                     buffer.append(contentsOf: b)
                 case .uuid:
                     let b = col.bytes(row)
                     guard b.count == 16 else { throw fail(row, c, "a UUID must be 16 bytes, not \(b.count)") }
-                    PostgresBinary.put32(16, &buffer)
+                    PostgresValueCodec.put32(16, &buffer)
                     buffer.append(contentsOf: b)
                 case .date:
-                    let d = col.int(row) - PostgresBinary.epochDays
+                    let d = col.int(row) - PostgresValueCodec.epochDays
                     guard d > Int64(Int32.min), d < Int64(Int32.max) else { throw fail(row, c, "the date is out of PostgreSQL's range") }
-                    PostgresBinary.put32(4, &buffer)
-                    PostgresBinary.put32(Int32(d), &buffer)
+                    PostgresValueCodec.put32(4, &buffer)
+                    PostgresValueCodec.put32(Int32(d), &buffer)
                 case .time:
-                    PostgresBinary.put32(8, &buffer)
-                    PostgresBinary.put64(col.int(row), &buffer)
+                    PostgresValueCodec.put32(8, &buffer)
+                    PostgresValueCodec.put64(col.int(row), &buffer)
                 case .timestamp:
-                    let (t, overflow) = col.int(row).subtractingReportingOverflow(PostgresBinary.epochMicros)
+                    let (t, overflow) = col.int(row).subtractingReportingOverflow(PostgresValueCodec.epochMicros)
                     guard !overflow else { throw fail(row, c, "the timestamp is out of PostgreSQL's range") }
-                    PostgresBinary.put32(8, &buffer)
-                    PostgresBinary.put64(t, &buffer)
+                    PostgresValueCodec.put32(8, &buffer)
+                    PostgresValueCodec.put64(t, &buffer)
                 }
             }
         }
-        PostgresBinary.put16(-1, &buffer)
+        PostgresValueCodec.put16(-1, &buffer)
         try send(buffer, rows: pinned.count)
     }
 

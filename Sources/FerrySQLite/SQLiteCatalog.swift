@@ -114,7 +114,7 @@ extension SQLiteConnection {
                 generated: raw.hidden == 2 || raw.hidden == 3)
         }
         return TableSchema(
-            name: table, engine: SQLiteDriver.name, columns: columns, primaryKey: primaryKey, uniqueKeys: uniqueKeys,
+            name: table, engine: .sqlite, columns: columns, primaryKey: primaryKey, uniqueKeys: uniqueKeys,
             rowEstimate: try countRows(table))
     }
 

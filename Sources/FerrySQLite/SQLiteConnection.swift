@@ -132,54 +132,12 @@ public final class SQLiteConnection: Connection {
 
     // MARK: DDL
 
-    public func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String] {
-        let sameEngine = schema.engine == SQLiteDriver.name
-        let q = { (s: String) in self.dialect.quote(s) }
-        // A single integer serial primary key becomes SQLite's own serial: INTEGER PRIMARY KEY.
-        var inlinePK: String?
-        if schema.primaryKey.count == 1, let c = schema.column(named: schema.primaryKey[0]), c.isSerial,
-           [.int16, .int32, .int64].contains(c.logicalType)
-        {
-            inlinePK = c.name
-        }
-        var parts: [String] = []
-        for c in schema.columns {
-            var def = q(c.name) + " "
-            if c.name == inlinePK {
-                def += "INTEGER PRIMARY KEY" + (c.serial == .rowid ? "" : " AUTOINCREMENT")
-                parts.append(def)
-                continue
-            }
-            if let declared = c.declaredType {
-                def += declared  // named by a cast rule; checked by SQLiteDialect.logicalType(forDeclaredType:)
-            } else if sameEngine, !c.nativeType.isEmpty {
-                def += c.nativeType
-            } else {
-                guard let declared = SQLiteTypeMap.declaredType(for: c.logicalType) else {
-                    throw FerryError.unsupportedType(
-                        table: schema.name, column: c.name, type: c.logicalType.description, target: endpoint.redacted)
-                }
-                def += declared
-            }
-            if !c.isNullable { def += " NOT NULL" }
-            if sameEngine, let d = c.defaultExpression { def += " DEFAULT (\(d))" }
-            if case .enumeration(let labels) = c.logicalType {
-                let list = labels.map { "'" + $0.replacingOccurrences(of: "'", with: "''") + "'" }.joined(separator: ", ")
-                def += " CHECK (\(q(c.name)) IN (\(list)))"
-            }
-            parts.append(def.trimmingCharacters(in: .whitespaces))
-        }
-        if inlinePK == nil && !schema.primaryKey.isEmpty {
-            parts.append("PRIMARY KEY (" + schema.primaryKey.map(q).joined(separator: ", ") + ")")
-        }
-        for key in schema.uniqueKeys {
-            parts.append("UNIQUE (" + key.map(q).joined(separator: ", ") + ")")
-        }
-        return ["CREATE TABLE \(dialect.quote(qualified(name))) (\n  " + parts.joined(separator: ",\n  ") + "\n)"]
+    public func planTable(_ schema: TableSchema, named name: TableName) throws -> PlannedTable {
+        try SQLiteDDL.plan(schema, named: name, qualified: qualified(name), on: self)
     }
 
-    public func createTable(_ schema: TableSchema, named name: TableName) throws {
-        for sql in try createTableStatements(for: schema, named: name) { try execute(sql) }
+    public func createTable(_ table: PlannedTable) throws {
+        for sql in table.statements { try execute(sql) }
     }
 
     public func dropTable(_ name: TableName) throws {
@@ -225,24 +183,23 @@ public final class SQLiteConnection: Connection {
         try SQLiteReader(connection: self, table: table, columns: columns, keyRange: keyRange, batchSize: batchSize)
     }
 
-    public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
+    public func writer(into table: TableSchema, columns: [Column]) throws -> any BatchWriter {
         try SQLiteWriter(connection: self, table: table, columns: columns)
     }
 
-    public func upsertRows(table: TableName, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+    public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
         let q = { (s: String) in self.dialect.quote(s) }
         let others = columns.map(\.name).filter { !key.contains($0) }
-        let sql = "INSERT INTO \(dialect.quote(qualified(table))) (" + columns.map { q($0.name) }.joined(separator: ", ")
-            + ") VALUES (" + columns.map { _ in "?" }.joined(separator: ", ") + ") ON CONFLICT ("
-            + key.map(q).joined(separator: ", ") + ") "
-            + (others.isEmpty ? "DO NOTHING" : "DO UPDATE SET " + others.map { "\(q($0)) = excluded.\(q($0))" }.joined(separator: ", "))
+        let sql = "INSERT INTO \(dialect.quote(qualified(table.name))) (" + columns.map { q($0.name) }.joined(separator: ", ")
+            + ") VALUES (" + columns.map { _ in "?" }.joined(separator: ", ") + ")"
+            + (dialect.upsertClause(key: key, others: others) ?? "")
         let w = try SQLiteWriter(connection: self, table: table, columns: columns, sql: sql)
         try w.write(rows)
         return rows.count
     }
 
-    public func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int {
-        let sql = "DELETE FROM \(dialect.quote(qualified(table))) WHERE "
+    public func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int {
+        let sql = "DELETE FROM \(dialect.quote(qualified(table.name))) WHERE "
             + key.map { "\(dialect.quote($0.name)) = ?" }.joined(separator: " AND ")
         let w = try SQLiteWriter(connection: self, table: table, columns: key, sql: sql)
         try w.write(keys)

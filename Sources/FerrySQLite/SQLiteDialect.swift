@@ -4,6 +4,10 @@ import FerryCore
 /// one writer at a time per file.
 public struct SQLiteDialect: Dialect {
     public init() {}
+    public var engine: Engine { .sqlite }
+    public var upsertSyntax: UpsertSyntax { .onConflict }
+    public var enumSyntax: EnumSyntax { .checkConstraint }
+    public var identitySyntax: IdentitySyntax { .rowidAlias }
     public var supportsTransactionalDDL: Bool { true }
     /// SQLite serialises writers on a file; loading tables one after another is faster than
     /// making them wait on each other's locks.

@@ -1,8 +1,12 @@
 import FerryCore
 
 /// The SQLite driver (scheme `sqlite:`), on the system's libsqlite3.
+extension Engine {
+    public static let sqlite = Engine("sqlite")
+}
+
 public struct SQLiteDriver: Driver {
-    public static let name = "sqlite"
+    public static let name = Engine.sqlite.rawValue
     public init() {}
     public var name: String { Self.name }
     public var schemes: [String] { ["sqlite"] }

@@ -18,15 +18,14 @@ final class SQLiteWriter: BatchWriter {
 
     /// `sql` is the statement run once per row with the row's values bound in column order
     /// (default: the INSERT).
-    init(connection: SQLiteConnection, table: TableName, columns: [Column], sql custom: String? = nil) throws {
+    init(connection: SQLiteConnection, table target: TableSchema, columns: [Column], sql custom: String? = nil) throws {
         let d = connection.dialect
-        // The target's declared types decide affinity; every column must exist there.
-        let info = try connection.prepare("SELECT name, type FROM pragma_table_xinfo(?1, ?2)")
-        try info.bind([.text(table.name), .text(connection.schemaName(table))])
+        let table = target.name
+        // The target's declared types (as described or planned) decide affinity; every column must exist there.
         var declared: [String: String] = [:]
-        for row in try info.rows() { if let n = row[0] { declared[n] = row[1] ?? "" } }
-        for c in columns where declared[c.name] == nil {
-            throw FerryError.columnNotFound(table: table, column: c.name)
+        for c in columns {
+            guard let t = target.column(named: c.name) else { throw FerryError.columnNotFound(table: table, column: c.name) }
+            declared[c.name] = t.nativeType
         }
         signedZeroLost = columns.map {
             let a = SQLiteTypeMap.affinity(of: declared[$0.name] ?? "")

@@ -249,7 +249,7 @@ public struct XMLService: Sendable {
                     guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: t, column: w) }
                     return col
                 }
-                let writer = try c.writer(table: t, columns: columns)
+                let writer = try c.writer(into: schema, columns: columns)
                 return try Self.transaction(c) {
                     do {
                         let (_, rows) = try XMLRowsDecoder(columns: columns, batchSize: 10_000).decode(data) { batch in
@@ -281,9 +281,10 @@ public struct XMLService: Sendable {
                 let from = try service.served(staging, in: c)
                 let to = try service.served(into, in: c)
                 let schema = try c.describe(from)
+                let target = try c.describe(to)
                 return try Self.transaction(c) {
                     let reader = try r.reader(table: schema, columns: schema.columns, keyRange: nil, batchSize: 10_000)
-                    let writer = try c.writer(table: to, columns: schema.columns)
+                    let writer = try c.writer(into: target, columns: schema.columns)
                     var n = 0
                     do {
                         while let b = try reader.next() {
@@ -340,12 +341,12 @@ public struct XMLService: Sendable {
                 let set = try ChangeSet.decode(data, columns: columns, key: keyColumns)
                 return try Self.transaction(c) {
                     if !set.inserts.isEmpty {
-                        let w = try c.writer(table: t, columns: columns)
+                        let w = try c.writer(into: schema, columns: columns)
                         try w.write(set.inserts)
                         try w.finish()
                     }
-                    let upserted = set.upserts.isEmpty ? 0 : try c.upsertRows(table: t, columns: columns, key: key, rows: set.upserts)
-                    let deleted = set.deletes.isEmpty ? 0 : try c.deleteRows(table: t, key: keyColumns, keys: set.deletes)
+                    let upserted = set.upserts.isEmpty ? 0 : try c.upsertRows(into: schema, columns: columns, key: key, rows: set.upserts)
+                    let deleted = set.deletes.isEmpty ? 0 : try c.deleteRows(from: schema, key: keyColumns, keys: set.deletes)
                     return [("inserted", set.inserts.count), ("upserted", upserted), ("deleted", deleted)]
                 }
             }

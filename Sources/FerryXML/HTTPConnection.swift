@@ -62,17 +62,16 @@ public final class HTTPConnection: Connection {
                               after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit)
     }
 
-    public func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String] {
+    public func planTable(_ schema: TableSchema, named name: TableName) throws -> PlannedTable {
         var s = schema
         s.name = name
-        return ["POST /v1/tables\n" + String(decoding: XMLDocuments.schema(s), as: UTF8.self)]
+        return PlannedTable(schema: s, statements: ["POST /v1/tables\n" + String(decoding: XMLDocuments.schema(s), as: UTF8.self)])
     }
 
-    public func createTable(_ schema: TableSchema, named name: TableName) throws {
-        var s = schema
-        s.name = name
-        _ = try client.expect("POST", "v1/tables", body: XMLDocuments.schema(s), table: name)
-        if inTransaction { created.insert(name) }
+    /// Posts the planned schema (the service maps its types onto its own engine).
+    public func createTable(_ table: PlannedTable) throws {
+        _ = try client.expect("POST", "v1/tables", body: XMLDocuments.schema(table.schema), table: table.schema.name)
+        if inTransaction { created.insert(table.schema.name) }
     }
 
     public func dropTable(_ name: TableName) throws {
@@ -86,13 +85,18 @@ public final class HTTPConnection: Connection {
         created.remove(staging)
     }
 
-    public func writer(table: TableName, columns: [Column]) throws -> any BatchWriter {
+    public func writer(into target: TableSchema, columns: [Column]) throws -> any BatchWriter {
+        let table = target.name
         var into = table
         if inTransaction && !created.contains(table) {
-            // Appending to a table that was there: stage, merge at commit.
-            var schema = try describe(table)
+            // Appending to a table that was there: stage (shaped like the written columns of the
+            // table as described), merge at commit.
+            var schema = target
             let staging = TableName(schema: table.schema, CopyEngine.internalPrefix + "append_" + table.name)
             if try tableExists(staging) { try dropTable(staging) }
+            for c in columns where schema.column(named: c.name) == nil {
+                throw FerryError.columnNotFound(table: table, column: c.name)
+            }
             schema.columns = schema.columns.filter { c in columns.contains { $0.name == c.name } }
             schema.primaryKey = []
             schema.uniqueKeys = []
@@ -104,14 +108,14 @@ public final class HTTPConnection: Connection {
                           table: into, columns: columns)
     }
 
-    public func upsertRows(table: TableName, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+    public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
         let keyColumns = columns.filter { key.contains($0.name) }
-        return try changes(table, columns: columns, key: key, ChangeSet.encode(inserts: nil, upserts: rows, deletes: nil, columns: columns, key: keyColumns)).upserted
+        return try changes(table.name, columns: columns, key: key, ChangeSet.encode(inserts: nil, upserts: rows, deletes: nil, columns: columns, key: keyColumns)).upserted
     }
 
-    /// Deletes by key; the request names only the key columns (no describe of the table per call).
-    public func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int {
-        try changes(table, columns: key, key: key.map(\.name),
+    /// Deletes by key; the request names only the key columns.
+    public func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int {
+        try changes(table.name, columns: key, key: key.map(\.name),
                     ChangeSet.encode(inserts: nil, upserts: nil, deletes: keys, columns: key, key: key)).deleted
     }
 

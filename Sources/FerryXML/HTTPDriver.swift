@@ -8,7 +8,7 @@ import FoundationNetworking
 /// source or a target like any database. The token comes from the URL's password
 /// (`http://:TOKEN@host:8080/`), else FERRY_TOKEN, else the file named by `?token-file=`.
 public struct HTTPDriver: Driver {
-    public static let name = "http"
+    public static let name = Engine.http.rawValue
     public init() {}
     public var name: String { Self.name }
     public var options: [DriverOption] {
@@ -141,5 +141,16 @@ private final class ReplyBox: @unchecked Sendable {
 /// URLs and XML); DDL is not transactional across requests, so a failed create is dropped.
 public struct HTTPDialect: Dialect {
     public init() {}
+    public var engine: Engine { .http }
     public var supportsTransactionalDDL: Bool { false }
+    /// Upserts and deletes travel as change sets (`POST …/changes`); the service's own engine
+    /// writes them in its syntax, and likewise enumerations and serial columns.
+    public var upsertSyntax: UpsertSyntax { .driverDefined }
+    public var enumSyntax: EnumSyntax { .driverDefined }
+    public var identitySyntax: IdentitySyntax { .driverDefined }
+}
+
+extension Engine {
+    /// Ferry's XML service, seen from the client (a schema it describes names the engine behind it).
+    public static let http = Engine("http")
 }

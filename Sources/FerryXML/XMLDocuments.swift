@@ -50,7 +50,7 @@ public enum XMLDocuments {
         out.append(contentsOf: "<table".utf8)
         attr("name", s.name.name, into: &out)
         attr("schema", s.name.schema, into: &out)
-        attr("engine", s.engine, into: &out)
+        attr("engine", s.engine.rawValue, into: &out)
         attr("rows", s.rowEstimate.map(String.init), into: &out)
         out.append(62)
         for c in s.columns {
@@ -159,7 +159,7 @@ public enum XMLDocuments {
         }
         guard !columns.isEmpty else { throw XMLWireError.unexpected("table \(name) has no columns") }
         return TableSchema(
-            name: TableName(schema: root.attributes["schema"], name), engine: root.attributes["engine"] ?? "xml",
+            name: TableName(schema: root.attributes["schema"], name), engine: Engine(root.attributes["engine"] ?? "xml"),
             columns: columns, primaryKey: root.child("primaryKey")?.children("c").map(\.text) ?? [],
             uniqueKeys: root.children("unique").map { $0.children("c").map(\.text) },
             rowEstimate: root.attributes["rows"].flatMap { Int64($0) })

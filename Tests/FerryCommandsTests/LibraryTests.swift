@@ -60,8 +60,8 @@ final class LibraryTests: XCTestCase {
         let db = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + source), role: .target)
         let columns = [Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false), Column(name: "v", nativeType: "", logicalType: .text)]
         try db.begin()
-        try db.createTable(TableSchema(name: TableName("big"), engine: "test", columns: columns, primaryKey: ["id"]), named: TableName("big"))
-        let w = try db.writer(table: TableName("big"), columns: columns)
+        try db.createTable(TableSchema(name: TableName("big"), engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: TableName("big"))
+        let w = try db.writer(into: try db.describe(TableName("big")), columns: columns)
         for chunk in 0..<40 {
             try w.write(RowBatch(rows: (0..<10_000).map { [.int(Int64(chunk * 10_000 + $0)), .text("row \($0)")] }, types: [.int64, .text]))
         }

@@ -122,12 +122,12 @@ final class CastRuleTests: XCTestCase {
         let b = Column(name: "b", nativeType: "int4", logicalType: .int32, serial: .sequence)
         let g = Column(name: "g", nativeType: "geometry", logicalType: .unsupported(native: "geometry"))
 
-        let ra = try rules.resolve(a, in: t, engine: "postgres", target: nil)
+        let ra = try rules.resolve(a, in: t, engine: Engine("postgres"), target: nil)
         XCTAssertEqual(ra.ruleIndex, 0)
         XCTAssertNil(ra.read)
         XCTAssertTrue(ra.skipReason?.contains("column t.a to skip") == true)
 
-        let rb = try rules.resolve(b, in: t, engine: "postgres", target: nil)
+        let rb = try rules.resolve(b, in: t, engine: Engine("postgres"), target: nil)
         XCTAssertEqual(rb.ruleIndex, 1)
         XCTAssertEqual(rb.read?.logicalType, .int32, "a supported type is read as usual and converted")
         XCTAssertEqual(rb.read?.readHints, [])
@@ -136,11 +136,11 @@ final class CastRuleTests: XCTestCase {
         XCTAssertNil(rb.write?.serial, "a serial cast to text is no longer serial")
         XCTAssertEqual(rb.decision.decidedBy, "cast rule --cast #2 'type integer to text'")
 
-        let rp = try CastRuleSet.load(options: ["type geometry to json"], files: []).resolve(g, in: t, engine: "mysql", target: nil)
+        let rp = try CastRuleSet.load(options: ["type geometry to json"], files: []).resolve(g, in: t, engine: Engine("mysql"), target: nil)
         XCTAssertEqual(rp.read?.readHints, [.jsonForm], "a type without a logical type is read in the engine's JSON form")
         XCTAssertEqual(rp.read?.logicalType, .json)
 
-        let rg = try rules.resolve(g, in: t, engine: "postgres", target: nil)
+        let rg = try rules.resolve(g, in: t, engine: Engine("postgres"), target: nil)
         XCTAssertNil(rg.ruleIndex)
         XCTAssertEqual(rg.decision.decidedBy, "postgres type map")
         XCTAssertTrue(rg.skipReason?.contains("--cast 'type geometry to text'") == true)

@@ -212,10 +212,10 @@ final class MySQLDriverTests: XCTestCase {
         try target.run("INSERT INTO names VALUES (100, 'keep')")
         let src = try sqlite("names.db")
         try src.begin()
-        try src.createTable(TableSchema(name: TableName("names"), engine: "sqlite", columns: [
+        try src.createTable(TableSchema(name: TableName("names"), engine: Engine("sqlite"), columns: [
             Column(name: "id", nativeType: "INT", logicalType: .int32, isNullable: false),
             Column(name: "name", nativeType: "TEXT", logicalType: .text)], primaryKey: ["id"]), named: TableName("names"))
-        let w = try src.writer(table: TableName("names"), columns: try src.describe(TableName("names")).columns)
+        let w = try src.writer(into: try src.describe(TableName("names")), columns: try src.describe(TableName("names")).columns)
         try w.write(RowBatch(rows: [[.int(1), .text("short")], [.int(2), .text("much too long")]], types: [.int32, .text]))
         try src.commit()
         let s2 = try copy(src, target, mode: .append)
@@ -228,7 +228,7 @@ final class MySQLDriverTests: XCTestCase {
         try admin.run("SET GLOBAL local_infile = 0")
         defer { try? admin.run("SET GLOBAL local_infile = 1") }
         let src = try sqlite("fallback.db")
-        let schema = TableSchema(name: TableName("fb"), engine: "test", columns: [
+        let schema = TableSchema(name: TableName("fb"), engine: Engine("test"), columns: [
             Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false),
             Column(name: "t", nativeType: "", logicalType: .text),
             Column(name: "b", nativeType: "", logicalType: .binary(maxLength: nil)),
@@ -241,7 +241,7 @@ final class MySQLDriverTests: XCTestCase {
             let bytes: [UInt8] = i % 5 == 0 ? [] : [0, 39, 92, UInt8(i % 256)]
             rows.append([.int(Int64(i)), text, .binary(bytes), .decimal("-\(i).0000000001")])
         }
-        let w = try src.writer(table: schema.name, columns: schema.columns)
+        let w = try src.writer(into: try src.describe(schema.name), columns: schema.columns)
         try w.write(RowBatch(rows: rows, types: schema.columns.map(\.logicalType)))
         try src.commit()
         let dst = try my.connect(try my.makeDatabase("fallback"))

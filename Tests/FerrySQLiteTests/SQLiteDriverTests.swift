@@ -132,25 +132,25 @@ final class SQLiteDriverTests: XCTestCase {
         // decimals and JSON), so values are kept to the last digit.
         let db = try open("conv.db")
         let schema = TableSchema(
-            name: TableName("t"), engine: "postgres",
+            name: TableName("t"), engine: Engine("postgres"),
             columns: [
                 Column(name: "d", nativeType: "numeric(40,20)", logicalType: .decimal(precision: 40, scale: 20)),
                 Column(name: "j", nativeType: "jsonb", logicalType: .json),
                 Column(name: "ts", nativeType: "timestamptz", logicalType: .timestamp(precision: 6, timeZone: true)),
                 Column(name: "e", nativeType: "mood", logicalType: .enumeration(labels: ["ok", "it's bad"])),
             ])
-        let ddl = try db.createTableStatements(for: schema, named: TableName("t"))
+        let ddl = try db.planTable(schema, named: TableName("t")).statements
         XCTAssertTrue(ddl[0].contains("\"d\" DECIMAL TEXT(40,20)"), ddl[0])
         XCTAssertTrue(ddl[0].contains("\"j\" JSON TEXT"), ddl[0])
         XCTAssertTrue(ddl[0].contains("CHECK (\"e\" IN ('ok', 'it''s bad'))"), ddl[0])
         try db.createTable(schema, named: TableName("t"))
-        let w = try db.writer(table: TableName("t"), columns: schema.columns)
+        let w = try db.writer(into: try db.describe(TableName("t")), columns: schema.columns)
         try w.write(RowBatch(rows: [[.decimal("12.30000000000000000000"), .json("12.30"), .timestamp(1), .text("it's bad")]],
                              types: schema.columns.map(\.logicalType)))
         XCTAssertEqual(try raw(db, "t"), [["text:'12.30000000000000000000'", "text:'12.30'", "text:'1970-01-01 00:00:00.000001+00:00'", "text:'it''s bad'"]])
         XCTAssertEqual(try db.describe(TableName("t")).columns.map(\.logicalType),
                        [.decimal(precision: 40, scale: 20), .json, .timestamp(precision: 6, timeZone: true), .text])
-        let bad = try db.writer(table: TableName("t"), columns: [schema.columns[3]])
+        let bad = try db.writer(into: try db.describe(TableName("t")), columns: [schema.columns[3]])
         XCTAssertThrowsError(try bad.write(RowBatch(rows: [[.text("nope")]], types: [schema.columns[3].logicalType])))
     }
 

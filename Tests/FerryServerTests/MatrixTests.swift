@@ -31,7 +31,7 @@ final class MatrixTests: XCTestCase {
         }
         let columns = [Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false)]
             + samples.map { Column(name: $0.0, nativeType: "", logicalType: $0.1) }
-        let schema = TableSchema(name: table, engine: "matrix", columns: columns, primaryKey: ["id"])
+        let schema = TableSchema(name: table, engine: Engine("matrix"), columns: columns, primaryKey: ["id"])
         var rows: [[Value]] = (0..<2).map { i in [.int(Int64(i))] + samples.map { $0.2[i] } }
         rows.append([.int(2)] + samples.map { _ in .null })
 
@@ -52,7 +52,7 @@ final class MatrixTests: XCTestCase {
             try src.begin()
             try src.createTable(schema, named: table)
             try src.commit()
-            let w = try src.writer(table: table, columns: columns)
+            let w = try src.writer(into: try src.describe(table), columns: columns)
             try src.begin()
             try w.write(RowBatch(rows: rows, types: columns.map(\.logicalType)))
             try w.finish()

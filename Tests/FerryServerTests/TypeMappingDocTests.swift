@@ -11,9 +11,9 @@ import XCTest
 /// scripts/gen-type-docs does that).
 final class TypeMappingDocTests: XCTestCase {
     static let engines = [
-        TypeMappingDocument.Engine(title: "SQLite", name: "sqlite", entries: SQLiteTypeMap.nativeTypes, dialect: SQLiteDialect()),
-        TypeMappingDocument.Engine(title: "PostgreSQL", name: "postgres", entries: PostgresTypeMap.nativeTypes, dialect: PostgresDialect()),
-        TypeMappingDocument.Engine(title: "MySQL", name: "mysql", entries: MySQLTypeMap.nativeTypes, dialect: MySQLDialect()),
+        TypeMappingDocument.Section(title: "SQLite", entries: SQLiteTypeMap.nativeTypes, dialect: SQLiteDialect()),
+        TypeMappingDocument.Section(title: "PostgreSQL", entries: PostgresTypeMap.nativeTypes, dialect: PostgresDialect()),
+        TypeMappingDocument.Section(title: "MySQL", entries: MySQLTypeMap.nativeTypes, dialect: MySQLDialect()),
     ]
 
     func testGeneratedTablesAreCurrent() throws {

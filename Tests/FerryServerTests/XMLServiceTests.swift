@@ -115,14 +115,14 @@ final class XMLServiceTests: XCTestCase {
         defer { service.stop() }
         let src = try sqlite("types.db")
         let columns = DriverConformance.typeSamples.map { Column(name: $0.name, nativeType: "", logicalType: $0.type) }
-        let schema = TableSchema(name: TableName("types"), engine: "test",
+        let schema = TableSchema(name: TableName("types"), engine: Engine("test"),
                                  columns: [Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false)] + columns, primaryKey: ["id"])
         try src.begin()
         try src.createTable(schema, named: schema.name)
         var rows: [[Value]] = []
         for i in 0..<2 { rows.append([.int(Int64(i))] + DriverConformance.typeSamples.map { $0.values[i] }) }
         rows.append([.int(2)] + DriverConformance.typeSamples.map { _ in .null })
-        let w = try src.writer(table: schema.name, columns: schema.columns)
+        let w = try src.writer(into: try src.describe(schema.name), columns: schema.columns)
         try w.write(RowBatch(rows: rows, types: schema.columns.map(\.logicalType)))
         try src.commit()
         let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .target)
@@ -159,7 +159,7 @@ final class XMLServiceTests: XCTestCase {
             let artistSchema = try src.describe(TableName("Artist"))
             try more.begin()
             try more.createTable(artistSchema, named: TableName("Artist"))
-            let w = try more.writer(table: TableName("Artist"), columns: artistSchema.columns)
+            let w = try more.writer(into: try more.describe(TableName("Artist")), columns: artistSchema.columns)
             try w.write(RowBatch(rows: (1000..<3500).map { [.int(Int64($0)), .text("appended \($0) & <co>")] }, types: [.int64, .text]))
             try w.finish()
             try more.commit()
@@ -209,11 +209,11 @@ final class XMLServiceTests: XCTestCase {
             let table = TableName("ferry_changes_test")
             try db.begin()
             try db.dropTable(table)
-            try db.createTable(TableSchema(name: table, engine: "test", columns: [
+            try db.createTable(TableSchema(name: table, engine: Engine("test"), columns: [
                 Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false),
                 Column(name: "name", nativeType: "", logicalType: .text(maxLength: 20, fixed: false))], primaryKey: ["id"]), named: table)
             try db.commit()
-            let w = try db.writer(table: table, columns: try db.describe(table).columns)
+            let w = try db.writer(into: try db.describe(table), columns: try db.describe(table).columns)
             try db.begin()
             try w.write(RowBatch(rows: [[.int(1), .text("one")], [.int(2), .text("two")], [.int(3), .text("three")]], types: [.int64, .text]))
             try w.finish()
@@ -241,8 +241,8 @@ final class XMLServiceTests: XCTestCase {
             // The http driver's keyed calls go through the same endpoint.
             let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .target)
             let cols = try http.describe(table).columns
-            XCTAssertEqual(try http.upsertRows(table: table, columns: cols, key: ["id"], rows: RowBatch(rows: [[.int(3), .text("THREE")]], types: [.int64, .text])), 1)
-            XCTAssertEqual(try http.deleteRows(table: table, key: [cols[0]], keys: RowBatch(rows: [[.int(5)]], types: [.int64])), 1)
+            XCTAssertEqual(try http.upsertRows(into: try http.describe(table), columns: cols, key: ["id"], rows: RowBatch(rows: [[.int(3), .text("THREE")]], types: [.int64, .text])), 1)
+            XCTAssertEqual(try http.deleteRows(from: try http.describe(table), key: [cols[0]], keys: RowBatch(rows: [[.int(5)]], types: [.int64])), 1)
             XCTAssertEqual(try rows(), [[.int(2), .text("TWO")], [.int(3), .text("THREE")], [.int(4), .text("four & more")]])
             try db.begin(); try db.dropTable(table); try db.commit()
         }

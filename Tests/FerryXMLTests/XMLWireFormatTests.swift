@@ -69,7 +69,7 @@ final class XMLWireFormatTests: XCTestCase {
 
     func testSchemaAndTablesDocuments() throws {
         let schema = TableSchema(
-            name: TableName(schema: "sales", "Odd \"name\" <&>\ttab"), engine: "postgres",
+            name: TableName(schema: "sales", "Odd \"name\" <&>\ttab"), engine: Engine("postgres"),
             columns: [
                 Column(name: "id", nativeType: "bigint", logicalType: .int64, isNullable: false, serial: .identityByDefault),
                 Column(name: "price", nativeType: "numeric(10,2)", logicalType: .decimal(precision: 10, scale: 2), defaultExpression: "0.00"),

@@ -1,9 +1,9 @@
 /// Everything Ferry knows about one table: its columns, keys and size.
 public struct TableSchema: Hashable, Sendable, Codable {
     public var name: TableName
-    /// The driver that described it (`sqlite`, `postgres`, …). A driver may keep native
-    /// details (defaults, exact type text) when the target is the same engine.
-    public var engine: String
+    /// The engine that described it. A driver may keep native details (defaults, exact type
+    /// text) when the target is the same engine.
+    public var engine: Engine
     public var columns: [Column]
     /// Primary key column names in key order; empty when the table has none.
     public var primaryKey: [String]
@@ -13,7 +13,7 @@ public struct TableSchema: Hashable, Sendable, Codable {
     public var rowEstimate: Int64?
 
     public init(
-        name: TableName, engine: String, columns: [Column], primaryKey: [String] = [],
+        name: TableName, engine: Engine, columns: [Column], primaryKey: [String] = [],
         uniqueKeys: [[String]] = [], rowEstimate: Int64? = nil
     ) {
         self.name = name
@@ -87,5 +87,20 @@ public struct TableInfo: Hashable, Sendable, Codable {
     public init(name: TableName, rowEstimate: Int64?) {
         self.name = name
         self.rowEstimate = rowEstimate
+    }
+}
+
+/// A table Ferry is about to create: the statements that create it — run exactly as planned,
+/// and what `--dry-run` shows — and the table as the target will then hold it (its native
+/// types and the logical types its catalog will report), which is what writers are given.
+public struct PlannedTable: Hashable, Sendable, Codable {
+    /// The table as created: `name` is the name created, columns carry the target's types.
+    public var schema: TableSchema
+    /// The statements, in order (for the XML service, the request that creates it).
+    public var statements: [String]
+
+    public init(schema: TableSchema, statements: [String]) {
+        self.schema = schema
+        self.statements = statements
     }
 }

@@ -26,27 +26,32 @@ public protocol Connection: AnyObject {
     /// Each batch holds one buffer per column, laid out for the column's logical type.
     func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader
 
-    /// The DDL that creates a table of this schema named `name` on this engine, mapping logical
-    /// types to native ones. Throws `FerryError.unsupportedType` for a type the engine cannot hold.
-    func createTableStatements(for schema: TableSchema, named name: TableName) throws -> [String]
-    /// Runs `createTableStatements`.
-    func createTable(_ schema: TableSchema, named name: TableName) throws
+    /// Plans a table of this schema named `name` on this engine: the DDL (types mapped from
+    /// logical to native, named enum types created when missing) and the table it makes. Reads
+    /// the catalog at most; changes nothing. Throws `FerryError.unsupportedType` for a type the
+    /// engine cannot hold.
+    func planTable(_ schema: TableSchema, named name: TableName) throws -> PlannedTable
+    /// Runs a planned table's statements, as planned.
+    func createTable(_ table: PlannedTable) throws
     func dropTable(_ name: TableName) throws
     /// Replaces `target` by `staging` (dropping the old `target` if there is one) so that
     /// readers see either the old or the new table, never neither.
     func swapTable(_ staging: TableName, into target: TableName) throws
 
-    /// A writer inserting rows into `columns` of the existing table `table`.
-    func writer(table: TableName, columns: [Column]) throws -> any BatchWriter
+    /// A writer inserting rows laid out for `columns` (the values' logical types, named as the
+    /// target's columns) into the existing table `table` — the target as its catalog described
+    /// it, or as `planTable` planned it. Writers encode for the target's types from `table`;
+    /// they never look the table up again.
+    func writer(into table: TableSchema, columns: [Column]) throws -> any BatchWriter
 
-    /// Inserts each row of `rows` (laid out for `columns`) or, when a row with the same `key`
-    /// exists, updates its other columns. Returns the number of rows given. Runs in the caller's
-    /// transaction.
-    func upsertRows(table: TableName, columns: [Column], key: [String], rows: RowBatch) throws -> Int
+    /// Inserts each row of `rows` (laid out for `columns`) into `table` (as for `writer`) or,
+    /// when a row with the same `key` exists, updates its other columns. Returns the number of
+    /// rows given. Runs in the caller's transaction.
+    func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int
 
-    /// Deletes the rows whose key equals a row of `keys` (laid out for `key`, in key order).
-    /// Returns how many rows were deleted. Runs in the caller's transaction.
-    func deleteRows(table: TableName, key: [Column], keys: RowBatch) throws -> Int
+    /// Deletes the rows of `table` whose key equals a row of `keys` (laid out for `key`, in key
+    /// order). Returns how many rows were deleted. Runs in the caller's transaction.
+    func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int
 
     func begin() throws
     func commit() throws
@@ -57,6 +62,16 @@ public protocol Connection: AnyObject {
     func resetSerial(_ table: TableName, schema: TableSchema) throws
 
     func close()
+}
+
+extension Connection {
+    /// Plans and creates a table of `schema` named `name`; returns the table as created.
+    @discardableResult
+    public func createTable(_ schema: TableSchema, named name: TableName) throws -> TableSchema {
+        let planned = try planTable(schema, named: name)
+        try createTable(planned)
+        return planned.schema
+    }
 }
 
 /// Delivers a table's rows in batches.

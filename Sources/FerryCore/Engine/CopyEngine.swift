@@ -12,6 +12,11 @@ public struct CopyEngine: Sendable {
     /// Prefix of tables Ferry creates for its own use (staging tables, bookkeeping).
     public static let internalPrefix = "_ferry_"
 
+    /// The table a replace loads before it is swapped in as `target`.
+    public static func stagingName(for target: TableName) -> TableName {
+        TableName(schema: target.schema, internalPrefix + "staging_" + target.name)
+    }
+
     public init(registry: DriverRegistry) {
         self.registry = registry
     }
@@ -61,15 +66,29 @@ public struct CopyEngine: Sendable {
                 warnings.append("table \(name): the primary key uses a skipped column; the target gets none")
             }
 
+            // The target is described once, here: writers are handed this (or the planned table).
             let exists = try target.tableExists(targetName)
             if exists && options.mode == .create {
                 throw FerryError.targetTableExists(table: targetName, endpoint: target.endpoint.redacted)
             }
-            let ddl = try target.createTableStatements(for: targetSchema, named: targetName)
-            tables.append(
-                TablePlan(
-                    sourceSchema: schema, targetSchema: targetSchema, columns: carried, skipped: resolved.skipped,
-                    decisions: resolved.decisions, conversions: resolved.conversions, key: key, ddl: ddl, targetExists: exists))
+            let existing = exists && options.mode == .append ? try target.describe(targetName) : nil
+            if let existing, options.mode == .append {
+                for c in targetSchema.columns where existing.column(named: c.name) == nil {
+                    throw FerryError.columnNotFound(table: targetName, column: c.name)
+                }
+            }
+            let creates: PlannedTable? = switch options.mode {
+            case .create: try target.planTable(targetSchema, named: targetName)
+            case .replace: try target.planTable(targetSchema, named: Self.stagingName(for: targetName))
+            case .append: existing == nil ? try target.planTable(targetSchema, named: targetName) : nil
+            }
+            var plan = TablePlan(
+                sourceSchema: schema, targetSchema: targetSchema, columns: carried, skipped: resolved.skipped,
+                decisions: resolved.decisions, conversions: resolved.conversions, key: key)
+            plan.creates = creates
+            plan.existingTarget = existing
+            plan.targetExists = exists
+            tables.append(plan)
         }
         warnings += options.casts.unused(usedRules)
         return CopyPlan(
@@ -206,29 +225,33 @@ public struct CopyEngine: Sendable {
         progress.started(label, estimate: table.sourceSchema.rowEstimate)
         do {
             try target.begin()
-            let loadName: TableName
+            // The load runs the planned DDL as planned, and writes into the planned (or described) table.
+            var into = table.writesInto
             switch mode {
             case .create:
                 if try target.tableExists(table.target) {
                     throw FerryError.targetTableExists(table: table.target, endpoint: target.endpoint.redacted)
                 }
-                try target.createTable(table.targetSchema, named: table.target)
+                if let planned = table.creates { try target.createTable(planned) }
                 created = table.target
-                loadName = table.target
             case .replace:
-                loadName = TableName(schema: table.target.schema, Self.internalPrefix + "staging_" + table.target.name)
-                if try target.tableExists(loadName) { try target.dropTable(loadName) }
-                try target.createTable(table.targetSchema, named: loadName)
-                created = loadName
+                if try target.tableExists(into.name) { try target.dropTable(into.name) }
+                if let planned = table.creates { try target.createTable(planned) }
+                created = into.name
             case .append:
-                if try !target.tableExists(table.target) {
-                    try target.createTable(table.targetSchema, named: table.target)
-                    created = table.target
+                if let planned = table.creates {
+                    if try target.tableExists(planned.schema.name) {
+                        // Created by someone else since the plan: write into it as it is.
+                        into = try target.describe(planned.schema.name)
+                    } else {
+                        try target.createTable(planned)
+                        created = planned.schema.name
+                    }
                 }
-                loadName = table.target
             }
+            let loadName = into.name
 
-            rows = try pump(table, source: source, target: target, into: loadName, options: options, progress: progress, cancellation: cancellation)
+            rows = try pump(table, source: source, target: target, into: into, options: options, progress: progress, cancellation: cancellation)
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
 
             if mode != .append {
@@ -272,14 +295,14 @@ public struct CopyEngine: Sendable {
     /// is stopped and joined and the writer aborted (in-flight work finished or cancelled)
     /// before the caller touches the target connection again (to roll back).
     private func pump(
-        _ table: TablePlan, source: any Connection, target: any Connection, into loadName: TableName,
+        _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema,
         options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?
     ) throws -> Int64 {
         let reader = Handoff(try source.reader(
             table: table.sourceSchema, columns: table.columns, keyRange: nil, batchSize: max(1, options.batchSize)))
         let writer: any BatchWriter
         do {
-            writer = try target.writer(table: loadName, columns: table.targetSchema.columns)
+            writer = try target.writer(into: into, columns: table.targetSchema.columns)
         } catch {
             reader.value.close()
             throw error

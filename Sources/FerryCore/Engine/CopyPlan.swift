@@ -1,5 +1,5 @@
 /// What a copy will do, table by table; printable with `--dry-run` before anything is touched.
-public struct CopyPlan: Sendable, Codable {
+public struct CopyPlan: Sendable, Encodable {
     public var source: String
     public var target: String
     public var mode: WriteMode
@@ -9,7 +9,7 @@ public struct CopyPlan: Sendable, Codable {
 }
 
 /// One table's part of a plan.
-public struct TablePlan: Sendable, Codable {
+public struct TablePlan: Sendable, Encodable {
     /// The source table as its catalog describes it.
     public var sourceSchema: TableSchema
     /// The table to create or fill on the target: the source's carried columns, its keys.
@@ -24,13 +24,42 @@ public struct TablePlan: Sendable, Codable {
     public var conversions: [ColumnConversion] = []
     /// The key keyed work and error messages use; nil when the table has none.
     public var key: TableKey?
-    /// DDL the target runs in create and replace modes (and in append when the table is missing).
-    public var ddl: [String]
+    /// DDL the target runs, exactly as planned: the table created (in replace mode the staging
+    /// table swapped in at the end; in append mode only when the target is missing).
+    public var ddl: [String] { creates?.statements ?? [] }
+    /// The table the load creates (the target, or in replace mode its staging table); nil when
+    /// rows are appended to a table that exists.
+    public var creates: PlannedTable?
+    /// The target table as its catalog described it when planning: in append mode, when it exists.
+    public var existingTarget: TableSchema?
     /// True when the target table exists already (append writes into it; replace swaps it).
-    public var targetExists: Bool
+    public var targetExists = false
+    /// The table rows are written into, as the writer is given it: the created table (as
+    /// planned), else the existing target (as described).
+    public var writesInto: TableSchema { creates?.schema ?? existingTarget ?? targetSchema }
 
     public var source: TableName { sourceSchema.name }
     public var target: TableName { targetSchema.name }
+
+    private enum CodingKeys: String, CodingKey {
+        case sourceSchema, targetSchema, columns, skipped, decisions, conversions, key, creates, existingTarget, ddl, targetExists
+    }
+
+    /// Every stored property, and the DDL and whether the target exists spelled out for readers of `--json`.
+    public func encode(to encoder: any Encoder) throws {
+        var c = encoder.container(keyedBy: CodingKeys.self)
+        try c.encode(sourceSchema, forKey: .sourceSchema)
+        try c.encode(targetSchema, forKey: .targetSchema)
+        try c.encode(columns, forKey: .columns)
+        try c.encode(skipped, forKey: .skipped)
+        try c.encode(decisions, forKey: .decisions)
+        try c.encode(conversions, forKey: .conversions)
+        try c.encodeIfPresent(key, forKey: .key)
+        try c.encodeIfPresent(creates, forKey: .creates)
+        try c.encodeIfPresent(existingTarget, forKey: .existingTarget)
+        try c.encode(ddl, forKey: .ddl)
+        try c.encode(targetExists, forKey: .targetExists)
+    }
 }
 
 /// Options that shape a copy.

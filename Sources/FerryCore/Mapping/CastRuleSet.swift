@@ -57,7 +57,7 @@ public struct CastRuleSet: Sendable {
 
     /// Decides `column` of `table` (described by the `engine` driver). `target` checks native
     /// types a rule names; without one (`ferry describe`) they are shown as named.
-    public func resolve(_ column: Column, in table: TableName, engine: String, target: (any Dialect)?) throws -> Resolution {
+    public func resolve(_ column: Column, in table: TableName, engine: Engine, target: (any Dialect)?) throws -> Resolution {
         let mapName = "\(engine) type map"
         guard let index = rules.firstIndex(where: { $0.matches(column, in: table) }) else {
             // Same engine on both sides: a type with no logical type keeps its native type, its

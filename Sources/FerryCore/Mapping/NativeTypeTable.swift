@@ -27,14 +27,13 @@ public struct NativeTypeEntry: Sendable {
 
 /// Renders the per-engine mapping tables of docs/type-mapping.md from the drivers' data.
 public enum TypeMappingDocument {
-    public struct Engine: Sendable {
+    /// One engine's part of the document.
+    public struct Section: Sendable {
         public var title: String
-        public var name: String
         public var entries: [NativeTypeEntry]
         public var dialect: any Dialect
-        public init(title: String, name: String, entries: [NativeTypeEntry], dialect: any Dialect) {
+        public init(title: String, entries: [NativeTypeEntry], dialect: any Dialect) {
             self.title = title
-            self.name = name
             self.entries = entries
             self.dialect = dialect
         }
@@ -44,7 +43,7 @@ public enum TypeMappingDocument {
     public static let endMarker = "<!-- end of generated tables -->"
 
     /// One markdown table per source engine: native type → logical type → what each target creates.
-    public static func render(_ engines: [Engine]) -> String {
+    public static func render(_ engines: [Section]) -> String {
         var out = [beginMarker, ""]
         for source in engines {
             out.append("### From \(source.title)")
@@ -63,7 +62,7 @@ public enum TypeMappingDocument {
                     row += "none |"
                     let column = Column(name: "c", nativeType: e.declaration, logicalType: e.logical)
                     for t in engines {
-                        row += t.dialect.carriesNatively(column, fromEngine: source.name) ? " same (native form) |" : " — |"
+                        row += t.dialect.carriesNatively(column, fromEngine: source.dialect.engine) ? " same (native form) |" : " — |"
                     }
                     let cast = "skipped where — ; `--cast 'type \(NativeTypeName(e.declaration).base) to text'` carries its text form"
                     out.append(row + " " + (e.note.isEmpty ? cast : e.note + "; " + cast) + " |")
@@ -71,9 +70,9 @@ public enum TypeMappingDocument {
                 }
                 row += "\(e.logical) |"
                 for t in engines {
-                    if t.name == source.name {
+                    if t.dialect.engine == source.dialect.engine {
                         row += " same |"
-                    } else if e.refusedBy.contains(t.name) {
+                    } else if e.refusedBy.contains(t.dialect.engine.rawValue) {
                         row += " " + (t.dialect.ddlType(for: e.logical).map { "`\($0)`, " } ?? "") + "wider values refused¹ |"
                     } else if case .enumeration = e.logical, t.dialect.ddlType(for: e.logical) == nil {
                         row += " enum type |"

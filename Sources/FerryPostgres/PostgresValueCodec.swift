@@ -1,8 +1,11 @@
 import FerryCore
 
-/// PostgreSQL's binary wire formats (COPY … (FORMAT binary)): big-endian integers, IEEE floats,
-/// numeric in base-10000 digits, dates as days and timestamps as microseconds since 2000-01-01.
-enum PostgresBinary {
+/// Ferry's PostgreSQL form of every logical type, decided here once: the binary wire formats
+/// of COPY … (FORMAT binary) that the reader decodes and the writer encodes (big-endian
+/// integers, IEEE floats, numeric in base-10000 digits, dates as days and timestamps as
+/// microseconds since 2000-01-01), which encoding a value gets for a target column's type, and
+/// key values as SQL literals for key ranges.
+enum PostgresValueCodec {
     /// 2000-01-01 minus 1970-01-01.
     static let epochDays: Int64 = 10_957
     static let epochMicros: Int64 = 946_684_800_000_000
@@ -155,5 +158,86 @@ enum PostgresBinary {
         put16(Int16(dscale), &out)
         for d in digits { put16(d, &out) }
         return dscale
+    }
+
+    // MARK: Encoding for a target column
+
+    /// How the writer encodes one column's values.
+    enum Encoder {
+        case bool
+        case int(bytes: Int, range: ClosedRange<Int64>)
+        case intAsNumeric
+        case float8
+        case float4
+        /// numeric(p,s): the text must not have non-zero digits beyond `scale`.
+        case numeric(scale: Int?)
+        case text
+        case jsonb
+        case bytes
+        case uuid
+        case date
+        case time
+        case timestamp
+    }
+
+    /// `target` is the table as described or planned: each value is encoded for its column's
+    /// type there, with no second look at the catalog.
+    /// How a value of logical type `type` is sent to a column described as `target`, or nil when
+    /// it cannot be stored there exactly.
+    static func encoder(for type: LogicalType, into target: Column) -> Encoder? {
+        func int(_ t: LogicalType) -> Encoder? {
+            switch t {
+            case .int16: return .int(bytes: 2, range: Int64(Int16.min)...Int64(Int16.max))
+            case .int32: return .int(bytes: 4, range: Int64(Int32.min)...Int64(Int32.max))
+            case .int64: return .int(bytes: 8, range: Int64.min...Int64.max)
+            default: return nil
+            }
+        }
+        switch (type, target.logicalType) {
+        case (.boolean, .boolean): return .bool
+        case (.int16, let t), (.int32, let t), (.int64, let t):
+            if case .decimal = t { return .intAsNumeric }
+            return int(t)
+        case (.boolean, .int16): return .int(bytes: 2, range: 0...1)
+        case (.boolean, .int32): return .int(bytes: 4, range: 0...1)
+        case (.boolean, .int64): return .int(bytes: 8, range: 0...1)
+        case (.float64, .float64), (.float32, .float64): return .float8
+        case (.float32, .float32), (.float64, .float32): return .float4
+        case (.decimal, .decimal(_, let scale)): return .numeric(scale: scale)
+        case (.text, .text), (.enumeration, .text), (.json, .text), (.decimal, .text),
+             (.enumeration, .enumeration), (.text, .enumeration):
+            return .text
+        case (.json, .json): return NativeTypeName(target.nativeType).base == "jsonb" ? .jsonb : .text
+        case (.binary, .binary): return .bytes
+        case (.uuid, .uuid): return .uuid
+        case (.date, .date): return .date
+        case (.time, .time): return .time
+        case (.timestamp(_, let tz), .timestamp(_, let targetTZ)):
+            // A zoned instant is not put into a column without a zone.
+            return tz && !targetTZ ? nil : .timestamp
+        default: return nil
+        }
+    }
+
+    // MARK: Key literals
+
+    /// Key values as SQL literals (COPY takes no parameters).
+    static func literals(_ values: [Value], _ c: PostgresConnection) throws -> String {
+        try values.map { v -> String in
+            if case .binary(let bytes) = v {
+                return "'\\x" + bytes.map { String(format: "%02x", $0) }.joined() + "'::bytea"
+            }
+            guard let text = v.canonicalText else { return "NULL" }
+            switch v {
+            case .bool, .int: return text
+            case .double: return c.pgDialect.literal(text) + "::float8"
+            case .decimal: return c.pgDialect.literal(text) + "::numeric"
+            case .date: return c.pgDialect.literal(text) + "::date"
+            case .time: return c.pgDialect.literal(text) + "::time"
+            case .timestamp: return c.pgDialect.literal(text) + "::timestamp"
+            case .uuid: return c.pgDialect.literal(text) + "::uuid"
+            default: return c.pgDialect.literal(text)
+            }
+        }.joined(separator: ", ")
     }
 }
