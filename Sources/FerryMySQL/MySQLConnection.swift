@@ -2,6 +2,41 @@ import CMariaDB
 import FerryCore
 import Foundation
 
+/// A result set (MYSQL_RES), owned: freed in one place, when released — after the rest of a
+/// streamed result is fetched, so the connection takes the next command. Not Sendable: it
+/// belongs to the connection's thread.
+final class MySQLResult {
+    let handle: UnsafeMutablePointer<MYSQL_RES>
+    /// Rows that arrive as the server sends them (`mysql_use_result`) must be read to the end
+    /// before the handle is freed.
+    private let streamed: Bool
+
+    /// The whole result of the last statement, held by the client (`mysql_store_result`); nil
+    /// when the statement returned none (or on error: check `mysql_field_count`).
+    init?(storing mysql: UnsafeMutablePointer<MYSQL>) {
+        guard let h = mysql_store_result(mysql) else { return nil }
+        handle = h
+        streamed = false
+    }
+
+    /// The result of the last statement, streamed row by row (`mysql_use_result`).
+    init?(streaming mysql: UnsafeMutablePointer<MYSQL>) {
+        guard let h = mysql_use_result(mysql) else { return nil }
+        handle = h
+        streamed = true
+    }
+
+    deinit {
+        if streamed { while mysql_fetch_row(handle) != nil {} }
+        mysql_free_result(handle)
+    }
+
+    var fieldCount: Int { Int(mysql_num_fields(handle)) }
+    func fetchRow() -> MYSQL_ROW? { mysql_fetch_row(handle) }
+    /// The lengths of the row last fetched.
+    func lengths() -> UnsafeMutablePointer<UInt>? { mysql_fetch_lengths(handle) }
+}
+
 /// One libmariadb connection. The session is set up so results are exact and predictable:
 /// utf8mb4 with a binary collation, UTC, a strict sql_mode, LOCAL INFILE enabled on the client.
 public final class MySQLConnection: Connection {
@@ -101,22 +136,21 @@ public final class MySQLConnection: Connection {
     func execute(_ sql: String) throws {
         let rc = sql.withCString { mysql_real_query(mysql, $0, UInt(strlen($0))) }
         guard rc == 0 else { throw error(sql: sql) }
-        if let r = mysql_store_result(mysql) { mysql_free_result(r) }
+        _ = MySQLResult(storing: mysql)
     }
 
     /// Runs a query and returns every row as text (NULL as nil). For catalog queries.
     func query(_ sql: String) throws -> [[String?]] {
         let rc = sql.withCString { mysql_real_query(mysql, $0, UInt(strlen($0))) }
         guard rc == 0 else { throw error(sql: sql) }
-        guard let result = mysql_store_result(mysql) else {
+        guard let result = MySQLResult(storing: mysql) else {
             if mysql_field_count(mysql) == 0 { return [] }
             throw error(sql: sql)
         }
-        defer { mysql_free_result(result) }
-        let n = Int(mysql_num_fields(result))
+        let n = result.fieldCount
         var rows: [[String?]] = []
-        while let row = mysql_fetch_row(result) {
-            let lengths = mysql_fetch_lengths(result)
+        while let row = result.fetchRow() {
+            let lengths = result.lengths()
             rows.append((0..<n).map { i in
                 guard let p = row[i], let lengths else { return nil }
                 return String(decoding: UnsafeRawBufferPointer(start: p, count: Int(lengths[i])), as: UTF8.self)

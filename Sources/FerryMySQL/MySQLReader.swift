@@ -15,7 +15,7 @@ final class MySQLReader: BatchReader {
     private let table: TableName
     private let batchSize: Int
     private let keyIndexes: [Int]
-    private var result: UnsafeMutablePointer<MYSQL_RES>?
+    private var result: MySQLResult?
     private var done = false
 
     enum Kind: Equatable {
@@ -74,17 +74,13 @@ final class MySQLReader: BatchReader {
             }
             throw e
         }
-        guard let r = mysql_use_result(connection.mysql) else { throw connection.error(sql: sql) }
+        guard let r = MySQLResult(streaming: connection.mysql) else { throw connection.error(sql: sql) }
         result = r
     }
 
     func close() {
-        if let r = result {
-            // Fetch the rest so the connection can be used again, then free.
-            while mysql_fetch_row(r) != nil {}
-            mysql_free_result(r)
-            result = nil
-        }
+        // Releasing the result fetches the rest, so the connection can be used again, then frees it.
+        result = nil
     }
 
     deinit { close() }
@@ -94,12 +90,12 @@ final class MySQLReader: BatchReader {
         var batch = RowBatch(types: types, capacity: batchSize)
         var n = 0
         while !batch.isFull(rows: n, limit: batchSize) {
-            guard let row = mysql_fetch_row(r) else {
+            guard let row = r.fetchRow() else {
                 done = true
                 if mysql_errno(connection.mysql) != 0 { throw connection.error(sql: nil) }
                 break
             }
-            guard let lengths = mysql_fetch_lengths(r) else { throw connection.error(sql: nil) }
+            guard let lengths = r.lengths() else { throw connection.error(sql: nil) }
             for i in 0..<kinds.count {
                 guard let p = row[i] else {
                     batch.columns[i].appendNull()

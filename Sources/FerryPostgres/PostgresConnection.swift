@@ -2,13 +2,18 @@ import CLibPQ
 import FerryCore
 import Foundation
 
-/// A query result, cleared when released.
+/// A libpq result (PGresult), owned: cleared in one place, when released. Every result Ferry
+/// receives is wrapped (`exec`, `query`, `nextResult`), so none is cleared twice or leaked on an
+/// error path. Not Sendable: it belongs to the connection's thread.
 final class PostgresResult {
     let handle: OpaquePointer
     init(_ handle: OpaquePointer) { self.handle = handle }
     deinit { PQclear(handle) }
 
+    var status: ExecStatusType { PQresultStatus(handle) }
     var count: Int { Int(PQntuples(handle)) }
+    /// The row count of the command tag (`COPY 120000`, `DELETE 3`), when it has one.
+    var commandRows: Int? { PQcmdTuples(handle).flatMap { Int(String(cString: $0)) } }
 
     func value(_ row: Int, _ column: Int) -> String? {
         if PQgetisnull(handle, Int32(row), Int32(column)) == 1 { return nil }
@@ -119,23 +124,33 @@ public final class PostgresConnection: Connection {
             PQexecParams(conn, sql, Int32(params.count), nil, pp, nil, nil, 0)
         }
         guard let raw else { throw error(nil, sql: sql) }
-        let status = PQresultStatus(raw)
-        guard status == PGRES_TUPLES_OK || status == PGRES_COMMAND_OK else {
-            let e = error(raw, sql: sql)
-            PQclear(raw)
-            throw e
-        }
-        return PostgresResult(raw)
+        let result = PostgresResult(raw)
+        guard result.status == PGRES_TUPLES_OK || result.status == PGRES_COMMAND_OK else { throw error(raw, sql: sql) }
+        return result
     }
 
     /// Runs statements without parameters (several may be separated by semicolons).
     func execute(_ sql: String) throws {
-        guard let raw = PQexec(conn, sql) else { throw error(nil, sql: sql) }
-        defer { PQclear(raw) }
-        let status = PQresultStatus(raw)
-        guard status == PGRES_COMMAND_OK || status == PGRES_TUPLES_OK || status == PGRES_EMPTY_QUERY else {
-            throw error(raw, sql: sql)
+        let r = try exec(sql)
+        guard r.status == PGRES_COMMAND_OK || r.status == PGRES_TUPLES_OK || r.status == PGRES_EMPTY_QUERY else {
+            throw error(r.handle, sql: sql)
         }
+    }
+
+    /// Sends `sql` (PQexec) and returns its result, whatever its status.
+    func exec(_ sql: String) throws -> PostgresResult {
+        guard let raw = PQexec(conn, sql) else { throw error(nil, sql: sql) }
+        return PostgresResult(raw)
+    }
+
+    /// The next result of the command in progress (PQgetResult), nil when there is none.
+    func nextResult() -> PostgresResult? {
+        PQgetResult(conn).map(PostgresResult.init)
+    }
+
+    /// Discards the results still pending, so the connection takes a new command.
+    func drainResults() {
+        while nextResult() != nil {}
     }
 
     // MARK: Transactions
@@ -242,7 +257,7 @@ public final class PostgresConnection: Connection {
         try w.write(rows)
         let result = try query(statement(dialect.quote(scratch)))
         try execute("DROP TABLE \(dialect.quote(scratch))")
-        return Int(String(cString: PQcmdTuples(result.handle))) ?? 0
+        return result.commandRows ?? 0
     }
 
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {

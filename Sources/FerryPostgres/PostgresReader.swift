@@ -74,10 +74,9 @@ final class PostgresReader: BatchReader {
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + only + d.quote(table.name)
         if let range = keyRange { sql += try range.sqlSuffix(dialect: d) { try PostgresValueCodec.literals($0, connection) } }
         let copy = "COPY (\(sql)) TO STDOUT (FORMAT binary)"
-        guard let res = PQexec(connection.conn, copy) else { throw connection.error(nil, sql: copy) }
-        defer { PQclear(res) }
-        guard PQresultStatus(res) == PGRES_COPY_OUT else {
-            let e = connection.error(res, sql: copy)
+        let res = try connection.exec(copy)
+        guard res.status == PGRES_COPY_OUT else {
+            let e = connection.error(res.handle, sql: copy)
             if e.sqlState == "42501" {
                 throw FerryError.copyFailed(table: table.name, endpoint: connection.endpoint.redacted,
                                             reason: "permission denied: the role may not read \(table.name); GRANT SELECT on it or connect as another role")
@@ -99,7 +98,7 @@ final class PostgresReader: BatchReader {
         }
         var buf: UnsafeMutablePointer<CChar>?
         while PQgetCopyData(connection.conn, &buf, 0) > 0 { PQfreemem(buf) }
-        while let r = PQgetResult(connection.conn) { PQclear(r) }
+        connection.drainResults()
     }
 
     func next() throws -> RowBatch? {
@@ -132,10 +131,9 @@ final class PostgresReader: BatchReader {
     /// count the server reports for free (`COPY n`) is the number of rows decoded.
     private func finishCopy() throws {
         var reported: Int?
-        while let r = PQgetResult(connection.conn) {
-            defer { PQclear(r) }
-            if PQresultStatus(r) != PGRES_COMMAND_OK { throw connection.error(r, sql: nil) }
-            if let tuples = PQcmdTuples(r), let count = Int(String(cString: tuples)) { reported = count }
+        while let r = connection.nextResult() {
+            if r.status != PGRES_COMMAND_OK { throw connection.error(r.handle, sql: nil) }
+            if let count = r.commandRows { reported = count }
         }
         guard trailerSeen else { throw malformed() }
         if let reported, reported != rowsDecoded {

@@ -52,7 +52,7 @@ final class PostgresWriter: BatchWriter {
         let conn = connection.conn
         guard PQtransactionStatus(conn) == PQTRANS_ACTIVE else { return }
         _ = PQputCopyEnd(conn, "ferry: the load was aborted")
-        while let r = PQgetResult(conn) { PQclear(r) }
+        connection.drainResults()
     }
 
     private func fail(_ row: Int, _ column: Int, _ message: String) -> BatchRowError {
@@ -160,14 +160,8 @@ final class PostgresWriter: BatchWriter {
 
     private func send(_ buffer: [UInt8], rows: Int) throws {
         let conn = connection.conn
-        guard let start = PQexec(conn, copySQL) else { throw connection.error(nil, sql: copySQL) }
-        let status = PQresultStatus(start)
-        if status != PGRES_COPY_IN {
-            let e = connection.error(start, sql: copySQL)
-            PQclear(start)
-            throw e
-        }
-        PQclear(start)
+        let start = try connection.exec(copySQL)
+        if start.status != PGRES_COPY_IN { throw connection.error(start.handle, sql: copySQL) }
         var sendFailed = false
         buffer.withUnsafeBytes { raw in
             var offset = 0
@@ -183,9 +177,8 @@ final class PostgresWriter: BatchWriter {
         }
         _ = PQputCopyEnd(conn, sendFailed ? "ferry: sending failed" : nil)
         var failure: PostgresError?
-        while let r = PQgetResult(conn) {
-            if PQresultStatus(r) != PGRES_COMMAND_OK && failure == nil { failure = connection.error(r, sql: nil) }
-            PQclear(r)
+        while let r = connection.nextResult() {
+            if r.status != PGRES_COMMAND_OK && failure == nil { failure = connection.error(r.handle, sql: nil) }
         }
         guard let failure else { return }
         // "COPY t, line 3, column x: …": name the row by its key.
