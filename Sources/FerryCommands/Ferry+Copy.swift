@@ -57,35 +57,20 @@ extension Ferry {
         @Argument(help: "The database to write to (URL); a SQLite file is created when missing.")
         var target: String
 
-        @Option(name: .long, help: "Tables to copy: --tables a,b or --tables a --tables b (default: all).")
-        var tables: [String] = []
-
-        @Option(name: .long, help: "Tables to leave out, comma-separated or repeated.")
-        var exclude: [String] = []
-
         @Option(name: .long, help: "Only tables in these schemas (PostgreSQL schemas, SQLite attached databases), comma-separated.")
         var schema: [String] = []
 
         @Option(name: .long, help: "create, replace or append.")
         var mode: WriteMode = .create
 
-        @Option(name: .long, help: "The key of a table without one: TABLE=COL1,COL2 (repeatable).")
-        var key: [String] = []
-
         @Option(name: .long, help: "Tables copied at the same time (targets that take one writer at a time use 1).")
         var jobs: Int = 2
 
-        @Option(name: .long, help: "MySQL zero dates (0000-00-00): error (default) or null.")
-        var zeroDates: ZeroDates = .error
-
-        enum ZeroDates: String, ExpressibleByArgument, CaseIterable {
-            case error, null
-        }
+        @OptionGroup var tableOptions: TableOptions
 
         @OptionGroup var castOptions: CastOptions
 
-        @Option(name: .long, help: "Bearer token file for http(s):// endpoints (else the URL's password or FERRY_TOKEN).")
-        var tokenFile: String?
+        @OptionGroup var driverSettings: DriverSettings
 
         @Option(name: .long, help: "Rows per batch.")
         var batchSize: Int = 10_000
@@ -106,30 +91,21 @@ extension Ferry {
             guard batchSize >= 1 && batchSize <= 1_000_000 else {
                 throw ValidationError("--batch-size must be between 1 and 1000000, not \(batchSize)")
             }
-            for k in key where parseKeyOption(k) == nil {
-                throw ValidationError("--key '\(k)' must look like TABLE=COL1,COL2")
-            }
         }
 
         func run() throws {
             var options = CopyOptions()
-            options.tables = splitNames(tables)
-            options.exclude = splitNames(exclude)
+            options.tables = tableOptions.named
+            options.exclude = tableOptions.excluded
             options.schemas = schema.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
             options.mode = mode
             options.jobs = jobs
             options.batchSize = batchSize
-            for k in key { if let (t, cols) = parseKeyOption(k) { options.keys[t] = cols } }
+            options.keys = tableOptions.keys
             options.casts = try castOptions.rules()
 
             let registry = Ferry.registry
-            // Driver options travel as values on the endpoints, never in the URLs Ferry prints.
-            var shared: [String: String] = [:]
-            if let tokenFile { shared["token-file"] = tokenFile }
-            var sourceOptions = shared
-            if zeroDates == .null { sourceOptions["zero-dates"] = "null" }
-            let sourceEndpoint = try registry.applying(sourceOptions, to: Endpoint(parsing: source))
-            let targetEndpoint = try registry.applying(shared, to: Endpoint(parsing: target))
+            let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry)
             let src = try registry.connect(sourceEndpoint, role: .source)
             defer { src.close() }
             let dst = try registry.connect(targetEndpoint, role: .target)

@@ -84,18 +84,14 @@ extension Ferry {
             let app = try service.application(logger: logger) { bound in
                 Console.error("ferry: serving \(endpoint) on \(config.tlsCertificate == nil ? "http" : "https")://\(host):\(bound)/")
             }
-            let failure = FailureBox()
+            let failure = Locked<(any Error)?>(nil)
             let done = DispatchSemaphore(value: 0)
             Task {
-                do { try await app.runService() } catch { failure.error = error }
+                do { try await app.runService() } catch { failure.withLock { $0 = error } }
                 done.signal()
             }
             done.wait()
-            if let error = failure.error { throw FerryError.connectionFailed(endpoint: "\(host):\(port)", reason: "\(error)") }
+            if let error = failure.withLock({ $0 }) { throw FerryError.connectionFailed(endpoint: "\(host):\(port)", reason: "\(error)") }
         }
     }
-}
-
-private final class FailureBox: @unchecked Sendable {
-    var error: (any Error)?
 }

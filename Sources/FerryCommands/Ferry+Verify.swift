@@ -17,6 +17,7 @@ extension Ferry {
 
                 Examples:
                   ferry verify sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db
+                  ferry verify mysql://app@db/shop sqlite:shop.db --zero-dates null
                   ferry verify postgres://dba@db/shop sqlite:shop.db --tables orders --json
                   ferry copy sqlite:app.db postgres://dba@db/app --verify
                   ferry verify mysql://app@db/shop postgres://dba@pg/shop --cast 'type tinyint to boolean using tinyint-to-boolean'
@@ -28,38 +29,25 @@ extension Ferry {
         @Argument(help: "The database copied to (URL).")
         var target: String
 
-        @Option(name: .long, help: "Tables to compare (default: all).")
-        var tables: [String] = []
-
-        @Option(name: .long, help: "Tables to leave out.")
-        var exclude: [String] = []
-
-        @Option(name: .long, help: "The key of a table without one: TABLE=COL1,COL2 (repeatable).")
-        var key: [String] = []
-
         @Option(name: .long, help: "Differences listed per table.")
         var max: Int = 20
 
+        @OptionGroup var tableOptions: TableOptions
+
         @OptionGroup var castOptions: CastOptions
 
-        @Option(name: .long, help: "Bearer token file for http(s):// endpoints.")
-        var tokenFile: String?
+        @OptionGroup var driverSettings: DriverSettings
 
         @OptionGroup var output: OutputOptions
 
         func run() throws {
             var options = Verifier.Options()
-            options.tables = splitNames(tables)
-            options.exclude = splitNames(exclude)
+            options.tables = tableOptions.named
+            options.exclude = tableOptions.excluded
+            options.keys = tableOptions.keys
             options.maxReported = Swift.max(1, max)
             options.casts = try castOptions.rules()
-            for k in key {
-                guard let (t, cols) = parseKeyOption(k) else { throw FerryError.invalidOption("--key '\(k)' must look like TABLE=COL1,COL2") }
-                options.keys[t] = cols
-            }
-            let values = tokenFile.map { ["token-file": $0] } ?? [:]
-            let s = try Ferry.registry.applying(values, to: Endpoint(parsing: source))
-            let t = try Ferry.registry.applying(values, to: Endpoint(parsing: target))
+            let (s, t) = try driverSettings.endpoints(source: source, target: target, registry: Ferry.registry)
             let src = try Ferry.registry.connect(s, role: .source)
             defer { src.close() }
             let dst = try Ferry.registry.connect(t, role: .source)

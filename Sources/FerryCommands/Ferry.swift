@@ -86,6 +86,56 @@ struct CastOptions: ParsableArguments {
     func rules() throws -> CastRuleSet { try CastRuleSet.load(options: cast, files: casts) }
 }
 
+/// Which tables a command works on, and the keys of tables without one (copy, verify).
+struct TableOptions: ParsableArguments {
+    @Option(name: .long, help: "Tables: --tables a,b or --tables a --tables b (default: all).")
+    var tables: [String] = []
+
+    @Option(name: .long, help: "Tables to leave out, comma-separated or repeated.")
+    var exclude: [String] = []
+
+    @Option(name: .long, help: "The key of a table without one: TABLE=COL1,COL2 (repeatable).")
+    var key: [String] = []
+
+    func validate() throws {
+        for k in key where parseKeyOption(k) == nil {
+            throw ValidationError("--key '\(k)' must look like TABLE=COL1,COL2")
+        }
+    }
+
+    var named: [TableName] { splitNames(tables) }
+    var excluded: [TableName] { splitNames(exclude) }
+    var keys: [TableName: [String]] {
+        var keys: [TableName: [String]] = [:]
+        for k in key { if let (t, cols) = parseKeyOption(k) { keys[t] = cols } }
+        return keys
+    }
+}
+
+/// Settings the drivers take besides their URLs (copy, verify). They travel as values on the
+/// endpoints (`Endpoint.options`), never in a URL Ferry prints.
+struct DriverSettings: ParsableArguments {
+    @Option(name: .long, help: "Bearer token file for http(s):// endpoints (else the URL's password or FERRY_TOKEN).")
+    var tokenFile: String?
+
+    @Option(name: .long, help: "MySQL zero dates (0000-00-00) in the source: error (default) or null.")
+    var zeroDates: ZeroDates = .error
+
+    enum ZeroDates: String, ExpressibleByArgument, CaseIterable {
+        case error, null
+    }
+
+    /// The two endpoints with these settings: the token for both, zero dates for the source.
+    func endpoints(source: String, target: String, registry: DriverRegistry) throws -> (source: Endpoint, target: Endpoint) {
+        var shared: [String: String] = [:]
+        if let tokenFile { shared["token-file"] = tokenFile }
+        var sourceOptions = shared
+        if zeroDates == .null { sourceOptions["zero-dates"] = "null" }
+        return (try registry.applying(sourceOptions, to: Endpoint(parsing: source)),
+                try registry.applying(shared, to: Endpoint(parsing: target)))
+    }
+}
+
 struct OutputOptions: ParsableArguments {
     @Flag(name: .long, help: "Print machine-readable JSON on stdout.")
     var json = false

@@ -85,7 +85,7 @@ public enum SQLiteTypeMap {
     }
 
     /// The declared type Ferry gives a column of `type` in a table it creates.
-    /// Throws for types that have no SQLite form (`unsupported`).
+    /// nil for types that have no SQLite form (`unsupported`).
     public static func declaredType(for type: LogicalType) -> String? {
         func p(_ v: Int?) -> String { v.map { "(\($0))" } ?? "" }
         switch type {

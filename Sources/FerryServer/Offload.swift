@@ -16,7 +16,7 @@ enum Offload {
 
 /// Carries a connection (not Sendable) between the successive blocking steps of one request.
 /// Only one step runs at a time, so the connection is never used from two threads at once.
-final class Held<T>: @unchecked Sendable {
+final class Held<T>: @unchecked Sendable {  // unchecked: carrying a non-Sendable connection is its purpose
     var value: T
     init(_ value: T) { self.value = value }
 }

@@ -3,7 +3,7 @@ import Foundation
 /// A blocking FIFO between one producer and one consumer thread, bounded by items and by
 /// bytes (`cost` of each item): the producer waits while the consumer is behind, so memory
 /// stays flat whatever the size of the rows. One item always fits, however large.
-final class BoundedQueue<Element: Sendable>: @unchecked Sendable {
+final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked: all state is touched only under `condition`
     private let condition = NSCondition()
     private var items: [(item: Element, cost: Int)] = []
     private var queuedCost = 0
@@ -81,13 +81,13 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {
 /// Carries a value that is not `Sendable` (a C-backed connection) to another thread. Safe only
 /// when the sender stops using it until the receiver is done, which the engine guarantees by
 /// joining the thread before touching the value again.
-final class Handoff<T>: @unchecked Sendable {
+final class Handoff<T>: @unchecked Sendable {  // unchecked: carrying a non-Sendable value is its purpose
     var value: T
     init(_ value: T) { self.value = value }
 }
 
 /// Runs `body` on a new thread and returns a handle to wait for it.
-final class Worker: @unchecked Sendable {
+final class Worker: Sendable {
     private let done = DispatchSemaphore(value: 0)
 
     init(name: String, _ body: @escaping @Sendable () -> Void) {

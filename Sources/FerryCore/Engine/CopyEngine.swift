@@ -156,8 +156,10 @@ public struct CopyEngine: Sendable {
             for s in t.skipped { progress.note("warning: \(t.source): skipping column \(s.column): \(s.reason)") }
         }
         let jobs = target.dialect.supportsConcurrentWriters ? max(1, min(options.jobs, plan.tables.count)) : 1
-        let results = ResultBox(count: plan.tables.count)
-        let nextIndex = Counter()
+        // Per-table results filled by the jobs, and the next table index to hand out.
+        let results = Locked<[CopySummary.Table?]>(Array(repeating: nil, count: plan.tables.count))
+        let nextIndex = Locked(0)
+        let count = plan.tables.count
         let sourceEndpoint = source.endpoint
         let targetEndpoint = target.endpoint
 
@@ -180,20 +182,25 @@ public struct CopyEngine: Sendable {
                             openError = "\(error)"
                         }
                     }
-                    while let i = nextIndex.next(below: plan.tables.count) {
+                    while let i = nextIndex.withLock({ (n: inout Int) -> Int? in
+                        guard n < count else { return nil }
+                        n += 1
+                        return n - 1
+                    }) {
                         let table = plan.tables[i]
                         if cancellation?.isCancelled == true {
                             var r = engine.failed(table, error: FerryError.cancelled.description, rows: 0, seconds: 0)
                             r.status = .cancelled
-                            results.set(i, r)
+                            results.withLock { $0[i] = r }
                             continue
                         }
                         guard let (s, t) = connections else {
-                            results.set(i, engine.failed(table, error: openError ?? "no connection", rows: 0, seconds: 0))
+                            results.withLock { $0[i] = engine.failed(table, error: openError ?? "no connection", rows: 0, seconds: 0) }
                             continue
                         }
-                        results.set(i, engine.copyTable(
-                            table, source: s, target: t, options: options, mode: plan.mode, progress: progress, cancellation: cancellation))
+                        let r = engine.copyTable(
+                            table, source: s, target: t, options: options, mode: plan.mode, progress: progress, cancellation: cancellation)
+                        results.withLock { $0[i] = r }
                     }
                     if j != 0, let (s, t) = connections {
                         s.close()
@@ -203,7 +210,7 @@ public struct CopyEngine: Sendable {
         }
         for w in workers { w.join() }
         return CopySummary(
-            source: plan.source, target: plan.target, mode: plan.mode, tables: results.values.compactMap { $0 },
+            source: plan.source, target: plan.target, mode: plan.mode, tables: results.withLock { $0 }.compactMap { $0 },
             seconds: Date().timeIntervalSince(started), warnings: plan.warnings)
     }
 
@@ -382,35 +389,5 @@ public struct CopyEngine: Sendable {
             }
         }
         return "\(error)"
-    }
-}
-
-/// Slots for per-table results filled from several threads.
-private final class ResultBox: @unchecked Sendable {
-    private let lock = NSLock()
-    private var slots: [CopySummary.Table?]
-    init(count: Int) { slots = Array(repeating: nil, count: count) }
-    func set(_ i: Int, _ value: CopySummary.Table) {
-        lock.lock()
-        slots[i] = value
-        lock.unlock()
-    }
-    var values: [CopySummary.Table?] {
-        lock.lock()
-        defer { lock.unlock() }
-        return slots
-    }
-}
-
-/// Hands out table indexes to jobs.
-private final class Counter: @unchecked Sendable {
-    private let lock = NSLock()
-    private var value = 0
-    func next(below limit: Int) -> Int? {
-        lock.lock()
-        defer { lock.unlock() }
-        guard value < limit else { return nil }
-        value += 1
-        return value - 1
     }
 }

@@ -10,7 +10,7 @@ import Darwin
 /// On a terminal one status line is redrawn in place; otherwise plain lines (one when a
 /// table starts being written, one when it ends, and one every few seconds for long tables);
 /// nothing at all when quiet. Safe to call from several threads.
-public final class ProgressReporter: @unchecked Sendable {
+public final class ProgressReporter: Sendable {
     public enum Style: Sendable {
         case terminal, lines, quiet
     }
@@ -37,11 +37,14 @@ public final class ProgressReporter: @unchecked Sendable {
 
     public let style: Style
     private let observer: (@Sendable (Event) -> Void)?
-    private let lock = NSLock()
-    private var active: [String: Entry] = [:]
-    private var order: [String] = []
-    private var lastDraw = Date.distantPast
-    private var drawnWidth = 0
+    /// What is on screen: the tables being written, in the order they started.
+    private struct Screen {
+        var active: [String: Entry] = [:]
+        var order: [String] = []
+        var lastDraw = Date.distantPast
+        var drawnWidth = 0
+    }
+    private let screen = Locked(Screen())
     private let write: @Sendable (String) -> Void
 
     /// `quiet` wins; otherwise the style follows whether stderr is a terminal.
@@ -66,60 +69,60 @@ public final class ProgressReporter: @unchecked Sendable {
     public func started(_ table: String, estimate: Int64?) {
         observer?(.started(table: table, estimatedRows: estimate))
         guard style != .quiet else { return }
-        lock.lock()
-        defer { lock.unlock() }
-        let now = Date()
-        active[table] = Entry(name: table, estimate: estimate, started: now, lastLine: now)
-        order.append(table)
-        if style == .lines {
-            write("\(table): copying" + (estimate.map { " (~\($0) rows)" } ?? "") + "\n")
-        } else {
-            draw(force: true)
+        screen.withLock { screen in
+            let now = Date()
+            screen.active[table] = Entry(name: table, estimate: estimate, started: now, lastLine: now)
+            screen.order.append(table)
+            if style == .lines {
+                write("\(table): copying" + (estimate.map { " (~\($0) rows)" } ?? "") + "\n")
+            } else {
+                draw(&screen, force: true)
+            }
         }
     }
 
     public func advanced(_ table: String, by rows: Int) {
         observer?(.advanced(table: table, rows: rows))
         guard style != .quiet else { return }
-        lock.lock()
-        defer { lock.unlock() }
-        guard var e = active[table] else { return }
-        e.rows += Int64(rows)
-        let now = Date()
-        if style == .lines, now.timeIntervalSince(e.lastLine) >= 5 {
-            e.lastLine = now
-            write(line(e, now: now) + "\n")
+        screen.withLock { screen in
+            guard var e = screen.active[table] else { return }
+            e.rows += Int64(rows)
+            let now = Date()
+            if style == .lines, now.timeIntervalSince(e.lastLine) >= 5 {
+                e.lastLine = now
+                write(line(e, now: now) + "\n")
+            }
+            screen.active[table] = e
+            if style == .terminal { draw(&screen, force: false) }
         }
-        active[table] = e
-        if style == .terminal { draw(force: false) }
     }
 
     public func finished(_ table: String, rows: Int64, seconds: Double, error: String?) {
         observer?(.finished(table: table, rows: rows, seconds: seconds, error: error))
         guard style != .quiet else { return }
-        lock.lock()
-        defer { lock.unlock() }
-        active[table] = nil
-        order.removeAll { $0 == table }
-        clearLine()
-        let rate = seconds > 0 ? Double(rows) / seconds : 0
-        if let error {
-            write("\(table): FAILED after \(rows) rows: \(error)\n")
-        } else {
-            write("\(table): \(rows) rows in \(Self.format(seconds: seconds)) (\(Self.format(rate: rate)) rows/s)\n")
+        screen.withLock { screen in
+            screen.active[table] = nil
+            screen.order.removeAll { $0 == table }
+            clearLine(&screen)
+            let rate = seconds > 0 ? Double(rows) / seconds : 0
+            if let error {
+                write("\(table): FAILED after \(rows) rows: \(error)\n")
+            } else {
+                write("\(table): \(rows) rows in \(Self.format(seconds: seconds)) (\(Self.format(rate: rate)) rows/s)\n")
+            }
+            if style == .terminal { draw(&screen, force: true) }
         }
-        if style == .terminal { draw(force: true) }
     }
 
     /// A message that interrupts the status line (warnings).
     public func note(_ text: String) {
         observer?(.note(text))
         guard style != .quiet else { return }
-        lock.lock()
-        defer { lock.unlock() }
-        clearLine()
-        write(text + "\n")
-        if style == .terminal { draw(force: true) }
+        screen.withLock { screen in
+            clearLine(&screen)
+            write(text + "\n")
+            if style == .terminal { draw(&screen, force: true) }
+        }
     }
 
     private func line(_ e: Entry, now: Date) -> String {
@@ -137,21 +140,21 @@ public final class ProgressReporter: @unchecked Sendable {
         return s
     }
 
-    private func clearLine() {
-        if style == .terminal && drawnWidth > 0 {
+    private func clearLine(_ screen: inout Screen) {
+        if style == .terminal && screen.drawnWidth > 0 {
             write("\r\u{1B}[K")
-            drawnWidth = 0
+            screen.drawnWidth = 0
         }
     }
 
-    private func draw(force: Bool) {
+    private func draw(_ screen: inout Screen, force: Bool) {
         let now = Date()
-        guard force || now.timeIntervalSince(lastDraw) >= 0.1 else { return }
-        lastDraw = now
-        let text = order.compactMap { active[$0] }.map { line($0, now: now) }.joined(separator: " | ")
+        guard force || now.timeIntervalSince(screen.lastDraw) >= 0.1 else { return }
+        screen.lastDraw = now
+        let text = screen.order.compactMap { screen.active[$0] }.map { line($0, now: now) }.joined(separator: " | ")
         let cut = text.count > 200 ? String(text.prefix(199)) + "…" : text
         write("\r\u{1B}[K" + cut)
-        drawnWidth = cut.count
+        screen.drawnWidth = cut.count
     }
 
     static func format(rate: Double) -> String {
