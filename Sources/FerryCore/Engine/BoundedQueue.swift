@@ -2,11 +2,15 @@ import Foundation
 
 /// A blocking FIFO between one producer and one consumer thread, bounded by items and by
 /// bytes (`cost` of each item): the producer waits while the consumer is behind, so memory
-/// stays flat whatever the size of the rows. One item always fits, however large.
+/// stays flat whatever the size of the rows. The bytes count the item the consumer took and
+/// has not `release`d yet: with items larger than the budget, the producer reads the next one
+/// only when the consumer is done with the last. One item always fits, however large.
 final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked: all state is touched only under `condition`
     private let condition = NSCondition()
     private var items: [(item: Element, cost: Int)] = []
     private var queuedCost = 0
+    /// The cost of the item the consumer took and still works on.
+    private var takenCost = 0
     private let capacity: Int
     private let maxCost: Int
     private let cost: @Sendable (Element) -> Int
@@ -39,7 +43,9 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked
     func waitForRoom() -> Bool {
         condition.lock()
         defer { condition.unlock() }
-        while !items.isEmpty && (items.count >= capacity || queuedCost >= maxCost) && !cancelled { condition.wait() }
+        while (items.count >= capacity || (queuedCost + takenCost >= maxCost && queuedCost + takenCost > 0)) && !cancelled {
+            condition.wait()
+        }
         return !cancelled
     }
 
@@ -60,11 +66,20 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked
         if !items.isEmpty {
             let first = items.removeFirst()
             queuedCost -= first.cost
+            takenCost = first.cost
             condition.broadcast()
             return first.item
         }
         if let failure { throw failure }
         return nil
+    }
+
+    /// The consumer is done with the item it took last (and holds no reference to it).
+    func release() {
+        condition.lock()
+        takenCost = 0
+        condition.broadcast()
+        condition.unlock()
     }
 
     /// The consumer gives up: the producer's next `put` returns false.
@@ -73,6 +88,7 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked
         cancelled = true
         items.removeAll()
         queuedCost = 0
+        takenCost = 0
         condition.broadcast()
         condition.unlock()
     }

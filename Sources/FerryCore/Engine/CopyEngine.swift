@@ -337,6 +337,9 @@ public struct CopyEngine: Sendable {
                     try writer.write(batch)
                     rows += Int64(batch.count)
                     progress.advanced(table.source.description, by: batch.count)
+                    // Written: nothing holds the batch any more, and the reader may fill its room.
+                    last = nil
+                    queue.release()
                 }
                 try writer.finish()
             } catch let e as BatchRowError {
