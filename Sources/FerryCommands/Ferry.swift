@@ -118,21 +118,21 @@ struct DriverSettings: ParsableArguments {
     @Option(name: .long, help: "Bearer token file for http(s):// endpoints (else the URL's password or FERRY_TOKEN).")
     var tokenFile: String?
 
-    @Option(name: .long, help: "MySQL zero dates (0000-00-00) in the source: error (default) or null.")
+    @Option(name: .long, help: "MySQL zero dates (0000-00-00) as read: error (default) or null.")
     var zeroDates: ZeroDates = .error
 
     enum ZeroDates: String, ExpressibleByArgument, CaseIterable {
         case error, null
     }
 
-    /// The two endpoints with these settings: the token for both, zero dates for the source.
+    /// The two endpoints with these settings, each given those its driver declares (as
+    /// `Ferry.copy` and `Ferry.verify` do).
     func endpoints(source: String, target: String, registry: DriverRegistry) throws -> (source: Endpoint, target: Endpoint) {
-        var shared: [String: String] = [:]
-        if let tokenFile { shared["token-file"] = tokenFile }
-        var sourceOptions = shared
-        if zeroDates == .null { sourceOptions["zero-dates"] = "null" }
-        return (try registry.applying(sourceOptions, to: Endpoint(parsing: source)),
-                try registry.applying(shared, to: Endpoint(parsing: target)))
+        var values: [String: String] = [:]
+        if let tokenFile { values["token-file"] = tokenFile }
+        if zeroDates == .null { values["zero-dates"] = "null" }
+        return (try registry.applying(values, to: Endpoint(parsing: source)),
+                try registry.applying(values, to: Endpoint(parsing: target)))
     }
 }
 

@@ -37,12 +37,6 @@ extension MySQLConnection {
     }
 
     public func describe(_ table: TableName) throws -> TableSchema {
-        try describe(table, estimatingRows: true)
-    }
-
-    /// `estimatingRows: false` skips the row estimate, which counts small InnoDB tables exactly:
-    /// what a writer needs is the columns, and a count per load would cost a scan.
-    func describe(_ table: TableName, estimatingRows: Bool) throws -> TableSchema {
         let schema = schemaOf(table)
         let meta = try query(
             "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = \(lit(schema)) AND TABLE_NAME = \(lit(table.name))")
@@ -90,6 +84,6 @@ extension MySQLConnection {
         for k in keys where k.name != "PRIMARY" && k.usable && !unique.contains(k.cols) && k.cols != primary { unique.append(k.cols) }
         return TableSchema(
             name: table, engine: .mysql, columns: columns, primaryKey: primary, uniqueKeys: unique,
-            rowEstimate: estimatingRows ? try estimate(table, first.first.flatMap { $0.flatMap { Int64($0) } }) : nil)
+            rowEstimate: try estimate(table, first.first.flatMap { $0.flatMap { Int64($0) } }))
     }
 }

@@ -233,6 +233,7 @@ public final class MySQLConnection: Connection {
     }
 
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+        guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
         guard !rows.isEmpty else { return 0 }
         let q = { (s: String) in self.dialect.quote(s) }
         let others = columns.map(\.name).filter { !key.contains($0) }

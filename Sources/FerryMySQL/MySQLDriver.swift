@@ -1,10 +1,10 @@
 import FerryCore
 
-/// The MySQL/MariaDB driver (schemes `mysql` and `mariadb`), on libmariadb (Connector/C).
 extension Engine {
     public static let mysql = Engine("mysql")
 }
 
+/// The MySQL/MariaDB driver (schemes `mysql` and `mariadb`), on libmariadb (Connector/C).
 public struct MySQLDriver: Driver {
     public static let name = Engine.mysql.rawValue
     public init() {}

@@ -261,6 +261,7 @@ public final class PostgresConnection: Connection {
     }
 
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+        guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
         let q = { (s: String) in self.dialect.quote(s) }
         let list = columns.map { q($0.name) }.joined(separator: ", ")
         let others = columns.map(\.name).filter { !key.contains($0) }

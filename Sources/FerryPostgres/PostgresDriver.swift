@@ -1,10 +1,10 @@
 import FerryCore
 
-/// The PostgreSQL driver (schemes `postgres` and `postgresql`), on libpq.
 extension Engine {
     public static let postgres = Engine("postgres")
 }
 
+/// The PostgreSQL driver (schemes `postgres` and `postgresql`), on libpq.
 public struct PostgresDriver: Driver {
     public static let name = Engine.postgres.rawValue
     public init() {}

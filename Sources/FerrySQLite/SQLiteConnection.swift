@@ -188,6 +188,7 @@ public final class SQLiteConnection: Connection {
     }
 
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+        guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
         let q = { (s: String) in self.dialect.quote(s) }
         let others = columns.map(\.name).filter { !key.contains($0) }
         let sql = "INSERT INTO \(dialect.quote(qualified(table.name))) (" + columns.map { q($0.name) }.joined(separator: ", ")

@@ -1,10 +1,10 @@
 import FerryCore
 
-/// The SQLite driver (scheme `sqlite:`), on the system's libsqlite3.
 extension Engine {
     public static let sqlite = Engine("sqlite")
 }
 
+/// The SQLite driver (scheme `sqlite:`), on the system's libsqlite3.
 public struct SQLiteDriver: Driver {
     public static let name = Engine.sqlite.rawValue
     public init() {}

@@ -32,6 +32,17 @@ enum SQLiteValueCodec {
             case .decimal, .text, .json, .enumeration, .unsupported: self = .text
             }
         }
+
+        /// A value of logical type `type` written into a column the target describes as
+        /// `column`: times and timestamps take the column's declared precision and zone — the
+        /// form its key-range bounds are bound in — so that text order stays time order.
+        init(_ type: LogicalType, storedIn column: LogicalType?) {
+            switch (type, column) {
+            case (.time, .time(let p)?): self = .time(digits: p)
+            case (.timestamp, .timestamp(let p, let tz)?): self = .timestamp(digits: p, utc: tz)
+            default: self.init(type)
+            }
+        }
     }
 
     /// Binds row `row` of `column` (non-NULL) to parameter `index` in `form`. `scratch` is a

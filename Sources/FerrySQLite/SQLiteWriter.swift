@@ -36,14 +36,18 @@ final class SQLiteWriter: BatchWriter {
             + columns.map { _ in "?" }.joined(separator: ", ") + ")"
         statement = try SQLiteStatement(connection, custom ?? sql)
         self.columns = columns
-        self.kinds = columns.map { SQLiteValueCodec.Form($0.logicalType) }
+        self.kinds = columns.map { SQLiteValueCodec.Form($0.logicalType, storedIn: target.column(named: $0.name)?.logicalType) }
         self.table = table
     }
 
     func finish() throws {}
 
-    /// Nothing runs between calls: clears the statement's bindings and state.
-    func abort() { statement.reset() }
+    /// Nothing runs between calls: resets the statement and clears its bindings (which point
+    /// into the last batch).
+    func abort() {
+        statement.reset()
+        sqlite3_clear_bindings(statement.handle)
+    }
 
     func write(_ batch: RowBatch) throws {
         try PinnedBatch.with(batch) { try write(pinned: $0) }

@@ -208,7 +208,7 @@ public struct XMLService: Sendable {
         router.post("/v1/tables") { request, _ -> Response in
             let data = try await service.body(request)
             let result = try await Offload.run { () -> Data in
-                let schema = try XMLDocuments.decodeSchema(data)
+                let schema = RequestSchema.sanitized(try XMLDocuments.decodeSchema(data))
                 let c = try service.open(write: true)
                 defer { c.close() }
                 if try c.tableExists(schema.name) {

@@ -154,6 +154,36 @@ final class SQLiteDriverTests: XCTestCase {
         XCTAssertThrowsError(try bad.write(RowBatch(rows: [[.text("nope")]], types: [schema.columns[3].logicalType])))
     }
 
+    func testValuesTakeTheExistingColumnsFormSoKeyRangesFindThem() throws {
+        // Timestamps with six fraction digits appended to a table whose key is a plain DATETIME:
+        // stored in the column's own form (the form its key-range bounds are bound in), so a
+        // keyed walk in pages of 2 meets every row once.
+        let db = try open("existing.db")
+        try db.execute("CREATE TABLE ev (at DATETIME PRIMARY KEY, n INTEGER)")
+        let source = [Column(name: "at", nativeType: "timestamp(6)", logicalType: .timestamp(precision: 6, timeZone: false)),
+                      Column(name: "n", nativeType: "int", logicalType: .int64)]
+        let micros: [Int64] = [0, 1, 500_000, 1_000_000, 60_000_000, 86_400_000_000, 86_400_000_001]
+        try db.begin()
+        let w = try db.writer(into: try db.describe(TableName("ev")), columns: source)
+        try w.write(RowBatch(rows: micros.reversed().map { [.timestamp($0), .int($0)] }, types: source.map(\.logicalType)))
+        try db.commit()
+        let table = try db.describe(TableName("ev"))
+        var seen: [Value] = []
+        var after: [Value]?
+        while true {
+            let reader = try db.reader(table: table, columns: table.columns, keyRange: KeyRange(key: ["at"], after: after, limit: 2), batchSize: 10)
+            var page: [[Value]] = []
+            while let b = try reader.next() { for r in 0..<b.count { page.append(b.row(r, types: table.columns.map(\.logicalType))) } }
+            reader.close()
+            guard let last = page.last else { break }
+            seen += page.map { $0[1] }
+            after = [last[0]]
+            XCTAssertLessThanOrEqual(seen.count, micros.count, "the walk repeats rows")
+            if seen.count > micros.count { break }
+        }
+        XCTAssertEqual(seen, micros.map { .int($0) })
+    }
+
     func testMismatchedStorageIsReportedWithTheKey() throws {
         let src = try open("mismatch.db")
         try src.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, n INTEGER, d DATE); INSERT INTO m VALUES (1, 5, '2020-01-01'), (7, 'seven', '2020-01-02')")

@@ -84,8 +84,9 @@ extension Dialect {
 
     /// The clause that turns `INSERT INTO t (columns) …` into an upsert on `key`, updating
     /// `others` (the non-key columns written); nil when the engine has no such SQL. With no
-    /// other column, a row whose key exists is left as it is.
+    /// other column, a row whose key exists is left as it is. nil too for an empty key.
     public func upsertClause(key: [String], others: [String]) -> String? {
+        guard let first = key.first else { return nil }
         let q = { (s: String) in self.quote(s) }
         switch upsertSyntax {
         case .onConflict:
@@ -94,7 +95,7 @@ extension Dialect {
         case .onDuplicateKey:
             // With no other column, "update" the key to itself.
             return " ON DUPLICATE KEY UPDATE "
-                + (others.isEmpty ? [key[0]] : others).map { "\(q($0)) = VALUES(\(q($0)))" }.joined(separator: ", ")
+                + (others.isEmpty ? [first] : others).map { "\(q($0)) = VALUES(\(q($0)))" }.joined(separator: ", ")
         case .driverDefined:
             return nil
         }

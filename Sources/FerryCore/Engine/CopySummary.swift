@@ -36,8 +36,8 @@ public struct CopySummary: Sendable, Codable {
 public struct BatchRowError: Error, Sendable {
     public var row: Int
     public var error: FerryError
-    /// The batch the row is in, when it is not the one just passed to `write` (a writer that
-    /// sends in the background reports a failure of the previous batch).
+    /// The batch the row is in, when it is not the one just passed to `write` (a conversion
+    /// failure reports the batch as read, before conversion).
     public var batch: RowBatch?
     public init(row: Int, error: FerryError, batch: RowBatch? = nil) {
         self.row = row
