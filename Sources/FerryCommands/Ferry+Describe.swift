@@ -31,10 +31,12 @@ extension Ferry {
         @Option(name: .long, help: "The database a copy would write to (URL): only read, to decide the columns as a copy would.")
         var target: String?
 
+        @OptionGroup var driverSettings: DriverSettings
+
         @OptionGroup var output: OutputOptions
 
         func run() throws {
-            let connection = try Ferry.registry.connect(url, role: .source)
+            let connection = try Ferry.registry.connect(driverSettings.endpoint(url, registry: Ferry.registry), role: .source)
             defer { connection.close() }
             let rules = try castOptions.rules()
             let schema = try connection.describe(resolve(table, in: connection))

@@ -19,10 +19,12 @@ extension Ferry {
         @Option(name: .long, help: "Only tables in these schemas, comma-separated.")
         var schema: [String] = []
 
+        @OptionGroup var driverSettings: DriverSettings
+
         @OptionGroup var output: OutputOptions
 
         func run() throws {
-            let connection = try Ferry.registry.connect(url, role: .source)
+            let connection = try Ferry.registry.connect(driverSettings.endpoint(url, registry: Ferry.registry), role: .source)
             defer { connection.close() }
             let schemas = schema.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
             let tables = try connection.listTables().filter {

@@ -125,14 +125,18 @@ struct DriverSettings: ParsableArguments {
         case error, null
     }
 
-    /// The two endpoints with these settings, each given those its driver declares (as
-    /// `Ferry.copy` and `Ferry.verify` do).
-    func endpoints(source: String, target: String, registry: DriverRegistry) throws -> (source: Endpoint, target: Endpoint) {
+    /// `url`'s endpoint with the settings its driver declares.
+    func endpoint(_ url: String, registry: DriverRegistry) throws -> Endpoint {
         var values: [String: String] = [:]
         if let tokenFile { values["token-file"] = tokenFile }
         if zeroDates == .null { values["zero-dates"] = "null" }
-        return (try registry.applying(values, to: Endpoint(parsing: source)),
-                try registry.applying(values, to: Endpoint(parsing: target)))
+        return try registry.applying(values, to: Endpoint(parsing: url))
+    }
+
+    /// The two endpoints with these settings, each given those its driver declares (as
+    /// `Ferry.copy` and `Ferry.verify` do).
+    func endpoints(source: String, target: String, registry: DriverRegistry) throws -> (source: Endpoint, target: Endpoint) {
+        (try endpoint(source, registry: registry), try endpoint(target, registry: registry))
     }
 }
 
