@@ -5,7 +5,9 @@ import Foundation
 /// about `limit` bytes and remembers where it stopped, inside a value if need be (a 10 MB text
 /// goes out in slices, escaped or base64-encoded slice by slice). So neither the client nor the
 /// service ever holds a document, or even one large value's text, whole: only the batch and
-/// one piece. The bytes are exactly those of `XMLDocuments.RowsWriter.rows`.
+/// one piece. The bytes are those of `XMLDocuments.RowsWriter.rows`, but that a value written
+/// in slices says its length in bytes (`<v n="10485760">`), which decoders may use to make room
+/// for it at once.
 public struct RowsEncoder {
     public let types: [LogicalType]
     private var batch: RowBatch?
@@ -75,7 +77,10 @@ public struct RowsEncoder {
                 } else {
                     base64 = !c.withUnsafeArena { XMLText.isRepresentable(UnsafeRawBufferPointer(rebasing: $0[range])) }
                 }
-                out.append(contentsOf: base64 ? WireValue.openB64 : WireValue.open)
+                // `n`: the value's length in bytes, so that the decoder makes room for it once.
+                out.append(contentsOf: base64 ? Self.openLargeB64 : Self.openLarge)
+                out.append(contentsOf: String(range.count).utf8)
+                out.append(contentsOf: Self.openLargeEnd)
                 large = (range.lowerBound, range.upperBound, base64)
                 continue
             }
@@ -98,6 +103,9 @@ public struct RowsEncoder {
     }
 
     static let rowOpen = Array("<r>".utf8)
+    static let openLarge = Array("<v n=\"".utf8)
+    static let openLargeB64 = Array("<v enc=\"b64\" n=\"".utf8)
+    static let openLargeEnd = Array("\">".utf8)
     static let rowClose = Array("</r>\n".utf8)
 }
 

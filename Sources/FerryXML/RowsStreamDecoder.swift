@@ -32,7 +32,9 @@ public final class XMLRowsStreamDecoder {
     private var state: State = .start
     private var batch: RowBatch
     /// The cell being read: its value's decoded bytes, and how they arrive.
-    private var value: [UInt8] = []
+    private let value = ValueBuffer()
+    /// Base64 decoded from one piece of text, before it joins the value.
+    private var decoded: [UInt8] = []
     private var cellInRow = true
     private var cellNull = false
     private var cellBase64 = false
@@ -273,6 +275,11 @@ public final class XMLRowsStreamDecoder {
                     cellBase64 = attrs["enc"] == "b64"
                     base64 = Base64Decoder()
                     pendingCR = false
+                    value.reset()
+                    if let n = attrs["n"].flatMap({ Int($0) }), n > 0, n <= limits.maxValueBytes {
+                        // A large value says its length: room for it at once, not by doubling.
+                        value.reserve(n)
+                    }
                     if selfClosing { try endCell() } else { state = .value }
                 case .value:
                     switch try valueText(&c) {
@@ -382,7 +389,7 @@ public final class XMLRowsStreamDecoder {
                 try reference.withUnsafeBufferPointer { try emit($0) }
             } else if b == 13 {
                 // CR and CR LF are LF (XML's line-end rule); base64 skips it anyway.
-                if !cellBase64 { value.append(10) }
+                if !cellBase64 { value.append(UInt8(10)) }
                 c.i += 1
                 if c.i < c.end {
                     if c.p[c.i] == 10 { c.i += 1 }
@@ -399,11 +406,14 @@ public final class XMLRowsStreamDecoder {
     @inline(__always) private func emit(_ bytes: UnsafeBufferPointer<UInt8>) throws {
         guard !bytes.isEmpty else { return }
         if cellBase64 {
-            guard base64.decode(bytes, into: &value) else {
+            decoded.removeAll(keepingCapacity: true)
+            guard base64.decode(bytes, into: &decoded) else {
                 throw XMLWireError.badValue(row: rows, column: cellInRow ? names[column] : "next", message: "invalid base64")
             }
+            decoded.withUnsafeBytes { value.append($0) }
+            if decoded.capacity > 1 << 20 { decoded = [] }
         } else {
-            value.append(contentsOf: bytes)
+            value.append(UnsafeRawBufferPointer(bytes))
         }
         if value.count > limits.maxValueBytes { throw XMLWireError.limitExceeded("a value longer than \(limits.maxValueBytes) bytes") }
     }
@@ -417,18 +427,17 @@ public final class XMLRowsStreamDecoder {
             if cellNull {
                 batch.columns[column].appendNull()
             } else {
-                do { try WireValue.append(value, as: types[column], to: &batch.columns[column]) } catch {
+                do { try value.withUnsafeBytes { try WireValue.append(raw: $0, as: types[column], to: &batch.columns[column]) } } catch {
                     throw XMLWireError.badValue(row: rows, column: names[column], message: "\(error)")
                 }
             }
             column += 1
             state = .rowCells
         } else {
-            nextCells.append(value)
+            nextCells.append(value.withUnsafeBytes { Array($0) })
             state = .nextCells
         }
-        // A large value's buffer is not kept for the next one.
-        if value.capacity > 1 << 20 { value = [] } else { value.removeAll(keepingCapacity: true) }
+        value.reset()
     }
 
     /// Attributes up to `>` or `/>` (the tag must be complete in the bytes).
