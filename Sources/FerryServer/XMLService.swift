@@ -99,6 +99,35 @@ public struct XMLService: Sendable {
         }
     }
 
+    /// Decodes a `<rows>` body from `pipe` as it arrives and writes each batch as it fills.
+    /// A refused value is reported by its row in the request (1-based in the answer), whichever
+    /// batch of the request it was in.
+    static func load(from pipe: BodyPipe, into writer: any BatchWriter, columns: [Column]) throws -> Int {
+        let decoder = XMLRowsStreamDecoder(columns: columns, batchSize: 10_000)
+        // Rows of the request before the batch being written, and before the one written before it.
+        var current = 0
+        var previous = 0
+        func located(_ e: BatchRowError) -> BatchRowError {
+            // A writer reports a row of the batch it was given, or of the one before (`batch` set).
+            BatchRowError(row: (e.batch == nil ? current : previous) + e.row, error: e.error)
+        }
+        func write(_ batch: RowBatch) throws {
+            do { try writer.write(batch) } catch let e as BatchRowError { throw located(e) }
+            previous = current
+            current += batch.count
+        }
+        while let piece = try pipe.take() {
+            piece.withUnsafeReadableBytes { decoder.append($0) }
+            while let batch = try decoder.next() { try write(batch) }
+        }
+        while let batch = try decoder.next(final: true) { try write(batch) }
+        do { try writer.finish() } catch let e as BatchRowError {
+            // Whatever the writer still held belongs to the last batch.
+            throw BatchRowError(row: previous + e.row, error: e.error)
+        }
+        return decoder.rows
+    }
+
     /// The `?into=TABLE` of merge and swap.
     static func into(_ request: Request, for action: String) throws -> TableName {
         guard let into = request.uri.queryParameters["into"].map({ TableName(parsing: String($0)) }) else {
@@ -236,11 +265,14 @@ public struct XMLService: Sendable {
             return service.xml(Self.applied([("dropped", 1)]))
         }
 
+        // The body is decoded as it arrives and written batch by batch in one transaction: memory
+        // holds a batch and the pieces of the body in between, whatever the size of the request.
         router.post("/v1/tables/:table/rows") { request, context -> Response in
             let name = try service.tableParameter(context)
             let wanted = request.uri.queryParameters[values: "columns"].map { String($0) }
-            let data = try await service.body(request)
-            let inserted = try await Offload.run { () -> Int in
+            let pipe = BodyPipe()
+            async let inserted: Int = Offload.run { () -> Int in
+                defer { pipe.close() }
                 let c = try service.open(write: true)
                 defer { c.close() }
                 let t = try service.served(name, in: c)
@@ -252,18 +284,31 @@ public struct XMLService: Sendable {
                 let writer = try c.writer(into: schema, columns: columns)
                 return try Self.transaction(c) {
                     do {
-                        let (_, rows) = try XMLRowsDecoder(columns: columns, batchSize: 10_000).decode(data) { batch in
-                            try writer.write(batch)
-                        }
-                        try writer.finish()
-                        return rows
+                        return try Self.load(from: pipe, into: writer, columns: columns)
                     } catch {
                         writer.abort()
                         throw error
                     }
                 }
             }
-            return service.xml(Self.applied([("inserted", inserted)]))
+            // Feeds the pipe; it waits while the pipe is full, so the socket is read no faster
+            // than the rows are written.
+            let maxBody = service.configuration.maxBodyBytes
+            var total = 0
+            do {
+                for try await piece in request.body {
+                    total += piece.readableBytes
+                    if total > maxBody {
+                        pipe.finish(error: ServiceError.tooLarge(maxBody))
+                        break
+                    }
+                    guard await pipe.put(piece) else { break }
+                }
+                pipe.finish()
+            } catch {
+                pipe.finish(error: error)
+            }
+            return service.xml(Self.applied([("inserted", try await inserted)]))
         }
 
         // Moves every row of a staging table into its target in one transaction, then drops
@@ -381,7 +426,12 @@ final class RowStream {
     var sentBytes = 0
     /// The page ended on `pageBytes` before the reader ran out.
     var cut = false
-    var last: RowBatch?
+    /// No more batches: the reader ran out or the page is full.
+    var exhausted = false
+    var encoder: RowsEncoder
+    /// The end of the page should it end after the batch being encoded: its last row's key
+    /// in `<next>`, then `</rows>` (kept instead of the batch).
+    var closing: [UInt8]?
 
     /// `hints`: columns a client's cast rule reads in the engine's own text or JSON form, or with
     /// zero dates as NULL (named columns only: the driver builds the expression, never the request).
@@ -438,6 +488,7 @@ final class RowStream {
             self.reader = try c.reader(table: schema, columns: columns, keyRange: range, batchSize: min(limit, 10_000))
             self.connection = c
             self.writer = XMLDocuments.RowsWriter(types: columns.map(\.logicalType))
+            self.encoder = RowsEncoder(types: columns.map(\.logicalType))
             self.table = table
             self.keyIndexes = keyIndexes
             self.limit = range == nil ? nil : limit
@@ -449,26 +500,45 @@ final class RowStream {
 
     func begin() -> [UInt8] { writer.begin(table: table) }
 
+    /// Bytes of the page per piece handed to the response: rows are encoded a piece at a time
+    /// (a large value in slices), so the page is never held, only the batch being encoded.
+    static let pieceBytes = 128 * 1024
+
+    /// The next piece of `<r>` elements; nil when the page is done (the reader ran out, the row
+    /// limit or the page's bytes were reached). A piece that ends a batch is handed over before
+    /// the next batch is read, so a reading error comes between rows.
     func nextChunk() throws -> [UInt8]? {
-        if limit != nil && sent > 0 && sentBytes >= pageBytes {
-            cut = true
-            return nil
-        }
-        guard let batch = try reader.next() else { return nil }
         var out: [UInt8] = []
-        out.reserveCapacity(batch.count * 128)
-        writer.rows(batch, into: &out)
-        sent += batch.count
-        sentBytes += out.count
-        last = batch
-        return out
+        out.reserveCapacity(Self.pieceBytes + 4096)
+        while out.count < Self.pieceBytes {
+            if encoder.isIdle {
+                if !out.isEmpty || exhausted { break }
+                if limit != nil && sent > 0 && sentBytes >= pageBytes {
+                    cut = true
+                    exhausted = true
+                    break
+                }
+                guard let batch = try reader.next() else {
+                    exhausted = true
+                    break
+                }
+                sent += batch.count
+                if !keyIndexes.isEmpty {
+                    // `<next>` and `</rows>`, should the page end after this batch.
+                    closing = writer.end(next: (batch, batch.count - 1, keyIndexes))
+                }
+                encoder.start(batch)
+            }
+            let before = out.count
+            _ = encoder.fill(&out, limit: Self.pieceBytes)
+            sentBytes += out.count - before
+        }
+        return out.isEmpty ? nil : out
     }
 
     /// `</rows>`, with `<next>` when the page is full by rows or bytes (more rows may follow).
     func end() -> [UInt8] {
-        if let limit, sent >= limit || cut, let last, last.count > 0 {
-            return writer.end(next: (last, last.count - 1, keyIndexes))
-        }
+        if let limit, sent >= limit || cut, let closing { return closing }
         return writer.end()
     }
 

@@ -155,8 +155,10 @@ public final class HTTPConnection: Connection {
     }
 }
 
-/// Reads a table page by page (keyset paging with `<next>`), each page decoded by the SAX
-/// rows decoder; memory holds one page.
+/// Reads a table page by page (keyset paging with `<next>`). Each page is decoded as it
+/// arrives: the answer's pieces go into the incremental rows decoder, and a batch is handed to
+/// the caller as soon as it is full, so memory holds the batch being filled and the pieces not
+/// decoded yet — never a page. The reader is sequential (the engine reads on its own thread).
 final class HTTPReader: BatchReader {
     let connection: HTTPConnection
     let table: TableName
@@ -172,11 +174,16 @@ final class HTTPReader: BatchReader {
     let upTo: [String]?
     /// Rows still to read when the caller asked for at most `limit` rows.
     var remaining: Int?
-    var pending: [RowBatch] = []
     var finished = false
     /// Positions of the key columns in `requested`, and the key of the last row read (wire text).
     let keyIndexes: [Int]
     var lastKey: [String]?
+    /// The page being read, and whether any of its rows reached the caller (then it cannot be
+    /// asked for again).
+    private var page: (exchange: HTTPExchange, decoder: XMLRowsStreamDecoder)?
+    private var pageDelivered = false
+    /// Attempts at the current page (a GET that broke off before any of it was used is retried).
+    private var pageAttempts = 0
 
     init(connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int, after: [Value]?, upTo: [Value]?, limit: Int?) throws {
         self.connection = connection
@@ -206,11 +213,62 @@ final class HTTPReader: BatchReader {
         finished = remaining == 0
     }
 
-    func close() {}
+    deinit { page?.exchange.cancel() }
+
+    func close() {
+        page?.exchange.cancel()
+        page = nil
+        finished = true
+    }
 
     func next() throws -> RowBatch? {
-        while pending.isEmpty && !finished { try fetchPage() }
-        return pending.isEmpty ? nil : pending.removeFirst()
+        while true {
+            if page == nil {
+                if finished { return nil }
+                try openPage()
+            }
+            guard let (exchange, decoder) = page else { continue }
+            let batch: RowBatch?
+            do {
+                batch = try Self.nextBatch(exchange, decoder)
+            } catch let e as HTTPTransportError {
+                exchange.cancel()
+                page = nil
+                if !pageDelivered && pageAttempts < 4 {
+                    // Nothing of this page reached the caller: asking for it again is safe.
+                    Thread.sleep(forTimeInterval: 0.25 * Double(1 << (pageAttempts - 1)))
+                    continue
+                }
+                throw FerryError.copyFailed(
+                    table: table, endpoint: connection.endpoint.redacted,
+                    reason: "the service's answer broke off after \(decoder.rows) rows of a page: \(e.reason)")
+            } catch {
+                exchange.cancel()
+                page = nil
+                throw error
+            }
+            if let batch {
+                pageDelivered = true
+                if batch.count > 0, keyIndexes.count == keyTypes.count {
+                    lastKey = zip(keyIndexes, keyTypes).map { i, type in
+                        WireValue.keyText(Value(column: batch.columns[i], row: batch.count - 1, type: type), type: type)
+                    }
+                }
+                return RowBatch(columns: Array(batch.columns.prefix(wanted)))
+            }
+            page = nil
+            try endPage(decoder)
+        }
+    }
+
+    /// The next batch of a page: decodes the pieces of the answer as they come. Nil once the
+    /// document is complete (it must end with `</rows>`: a page cut short is an error).
+    private static func nextBatch(_ exchange: HTTPExchange, _ decoder: XMLRowsStreamDecoder) throws -> RowBatch? {
+        while true {
+            if let b = try decoder.next() { return b }
+            guard let piece = try exchange.next() else { return try decoder.next(final: true) }
+            decoder.append(piece)
+        }
     }
 
     private func pagePath(after: [String]?) -> String {
@@ -228,20 +286,45 @@ final class HTTPReader: BatchReader {
         return connection.path(table, "/rows") + HTTPClient.query(items)
     }
 
-    /// Fetches and decodes one page. The engine reads on its own thread, so the next page is
-    /// fetched while the writer is busy with this one; the reader itself stays sequential.
-    private func fetchPage() throws {
-        let body = try connection.client.expect("GET", pagePath(after: after), table: table)
-        var next = try Self.nextKey(in: body, columns: requested).map { cells in
-            zip(cells, keyTypes).map { WireValue.keyText(cell: $0, type: $1) }
+    /// Asks for the next page and waits for its status (retrying a GET that got no answer).
+    private func openPage() throws {
+        let path = pagePath(after: after)
+        var lastError: HTTPTransportError?
+        let client = connection.client
+        while pageAttempts < 4 {
+            if pageAttempts > 0 && lastError != nil { Thread.sleep(forTimeInterval: 0.25 * Double(1 << (pageAttempts - 1))) }
+            pageAttempts += 1
+            do {
+                let exchange = try client.start("GET", path)
+                let status = exchange.status ?? 0
+                guard (200..<300).contains(status) else {
+                    defer { exchange.cancel() }
+                    throw client.error(HTTPReply(status: status, body: try exchange.collect(upTo: 1 << 20)), table: table)
+                }
+                page = (exchange, XMLRowsStreamDecoder(columns: requested, batchSize: batchSize))
+                pageDelivered = false
+                return
+            } catch let e as HTTPTransportError {
+                lastError = e
+            }
         }
+        throw FerryError.connectionFailed(
+            endpoint: connection.endpoint.redacted,
+            reason: "the service did not answer: \(lastError?.reason ?? "no response"); check the URL and that `ferry serve` runs")
+    }
+
+    /// A page was read to its `</rows>`: where the next one starts, with the checks that no row
+    /// is repeated or lost.
+    private func endPage(_ decoder: XMLRowsStreamDecoder) throws {
+        pageAttempts = 0
+        let rows = decoder.rows
+        var next = decoder.next.map { cells in zip(cells, keyTypes).map { WireValue.keyText(cell: $0, type: $1) } }
         if let n = next, n == after {
             // The same page again: the service's key comparison disagrees with its key order.
+            // (Its rows reached the caller already; failing the read fails the copy.)
             throw FerryError.copyFailed(table: table, endpoint: connection.endpoint.redacted,
                                         reason: "the service returned a page that does not advance the key (after \(n.joined(separator: ", "))); stopping rather than repeating or losing rows")
         }
-        var batches: [RowBatch] = []
-        let (_, rows) = try XMLRowsDecoder(columns: requested, batchSize: batchSize).decode(body) { batches.append($0) }
         if next != nil && rows == 0 {
             throw FerryError.copyFailed(table: table, endpoint: connection.endpoint.redacted,
                                         reason: "the service returned an empty page that says more rows follow; stopping rather than losing rows")
@@ -251,12 +334,6 @@ final class HTTPReader: BatchReader {
             remaining = r - rows
             if remaining ?? 0 <= 0 { next = nil }
         }
-        if let b = batches.last, b.count > 0, keyIndexes.count == keyTypes.count {
-            lastKey = zip(keyIndexes, keyTypes).map { i, type in
-                WireValue.keyText(Value(column: b.columns[i], row: b.count - 1, type: type), type: type)
-            }
-        }
-        pending += batches.map { RowBatch(columns: Array($0.columns.prefix(wanted))) }
         after = next
         finished = next == nil
         if finished && remaining == nil && !keyTypes.isEmpty { try checkReachedTheEnd() }
@@ -287,39 +364,26 @@ final class HTTPReader: BatchReader {
                 reason: "the read through the service ended at key \(show(lastKey)) but the \(rangeAfter == nil && upTo == nil ? "table" : "range")'s last key is \(show(last)): rows would be missing; nothing is reported as copied")
         }
     }
-
-    /// The `<next>` key of a page, read from its last bytes only.
-    static func nextKey(in body: Data, columns: [Column]) throws -> [[UInt8]]? {
-        let marker = Data("<next>".utf8)
-        let tailStart = max(body.startIndex, body.endIndex - 1 << 16)
-        guard let r = body.range(of: marker, options: .backwards, in: tailStart..<body.endIndex) else { return nil }
-        let doc = Data("<rows>".utf8) + body[r.lowerBound...]
-        return try XMLRowsDecoder(columns: columns, batchSize: 1).decode(doc) { _ in }.next
-    }
-
 }
 
-/// Posts each batch as one `<rows>` document (one server-side transaction per request).
+/// Posts each batch as one `<rows>` document (one server-side transaction per request). The
+/// body is encoded as it is sent (chunked): the batch is held, its document never is.
 final class HTTPWriter: BatchWriter {
     let client: HTTPClient
     let path: String
     let table: TableName
-    let writer: XMLDocuments.RowsWriter
+    let types: [LogicalType]
 
     init(client: HTTPClient, path: String, table: TableName, columns: [Column]) {
         self.client = client
         self.path = path
         self.table = table
-        writer = XMLDocuments.RowsWriter(types: columns.map(\.logicalType))
+        types = columns.map(\.logicalType)
     }
 
     func write(_ batch: RowBatch) throws {
-        var out = writer.begin(table: table)
-        writer.rows(batch, into: &out)
-        out += writer.end()
-        let body = Data(out)
-        out = []  // the document is held once, as the request body
-        _ = try client.expect("POST", path, body: body, table: table)
+        let (table, types) = (table, types)
+        _ = try client.expect("POST", path, upload: { RowsDocumentSource(table: table, types: types, batch: batch) }, table: table)
     }
 
     func finish() throws {}

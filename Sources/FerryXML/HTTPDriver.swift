@@ -22,19 +22,42 @@ public struct HTTPDriver: Driver {
     }
 }
 
-/// The service's answer to a request, with the XML error decoded when there is one.
+/// The service's answer to a request, its body collected (short documents only).
 struct HTTPReply {
     var status: Int
     var body: Data
 }
 
-/// A synchronous HTTP client on URLSession, with retries for idempotent requests.
+/// A request that got no answer, or whose answer broke off: the connection failed or the
+/// transfer was cut. Safe to retry only for a GET none of whose body reached the caller.
+struct HTTPTransportError: Error, CustomStringConvertible {
+    var reason: String
+    /// True when the failure came before the status line (nothing of the answer arrived).
+    var beforeResponse: Bool
+    var description: String { reason }
+
+    init(_ error: (any Error)?, beforeResponse: Bool) {
+        self.beforeResponse = beforeResponse
+        if let e = error as? URLError {
+            reason = "\(e.localizedDescription) (URLError \(e.errorCode))"
+        } else {
+            reason = error.map { "\($0)" } ?? "no response"
+        }
+    }
+}
+
+/// A synchronous HTTP client on URLSession, with retries for idempotent requests. Bodies
+/// stream both ways: an answer is handed over piece by piece as it arrives (`HTTPExchange`),
+/// and a request's rows are encoded as the transport sends them (`RowsDocumentSource`).
 /// Immutable after init, and URLSession is thread-safe.
 final class HTTPClient: @unchecked Sendable {
     let base: String
     let token: String?
     let endpoint: Endpoint
     private let session: URLSession
+    private let exchanges: ExchangeRouter
+    /// The most of a short document (schema, table list, error) collected in memory.
+    static let maxCollectedBytes = 64 << 20
 
     init(endpoint: Endpoint) throws {
         self.endpoint = endpoint
@@ -57,7 +80,10 @@ final class HTTPClient: @unchecked Sendable {
         let config = URLSessionConfiguration.ephemeral
         config.timeoutIntervalForRequest = 300
         config.httpAdditionalHeaders = ["Accept": "application/xml"]
-        session = URLSession(configuration: config)
+        exchanges = ExchangeRouter()
+        let queue = OperationQueue()
+        queue.maxConcurrentOperationCount = 1
+        session = URLSession(configuration: config, delegate: exchanges, delegateQueue: queue)
     }
 
     deinit { session.invalidateAndCancel() }
@@ -75,40 +101,70 @@ final class HTTPClient: @unchecked Sendable {
         return parts.isEmpty ? "" : "?" + parts.joined(separator: "&")
     }
 
-    /// Sends a request and waits. GETs are retried with backoff when the connection fails.
-    func send(_ method: String, _ path: String, body: Data? = nil) throws -> HTTPReply {
+    /// Starts a request and waits for the status line: the body then comes piece by piece from
+    /// the exchange. `upload` streams a rows document as the request body (chunked), encoded
+    /// as the transport asks for it. Throws `HTTPTransportError` when no answer came.
+    func start(_ method: String, _ path: String, body: Data? = nil, upload: RowsDocumentSource? = nil) throws -> HTTPExchange {
         guard let url = URL(string: base + path) else {
             throw FerryError.invalidEndpoint(text: endpoint.redacted, reason: "cannot build a request URL for \(path)")
         }
         var request = URLRequest(url: url)
         request.httpMethod = method
-        request.httpBody = body
-        if body != nil { request.setValue("application/xml; charset=utf-8", forHTTPHeaderField: "Content-Type") }
+        if body != nil || upload != nil { request.setValue("application/xml; charset=utf-8", forHTTPHeaderField: "Content-Type") }
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        let exchange = HTTPExchange()
+        #if canImport(FoundationNetworking)
+        if let upload {
+            request.httpBodyStream = RowsBodyStream(source: upload)
+        } else {
+            request.httpBody = body
+        }
+        let task = session.dataTask(with: request)
+        exchanges.register(exchange, for: task)
+        task.resume()
+        #else
+        var pump: BoundStreamPump?
+        if let upload {
+            let p = BoundStreamPump(source: upload)
+            request.httpBodyStream = p.input
+            pump = p
+        } else {
+            request.httpBody = body
+        }
+        let task = session.dataTask(with: request)
+        exchanges.register(exchange, for: task)
+        task.resume()
+        // The caller's thread fills the stream URLSession reads (no thread of its own).
+        pump?.run(until: exchange)
+        #endif
+        try exchange.waitForStatus()
+        return exchange
+    }
+
+    /// Sends a request and collects its (short) answer. GETs are retried with backoff when the
+    /// connection fails before anything of the answer was used.
+    func send(_ method: String, _ path: String, body: Data? = nil, upload: (() -> RowsDocumentSource)? = nil) throws -> HTTPReply {
         let attempts = method == "GET" ? 4 : 1
-        var lastError: (any Error)?
+        var lastError: HTTPTransportError?
         for attempt in 0..<attempts {
             if attempt > 0 { Thread.sleep(forTimeInterval: 0.25 * Double(1 << (attempt - 1))) }
-            let box = ReplyBox()
-            let done = DispatchSemaphore(value: 0)
-            let task = session.dataTask(with: request) { data, response, error in
-                box.data = data
-                box.status = (response as? HTTPURLResponse)?.statusCode
-                box.error = error
-                done.signal()
+            do {
+                let exchange = try start(method, path, body: body, upload: upload?())
+                defer { exchange.cancel() }
+                let status = exchange.status ?? 0
+                return HTTPReply(status: status, body: try exchange.collect(upTo: Self.maxCollectedBytes))
+            } catch let e as HTTPTransportError {
+                lastError = e
             }
-            task.resume()
-            done.wait()
-            if let status = box.status { return HTTPReply(status: status, body: box.data ?? Data()) }
-            lastError = box.error
         }
-        let reason = (lastError as? URLError).map { "\($0.localizedDescription) (URLError \($0.errorCode))" } ?? "\(lastError.map { "\($0)" } ?? "no response")"
-        throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "the service did not answer: \(reason); check the URL and that `ferry serve` runs")
+        throw FerryError.connectionFailed(
+            endpoint: endpoint.redacted,
+            reason: "the service did not answer: \(lastError?.reason ?? "no response"); check the URL and that `ferry serve` runs")
     }
 
     /// Sends and checks the status, turning the service's `<error>` into Ferry's errors.
-    func expect(_ method: String, _ path: String, body: Data? = nil, table: TableName? = nil) throws -> Data {
-        let reply = try send(method, path, body: body)
+    func expect(_ method: String, _ path: String, body: Data? = nil, upload: (() -> RowsDocumentSource)? = nil, table: TableName? = nil) throws -> Data {
+        let reply = try send(method, path, body: body, upload: upload)
         guard (200..<300).contains(reply.status) else { throw error(reply, table: table) }
         return reply.body
     }
@@ -131,11 +187,219 @@ final class HTTPClient: @unchecked Sendable {
     }
 }
 
-private final class ReplyBox: @unchecked Sendable {
-    var data: Data?
-    var status: Int?
-    var error: (any Error)?
+/// One request in flight, as URLSession reports it: the status, then the body's pieces as
+/// they arrive, then the end (or the failure). The caller takes the pieces in order.
+///
+/// Linux's URLSession (libcurl) cannot pause a transfer (suspending a task restarts it), so
+/// the pieces of an answer the caller has not taken yet wait here: a page of rows ends at
+/// the service's page size (8 MiB plus one row), and the next page is asked for only when the
+/// caller wants more rows, which bounds them.
+final class HTTPExchange: @unchecked Sendable {
+    private let condition = NSCondition()
+    private(set) var status: Int?
+    private var pieces: [Data] = []
+    private var head = 0
+    private var finished = false
+    private var failure: (any Error)?
+    private var task: URLSessionTask?
+
+    func attach(_ task: URLSessionTask) {
+        condition.lock()
+        self.task = task
+        condition.unlock()
+    }
+
+    // URLSession's side (its delegate queue).
+
+    func received(_ response: URLResponse) {
+        condition.lock()
+        status = (response as? HTTPURLResponse)?.statusCode ?? 0
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func received(_ data: Data) {
+        condition.lock()
+        pieces.append(data)
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    func completed(_ error: (any Error)?) {
+        condition.lock()
+        if let error, failure == nil { failure = HTTPTransportError(error, beforeResponse: status == nil) }
+        if error == nil && status == nil { failure = HTTPTransportError(nil, beforeResponse: true) }
+        finished = true
+        task = nil
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    // The caller's side.
+
+    /// Waits for the status line (or the failure that came instead).
+    func waitForStatus() throws {
+        condition.lock()
+        defer { condition.unlock() }
+        while status == nil && !finished { condition.wait() }
+        if status == nil { throw failure ?? HTTPTransportError(nil, beforeResponse: true) }
+    }
+
+    var isFinished: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return finished
+    }
+
+    /// The next piece of the body; nil at its end. Throws `HTTPTransportError` when the
+    /// transfer broke off.
+    func next() throws -> Data? {
+        condition.lock()
+        defer { condition.unlock() }
+        while head == pieces.count && !finished { condition.wait() }
+        if head < pieces.count {
+            let piece = pieces[head]
+            head += 1
+            if head == pieces.count || head > 64 {
+                pieces.removeFirst(head)
+                head = 0
+            }
+            return piece
+        }
+        if let failure { throw failure }
+        return nil
+    }
+
+    /// The whole body (a short document), refused beyond `limit` bytes.
+    func collect(upTo limit: Int) throws -> Data {
+        var body = Data()
+        while let piece = try next() {
+            guard body.count + piece.count <= limit else {
+                throw HTTPTransportError(FerryError.invalidOption("an answer of more than \(limit) bytes where a short document was expected"), beforeResponse: false)
+            }
+            body.append(piece)
+        }
+        return body
+    }
+
+    /// Stops the transfer (the caller does not want the rest) and drops what was not taken.
+    func cancel() {
+        condition.lock()
+        let t = finished ? nil : task
+        pieces = []
+        head = 0
+        condition.unlock()
+        t?.cancel()
+    }
 }
+
+/// The session's delegate: hands each task's events to its exchange.
+final class ExchangeRouter: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+    private let lock = NSLock()
+    private var exchanges: [Int: HTTPExchange] = [:]
+
+    func register(_ exchange: HTTPExchange, for task: URLSessionTask) {
+        exchange.attach(task)
+        lock.lock()
+        exchanges[task.taskIdentifier] = exchange
+        lock.unlock()
+    }
+
+    private func exchange(_ task: URLSessionTask, remove: Bool = false) -> HTTPExchange? {
+        lock.lock()
+        defer { lock.unlock() }
+        return remove ? exchanges.removeValue(forKey: task.taskIdentifier) : exchanges[task.taskIdentifier]
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive response: URLResponse,
+                    completionHandler: @escaping @Sendable (URLSession.ResponseDisposition) -> Void) {
+        exchange(dataTask)?.received(response)
+        completionHandler(.allow)
+    }
+
+    func urlSession(_ session: URLSession, dataTask: URLSessionDataTask, didReceive data: Data) {
+        exchange(dataTask)?.received(data)
+    }
+
+    func urlSession(_ session: URLSession, task: URLSessionTask, didCompleteWithError error: (any Error)?) {
+        exchange(task, remove: true)?.completed(error)
+    }
+}
+
+#if canImport(FoundationNetworking)
+/// A request body read by URLSession (libcurl, on its own queue) straight from the rows
+/// encoder: each read encodes the next piece, so the body is sent (chunked) as it is made
+/// and never held whole.
+final class RowsBodyStream: InputStream {
+    private let source: RowsDocumentSource
+    private var status: Stream.Status = .notOpen
+
+    init(source: RowsDocumentSource) {
+        self.source = source
+        super.init(data: Data())
+    }
+
+    override func open() { status = .open }
+    override func close() { status = .closed }
+    override var streamStatus: Stream.Status { status }
+    override var streamError: (any Error)? { nil }
+    override var hasBytesAvailable: Bool { status == .open || status == .notOpen }
+
+    override func read(_ buffer: UnsafeMutablePointer<UInt8>, maxLength len: Int) -> Int {
+        let n = source.read(into: buffer, count: len)
+        if n == 0 { status = .atEnd }
+        return n
+    }
+
+    override func getBuffer(_ buffer: UnsafeMutablePointer<UnsafeMutablePointer<UInt8>?>, length len: UnsafeMutablePointer<Int>) -> Bool { false }
+    override func property(forKey key: Stream.PropertyKey) -> AnyObject? { nil }
+    override func setProperty(_ property: AnyObject?, forKey key: Stream.PropertyKey) -> Bool { false }
+    override func schedule(in aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {}
+    override func remove(from aRunLoop: RunLoop, forMode mode: RunLoop.Mode) {}
+}
+#else
+/// Darwin's URLSession reads a body stream through CFReadStream calls that a Swift subclass
+/// of InputStream cannot answer; a bound pair is the documented way. The caller's thread
+/// encodes the rows into its output side as URLSession drains the input side.
+final class BoundStreamPump {
+    let input: InputStream
+    private let output: OutputStream
+    private let source: RowsDocumentSource
+
+    init(source: RowsDocumentSource) {
+        var i: InputStream?
+        var o: OutputStream?
+        Stream.getBoundStreams(withBufferSize: 1 << 16, inputStream: &i, outputStream: &o)
+        // getBoundStreams always returns both streams.
+        input = i ?? InputStream(data: Data())
+        output = o ?? OutputStream(toMemory: ())
+        self.source = source
+    }
+
+    /// Writes the whole document, or stops when the exchange ended (the service answered
+    /// early, with an error).
+    func run(until exchange: HTTPExchange) {
+        output.open()
+        defer { output.close() }
+        var buffer = [UInt8](repeating: 0, count: 1 << 16)
+        while true {
+            let n = buffer.withUnsafeMutableBufferPointer { p in p.baseAddress.map { source.read(into: $0, count: p.count) } ?? 0 }
+            if n == 0 { return }
+            var written = 0
+            while written < n {
+                if exchange.isFinished { return }
+                guard output.hasSpaceAvailable else {
+                    Thread.sleep(forTimeInterval: 0.001)
+                    continue
+                }
+                let w = buffer.withUnsafeBufferPointer { p in p.baseAddress.map { output.write($0 + written, maxLength: n - written) } ?? -1 }
+                if w <= 0 { return }
+                written += w
+            }
+        }
+    }
+}
+#endif
 
 /// The service's naming rules on the client side: Ferry quotes nothing itself (names travel in
 /// URLs and XML); DDL is not transactional across requests, so a failed create is dropped.

@@ -121,6 +121,20 @@ public enum WireValue {
     static let trueCell = Array("<v>true</v>".utf8)
     static let falseCell = Array("<v>false</v>".utf8)
 
+    /// `append(_:as:to:)` from bytes in place: text and binary values (the ones that can be
+    /// large) go into the column without an intermediate copy.
+    public static func append(raw bytes: UnsafeRawBufferPointer, as type: LogicalType, to column: inout ColumnBuffer) throws {
+        switch type {
+        case .text, .json, .enumeration, .unsupported:
+            guard XMLText.isValidUTF8(bytes) else { throw WireValueError(message: "text is not valid UTF-8") }
+            column.append(bytes: bytes)
+        case .binary:
+            column.append(bytes: bytes)
+        default:
+            try append(Array(bytes), as: type, to: &column)
+        }
+    }
+
     /// Parses one cell's text (already unescaped or base64-decoded into `bytes`) into `column`.
     /// Throws a message (without row/column: the caller adds them).
     public static func append(_ bytes: [UInt8], as type: LogicalType, to column: inout ColumnBuffer) throws {

@@ -130,7 +130,7 @@ public enum XMLTree {
     }
 }
 
-/// Streams a `<rows>` document into batches of the given column types: each `<r>` becomes a
+/// Decodes a `<rows>` document into batches of the given column types: each `<r>` becomes a
 /// row, each `<v>` a cell (`null="1"`, `enc="b64"` honoured). Memory holds one batch, which
 /// ends at `batchSize` rows or `RowBatch.byteLimit` bytes.
 public final class XMLRowsDecoder {
@@ -146,40 +146,12 @@ public final class XMLRowsDecoder {
         self.limits = limits
     }
 
-    /// Decodes a whole response body. `onBatch` receives each full batch as soon as it is made.
-    public func decode(_ data: Data, onBatch: @escaping (RowBatch) throws -> Void) throws -> (next: [[UInt8]]?, rows: Int) {
-        try XMLGuard.check(data, limits: limits)
-        return try data.withUnsafeBytes { raw in
-            var p = RowsParser(raw, limits: limits)
-            var batch = RowBatch(types: types, capacity: batchSize)
-            var next: [[UInt8]]?
-            var rows = 0
-            var text: [UInt8] = []
-            text.reserveCapacity(256)
-            if try p.start() {
-                loop: while true {
-                    switch try p.nextItem() {
-                    case .end: break loop
-                    case .next:
-                        // Raw bytes: a binary key is not text (the client sends it back as base64).
-                        var values: [[UInt8]] = []
-                        while let cell = try p.cell(closing: "</next>", into: &text) {
-                            values.append(cell.base64 ? try Self.base64(text, row: rows, column: "next") : text)
-                        }
-                        next = values
-                    case .row:
-                        try Self.row(&p, closing: "</r>", types: types, names: names, index: rows, text: &text, into: &batch)
-                        rows += 1
-                        if batch.isFull(rows: batch.count, limit: batchSize) {
-                            try onBatch(batch)
-                            batch = RowBatch(types: types, capacity: batchSize)
-                        }
-                    }
-                }
-            }
-            if !batch.isEmpty { try onBatch(batch) }
-            return (next, rows)
-        }
+    /// Decodes a whole document held in memory. `onBatch` receives each full batch as soon as
+    /// it is made. (Bodies that arrive in pieces go through `XMLRowsStreamDecoder` directly.)
+    public func decode(_ data: Data, onBatch: (RowBatch) throws -> Void) throws -> (next: [[UInt8]]?, rows: Int) {
+        let stream = XMLRowsStreamDecoder(types: types, names: names, batchSize: batchSize, limits: limits)
+        try stream.decodeWhole(data, onBatch: onBatch)
+        return (stream.next, stream.rows)
     }
 
     /// Decodes the `<v>` cells of one row (after `<r>`) into `batch`.

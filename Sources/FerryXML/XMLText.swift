@@ -50,19 +50,25 @@ public enum XMLText {
         return true
     }
 
-    /// Appends `bytes` escaped for element content or a double-quoted attribute.
+    /// Appends `bytes` escaped for element content or a double-quoted attribute. Runs of bytes
+    /// that need no escaping are copied in one piece.
     public static func appendEscaped(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
-        for b in bytes {
+        var start = 0
+        for i in 0..<bytes.count {
+            let b = bytes[i]
+            guard b == 0x26 || b == 0x3C || b == 0x3E || b == 0x22 || b == 0x27 || b == 0x0D else { continue }
+            if i > start { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<i])) }
+            start = i + 1
             switch b {
             case 0x26: out.append(contentsOf: [0x26, 0x61, 0x6D, 0x70, 0x3B])  // &amp;
             case 0x3C: out.append(contentsOf: [0x26, 0x6C, 0x74, 0x3B])  // &lt;
             case 0x3E: out.append(contentsOf: [0x26, 0x67, 0x74, 0x3B])  // &gt;
             case 0x22: out.append(contentsOf: [0x26, 0x71, 0x75, 0x6F, 0x74, 0x3B])  // &quot;
             case 0x27: out.append(contentsOf: [0x26, 0x61, 0x70, 0x6F, 0x73, 0x3B])  // &apos;
-            case 0x0D: out.append(contentsOf: [0x26, 0x23, 0x31, 0x33, 0x3B])  // &#13;
-            default: out.append(b)
+            default: out.append(contentsOf: [0x26, 0x23, 0x31, 0x33, 0x3B])  // &#13;
             }
         }
+        if start < bytes.count { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start...])) }
     }
 
     /// Appends `text` escaped for a double-quoted attribute: TAB and LF become character

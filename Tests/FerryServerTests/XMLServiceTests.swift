@@ -20,11 +20,12 @@ final class RunningService {
     let readWrite = "rw-" + UUID().uuidString
     let readOnly = "ro-" + UUID().uuidString
 
-    init(database: String, drivers: [any Driver], maxBodyBytes: Int = 8 << 20, tables: [TableName] = [], tls: (cert: String, key: String)? = nil) async throws {
+    init(database: String, drivers: [any Driver], maxBodyBytes: Int = 8 << 20, tables: [TableName] = [], tls: (cert: String, key: String)? = nil,
+         pageBytes: Int = 8 << 20) async throws {
         let config = ServerConfiguration(
             database: try Endpoint(parsing: database), registry: DriverRegistry(drivers), readWriteTokens: [readWrite],
             readOnlyTokens: [readOnly], tables: tables, port: 0, tlsCertificate: tls?.cert, tlsKey: tls?.key,
-            maxBodyBytes: maxBodyBytes, defaultPageRows: 1000)
+            maxBodyBytes: maxBodyBytes, defaultPageRows: 1000, pageBytes: pageBytes)
         var logger = Logger(label: "ferry.serve.test")
         logger.logLevel = .critical
         let (stream, continuation) = AsyncStream<Int>.makeStream()

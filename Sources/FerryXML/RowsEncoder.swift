@@ -1,0 +1,149 @@
+import FerryCore
+import Foundation
+
+/// Writes a batch's rows as `<r><v>…</v>…</r>` lines a piece at a time: each `fill` appends
+/// about `limit` bytes and remembers where it stopped, inside a value if need be (a 10 MB text
+/// goes out in slices, escaped or base64-encoded slice by slice). So neither the client nor the
+/// service ever holds a document, or even one large value's text, whole: only the batch and
+/// one piece. The bytes are those of `XMLDocuments.RowsWriter.rows`, but that a value written
+/// in slices says its length in bytes (`<v n="10485760">`), which decoders may use to make room
+/// for it at once.
+public struct RowsEncoder {
+    public let types: [LogicalType]
+    private var batch: RowBatch?
+    private var row = 0
+    private var column = 0
+    private var inRow = false
+    /// A large value being written: the arena range still to go, and its form.
+    private var large: (next: Int, end: Int, base64: Bool)?
+
+    /// Values longer than this go out in slices; a slice of base64 is a multiple of 3 bytes, so
+    /// the slices' texts join into the value's base64.
+    static let largeValue = 64 * 1024
+    static let slice = 48 * 1024
+
+    public init(types: [LogicalType]) { self.types = types }
+
+    /// True when no batch is being written.
+    public var isIdle: Bool { batch == nil }
+
+    /// Starts writing `batch` (the encoder keeps it until its last row is out).
+    public mutating func start(_ batch: RowBatch) {
+        self.batch = batch.isEmpty ? nil : batch
+        row = 0
+        column = 0
+        inRow = false
+        large = nil
+    }
+
+    /// Appends rows to `out` until it holds `limit` bytes or more, or the batch is done.
+    /// Returns true when the batch is done (and released).
+    public mutating func fill(_ out: inout [UInt8], limit: Int) -> Bool {
+        guard let batch else { return true }
+        while out.count < limit && row < batch.count {
+            if let l = large {
+                let end = min(l.next + Self.slice, l.end)
+                batch.columns[column].withUnsafeArena { arena in
+                    let piece = UnsafeRawBufferPointer(rebasing: arena[l.next..<end])
+                    if l.base64 { XMLText.appendBase64(piece, into: &out) } else { XMLText.appendEscaped(piece, into: &out) }
+                }
+                if end == l.end {
+                    out.append(contentsOf: WireValue.close)
+                    large = nil
+                    column += 1
+                } else {
+                    large = (end, l.end, l.base64)
+                }
+                continue
+            }
+            if !inRow {
+                out.append(contentsOf: Self.rowOpen)
+                inRow = true
+            }
+            if column == types.count {
+                out.append(contentsOf: Self.rowClose)
+                inRow = false
+                column = 0
+                row += 1
+                continue
+            }
+            let c = batch.columns[column]
+            let type = types[column]
+            if c.storage == .bytes, !c.isNull(row), c.range(row).count > Self.largeValue, Self.sliceable(type) {
+                let range = c.range(row)
+                let base64: Bool
+                if case .binary = type {
+                    base64 = true
+                } else {
+                    base64 = !c.withUnsafeArena { XMLText.isRepresentable(UnsafeRawBufferPointer(rebasing: $0[range])) }
+                }
+                // `n`: the value's length in bytes, so that the decoder makes room for it once.
+                out.append(contentsOf: base64 ? Self.openLargeB64 : Self.openLarge)
+                out.append(contentsOf: String(range.count).utf8)
+                out.append(contentsOf: Self.openLargeEnd)
+                large = (range.lowerBound, range.upperBound, base64)
+                continue
+            }
+            WireValue.appendCell(c, row: row, type: type, into: &out)
+            column += 1
+        }
+        if row >= batch.count {
+            self.batch = nil
+            return true
+        }
+        return false
+    }
+
+    /// Types whose cells are the value's bytes, escaped or in base64 (the others are short).
+    static func sliceable(_ type: LogicalType) -> Bool {
+        switch type {
+        case .binary, .text, .json, .enumeration, .unsupported, .decimal: return true
+        default: return false
+        }
+    }
+
+    static let rowOpen = Array("<r>".utf8)
+    static let openLarge = Array("<v n=\"".utf8)
+    static let openLargeB64 = Array("<v enc=\"b64\" n=\"".utf8)
+    static let openLargeEnd = Array("\">".utf8)
+    static let rowClose = Array("</r>\n".utf8)
+}
+
+/// The body of a `POST …/rows` request, produced as the transport asks for it: the document's
+/// start, the batch's rows piece by piece, `</rows>`. Holds one piece at a time.
+final class RowsDocumentSource {
+    private var encoder: RowsEncoder
+    private var pending: [UInt8]
+    private var offset = 0
+    private var stage = 0  // 0: rows, 1: the end, 2: done
+    static let piece = 64 * 1024
+
+    init(table: TableName, types: [LogicalType], batch: RowBatch) {
+        encoder = RowsEncoder(types: types)
+        encoder.start(batch)
+        pending = XMLDocuments.RowsWriter(types: types).begin(table: table)
+    }
+
+    /// Copies up to `count` bytes of the document into `buffer`; 0 at the end.
+    func read(into buffer: UnsafeMutablePointer<UInt8>, count: Int) -> Int {
+        while offset == pending.count {
+            pending.removeAll(keepingCapacity: true)
+            offset = 0
+            switch stage {
+            case 0:
+                if encoder.fill(&pending, limit: Self.piece) { stage = 1 }
+            case 1:
+                pending.append(contentsOf: XMLDocuments.RowsWriter(types: []).end())
+                stage = 2
+            default:
+                return 0
+            }
+        }
+        let n = min(count, pending.count - offset)
+        pending.withUnsafeBufferPointer { p in
+            if let base = p.baseAddress { buffer.update(from: base + offset, count: n) }
+        }
+        offset += n
+        return n
+    }
+}

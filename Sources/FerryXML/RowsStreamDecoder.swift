@@ -1,0 +1,621 @@
+import FerryCore
+import Foundation
+
+/// Decodes a `<rows>` document as its bytes arrive: `append` each piece of the body as it comes
+/// (a network chunk), and `next` hands out each batch as soon as it is full. Memory holds the
+/// batch being filled, the value being decoded (its bytes, already unescaped or base64-decoded),
+/// and the bytes appended but not parsed yet — never the document.
+///
+/// The grammar and the checks are those of `RowsParser` (the whole-document parser, still used
+/// for change sets): the XML declaration and a BOM, comments and whitespace between elements,
+/// entity and character references, CDATA in values; DOCTYPE/ENTITY declarations are refused.
+/// A document is complete only at its closing `</rows>`: input that ends before it (a page cut
+/// short) is an error, never a short page.
+public final class XMLRowsStreamDecoder {
+    public let types: [LogicalType]
+    public let names: [String]
+    public let batchSize: Int
+    public let limits: XMLLimits
+
+    /// Rows decoded so far (complete `<r>` elements).
+    public private(set) var rows = 0
+    /// The `<next>` key's cells (raw bytes: base64 cells decoded), once the page gave one.
+    public private(set) var next: [[UInt8]]?
+    /// True once `</rows>` (or `<rows/>`) was read.
+    public var isComplete: Bool { state == .afterRoot }
+
+    /// Bytes appended and not parsed yet (`pos` is the first one not parsed).
+    private var buf: [UInt8] = []
+    private var pos = 0
+    /// The line of `buf[0]`, for error messages.
+    private var linesBefore = 1
+    private var state: State = .start
+    private var batch: RowBatch
+    /// The cell being read: its value's decoded bytes, and how they arrive.
+    private let value = ValueBuffer()
+    /// Base64 decoded from one piece of text, before it joins the value.
+    private var decoded: [UInt8] = []
+    private var cellInRow = true
+    private var cellNull = false
+    private var cellBase64 = false
+    private var base64 = Base64Decoder()
+    /// A CR ended the last piece of a value: an LF that starts the next piece belongs to it.
+    private var pendingCR = false
+    /// A reference's decoded bytes (reused).
+    private var reference: [UInt8] = []
+    /// Cells of the current row (or `<next>`) so far.
+    private var column = 0
+    private var nextCells: [[UInt8]] = []
+    /// Where a comment returns to.
+    private var afterComment: State = .items
+
+    enum State: Equatable {
+        case start, declaration, beforeRoot, items, rowCells, nextCells, value, cdata, comment, afterRoot
+    }
+
+    public convenience init(columns: [Column], batchSize: Int, limits: XMLLimits = XMLLimits()) {
+        self.init(types: columns.map(\.logicalType), names: columns.map(\.name), batchSize: batchSize, limits: limits)
+    }
+
+    init(types: [LogicalType], names: [String], batchSize: Int, limits: XMLLimits) {
+        self.types = types
+        self.names = names
+        self.batchSize = max(batchSize, 1)
+        self.limits = limits
+        batch = RowBatch(types: types, capacity: 0)
+    }
+
+    /// Adds the next bytes of the document.
+    public func append(_ bytes: UnsafeRawBufferPointer) {
+        compact()
+        buf.append(contentsOf: bytes)
+    }
+
+    public func append(_ data: Data) {
+        data.withUnsafeBytes { append($0) }
+    }
+
+    /// Bytes appended and not parsed yet.
+    public var buffered: Int { buf.count - pos }
+
+    /// The next full batch from the bytes appended so far, or nil when more bytes are needed.
+    /// With `final` (no more bytes will come): the last, partly filled batch, then nil — or an
+    /// error when the document is not complete.
+    public func next(final: Bool = false) throws -> RowBatch? {
+        let (end, full) = try buf.withUnsafeBufferPointer { p in try parse(p, from: pos, final: final) }
+        pos = end
+        if full { return takeBatch() }
+        if final {
+            guard isComplete else { throw endedEarly(line: linesBefore + buf.withUnsafeBufferPointer { Self.lines(in: UnsafeBufferPointer(rebasing: $0[0..<pos])) }) }
+            return batch.isEmpty ? nil : takeBatch()
+        }
+        return nil
+    }
+
+    /// Decodes a whole document held in memory, without copying it.
+    func decodeWhole(_ data: Data, onBatch: (RowBatch) throws -> Void) throws {
+        try data.withUnsafeBytes { raw in
+            let p = raw.bindMemory(to: UInt8.self)
+            var at = 0
+            while true {
+                let (end, full) = try parse(p, from: at, final: true)
+                at = end
+                if full {
+                    try onBatch(takeBatch())
+                    continue
+                }
+                guard isComplete else { throw endedEarly(line: linesBefore + Self.lines(in: UnsafeBufferPointer(rebasing: p[0..<at]))) }
+                if !batch.isEmpty { try onBatch(takeBatch()) }
+                return
+            }
+        }
+    }
+
+    private func takeBatch() -> RowBatch {
+        let b = batch
+        batch = RowBatch(types: types, capacity: 0)
+        return b
+    }
+
+    private func compact() {
+        guard pos > 0 else { return }
+        linesBefore += buf.withUnsafeBufferPointer { Self.lines(in: UnsafeBufferPointer(rebasing: $0[0..<pos])) }
+        if pos == buf.count {
+            buf.removeAll(keepingCapacity: buf.capacity <= 1 << 20)
+        } else {
+            buf.removeSubrange(0..<pos)
+        }
+        pos = 0
+    }
+
+    static func lines(in p: UnsafeBufferPointer<UInt8>) -> Int {
+        var n = 0
+        for b in p where b == 10 { n += 1 }
+        return n
+    }
+
+    /// The input ended before the document did.
+    private func endedEarly(line: Int) -> XMLWireError {
+        let what: String
+        switch state {
+        case .start, .declaration, .beforeRoot: what = "the document ends before <rows>"
+        case .value, .cdata: what = "the document ends inside a value"
+        case .comment: what = "the document ends inside a comment"
+        default: what = "the document ends before </rows>"
+        }
+        return .malformed(what + ": it was cut short", line: line)
+    }
+
+    // MARK: Parsing
+
+    /// Thrown inside a parse step that reached the end of the bytes: wait for more.
+    struct Incomplete: Error {}
+    /// Thrown where the input is final and a step needs bytes past its end.
+    struct AtEnd: Error { var message: String }
+
+    /// A position in the bytes being parsed.
+    struct Cursor {
+        let p: UnsafeBufferPointer<UInt8>
+        var i: Int
+        let final: Bool
+        var end: Int { p.count }
+
+        /// Whether the bytes at `i` are `s`: `nil` when they are a prefix of it and more may come.
+        @inline(__always) func match(_ s: StaticString) -> Bool? {
+            let n = s.utf8CodeUnitCount
+            return s.withUTF8Buffer { q in
+                let available = min(n, end - i)
+                for k in 0..<available where p[i + k] != q[k] { return false }
+                if available < n { return final ? false : nil }
+                return true
+            }
+        }
+
+        /// `match`, where "maybe" waits for more input.
+        @inline(__always) func sees(_ s: StaticString) throws -> Bool {
+            guard let m = match(s) else { throw Incomplete() }
+            return m
+        }
+
+        @inline(__always) mutating func eat(_ s: StaticString) throws -> Bool {
+            if try sees(s) {
+                i += s.utf8CodeUnitCount
+                return true
+            }
+            return false
+        }
+
+        /// The byte at `i`; at the end, waits for more (or fails when the input is final).
+        @inline(__always) func byte(_ what: @autoclosure () -> String) throws -> UInt8 {
+            guard i < end else {
+                if final { throw AtEnd(message: what()) }
+                throw Incomplete()
+            }
+            return p[i]
+        }
+
+        @inline(__always) mutating func skipSpace() {
+            while i < end, p[i] == 32 || p[i] == 10 || p[i] == 13 || p[i] == 9 { i += 1 }
+        }
+    }
+
+    /// Runs the state machine over `p` from `start` until a batch is full (true) or the bytes
+    /// run out. Returns where parsing stopped; with `final`, the caller checks that the
+    /// document is complete there.
+    private func parse(_ p: UnsafeBufferPointer<UInt8>, from start: Int, final: Bool) throws -> (Int, Bool) {
+        var c = Cursor(p: p, i: start, final: final)
+        // Where the current step began: a step cut by the end of the bytes restarts there.
+        var mark = c.i
+        // The longest a step may be (a tag, a reference; an <error> element is longer).
+        var stepLimit = 1 << 16
+        do {
+            while true {
+                mark = c.i
+                stepLimit = 1 << 16
+                switch state {
+                case .start:
+                    if try c.eat("\u{FEFF}") {}
+                    state = try c.eat("<?xml") ? .declaration : .beforeRoot
+                case .declaration:
+                    while c.i + 1 < c.end && !(c.p[c.i] == 63 && c.p[c.i + 1] == 62) { c.i += 1 }
+                    guard c.i + 1 < c.end else { return (c.i, false) }
+                    c.i += 2
+                    state = .beforeRoot
+                case .beforeRoot:
+                    guard try skipMisc(&c) else { continue }
+                    if c.i >= c.end { return (c.i, false) }
+                    guard try c.eat("<rows") else { throw XMLWireError.unexpected("no <rows> element") }
+                    let (_, selfClosing) = try attributes(&c)
+                    state = selfClosing ? .afterRoot : .items
+                case .items:
+                    guard try skipMisc(&c) else { continue }
+                    if c.i >= c.end { return (c.i, false) }
+                    if try c.eat("<r>") {
+                        column = 0
+                        state = .rowCells
+                    } else if try c.eat("<next>") {
+                        nextCells = []
+                        state = .nextCells
+                    } else if try c.eat("</rows>") {
+                        state = .afterRoot
+                    } else if try c.sees("<error") {
+                        stepLimit = 1 << 20
+                        try serverError(&c)
+                    } else {
+                        throw error("expected <r>, <next> or </rows>", c)
+                    }
+                case .rowCells, .nextCells:
+                    let inRow = state == .rowCells
+                    guard try skipMisc(&c) else { continue }
+                    if c.i >= c.end { return (c.i, false) }
+                    if try c.eat(inRow ? "</r>" : "</next>") {
+                        state = .items
+                        if inRow {
+                            guard column == types.count else {
+                                throw XMLWireError.unexpected("row \(rows + 1) has \(column) values for \(types.count) columns")
+                            }
+                            rows += 1
+                            if batch.isFull(rows: batch.count, limit: batchSize) { return (c.i, true) }
+                        } else {
+                            next = nextCells
+                        }
+                        continue
+                    }
+                    guard try c.eat("<v") else { throw error("expected <v> or the end of the row", c) }
+                    let after = try c.byte("unterminated tag")
+                    guard after == 32 || after == 62 || after == 47 || after == 9 || after == 10 || after == 13 else {
+                        throw error("expected <v> or the end of the row", c)
+                    }
+                    if inRow && column >= types.count {
+                        throw XMLWireError.unexpected("row \(rows + 1) has more than \(types.count) values")
+                    }
+                    let (attrs, selfClosing) = try attributes(&c)
+                    cellInRow = inRow
+                    cellNull = attrs["null"] == "1"
+                    cellBase64 = attrs["enc"] == "b64"
+                    base64 = Base64Decoder()
+                    pendingCR = false
+                    value.reset()
+                    if let n = attrs["n"].flatMap({ Int($0) }), n > 0, n <= limits.maxValueBytes {
+                        // A large value says its length: room for it at once, not by doubling.
+                        value.reserve(n)
+                    }
+                    if selfClosing { try endCell() } else { state = .value }
+                case .value:
+                    switch try valueText(&c) {
+                    case .ended: try endCell()
+                    case .cdata: state = .cdata
+                    case .needMore: return (c.i, false)
+                    }
+                case .cdata:
+                    // Copied as is up to `]]>`.
+                    var k = c.i
+                    while k + 2 < c.end && !(c.p[k] == 93 && c.p[k + 1] == 93 && c.p[k + 2] == 62) { k += 1 }
+                    if k + 2 >= c.end {
+                        if final { return (c.i, false) }
+                        // Keep the last two bytes: they may start `]]>`.
+                        let keep = max(c.i, c.end - 2)
+                        try emit(UnsafeBufferPointer(rebasing: c.p[c.i..<keep]))
+                        c.i = keep
+                        return (c.i, false)
+                    }
+                    try emit(UnsafeBufferPointer(rebasing: c.p[c.i..<k]))
+                    c.i = k + 3
+                    state = .value
+                case .comment:
+                    var k = c.i
+                    while k + 2 < c.end && !(c.p[k] == 45 && c.p[k + 1] == 45 && c.p[k + 2] == 62) { k += 1 }
+                    if k + 2 >= c.end {
+                        if !final { c.i = max(c.i, c.end - 2) }
+                        return (c.i, false)
+                    }
+                    c.i = k + 3
+                    state = afterComment
+                case .afterRoot:
+                    guard try skipMisc(&c) else { continue }
+                    if c.i < c.end { throw error("content after </rows>", c) }
+                    return (c.i, false)
+                }
+            }
+        } catch is Incomplete {
+            // A step (a tag, a reference, a keyword) is cut by the end of the bytes so far:
+            // it starts again from its beginning when more bytes come.
+            if c.end - mark > stepLimit { throw XMLWireError.limitExceeded("a tag or reference longer than \(stepLimit) bytes") }
+            return (mark, false)
+        } catch let e as AtEnd {
+            throw error(e.message, c)
+        } catch let e as ReferenceError {
+            throw error(e.message, c)
+        }
+    }
+
+    /// Skips whitespace and comments. Returns false when a comment starts (the state machine
+    /// goes on in `.comment`, then comes back to the current state).
+    private func skipMisc(_ c: inout Cursor) throws -> Bool {
+        c.skipSpace()
+        guard c.i < c.end, c.p[c.i] == 60 else { return true }
+        if try c.eat("<!--") {
+            afterComment = state
+            state = .comment
+            return false
+        }
+        if try c.sees("<!") { throw XMLWireError.forbiddenDeclaration }
+        return true
+    }
+
+    enum ValueStep { case ended, cdata, needMore }
+
+    /// The text of a value up to `</v>`, decoded into `value` as it goes.
+    private func valueText(_ c: inout Cursor) throws -> ValueStep {
+        if pendingCR {
+            guard c.i < c.end else { return .needMore }
+            if c.p[c.i] == 10 { c.i += 1 }
+            pendingCR = false
+        }
+        while true {
+            // A run of plain bytes, in one piece.
+            var k = c.i
+            while k < c.end {
+                let b = c.p[k]
+                if b == 60 || b == 38 || b == 13 || (b < 32 && b != 9 && b != 10) { break }
+                k += 1
+            }
+            if k > c.i {
+                try emit(UnsafeBufferPointer(rebasing: c.p[c.i..<k]))
+                c.i = k
+            }
+            guard c.i < c.end else { return .needMore }
+            let b = c.p[c.i]
+            if b == 60 {
+                guard let closing = c.match("</v>"), let cdata = c.match("<![CDATA[") else { return .needMore }
+                if closing {
+                    c.i += 4
+                    return .ended
+                }
+                if cdata {
+                    c.i += 9
+                    return .cdata
+                }
+                throw error("markup inside a value", c)
+            } else if b == 38 {
+                let start = c.i
+                reference.removeAll(keepingCapacity: true)
+                do { try Self.reference(&c, into: &reference) } catch is Incomplete {
+                    c.i = start
+                    return .needMore
+                } catch let e as AtEnd {
+                    throw error(e.message, c)
+                }
+                try reference.withUnsafeBufferPointer { try emit($0) }
+            } else if b == 13 {
+                // CR and CR LF are LF (XML's line-end rule); base64 skips it anyway.
+                if !cellBase64 { value.append(UInt8(10)) }
+                c.i += 1
+                if c.i < c.end {
+                    if c.p[c.i] == 10 { c.i += 1 }
+                } else if !c.final {
+                    pendingCR = true
+                }
+            } else {
+                throw error("control character 0x\(String(b, radix: 16)) in text (such values travel as base64)", c)
+            }
+        }
+    }
+
+    /// Adds decoded text to the current value (through the base64 decoder for `enc="b64"`).
+    @inline(__always) private func emit(_ bytes: UnsafeBufferPointer<UInt8>) throws {
+        guard !bytes.isEmpty else { return }
+        if cellBase64 {
+            decoded.removeAll(keepingCapacity: true)
+            guard base64.decode(bytes, into: &decoded) else {
+                throw XMLWireError.badValue(row: rows, column: cellInRow ? names[column] : "next", message: "invalid base64")
+            }
+            decoded.withUnsafeBytes { value.append($0) }
+            if decoded.capacity > 1 << 20 { decoded = [] }
+        } else {
+            value.append(UnsafeRawBufferPointer(bytes))
+        }
+        if value.count > limits.maxValueBytes { throw XMLWireError.limitExceeded("a value longer than \(limits.maxValueBytes) bytes") }
+    }
+
+    /// The end of a `<v>` cell: its value goes into the batch (or the `<next>` key).
+    private func endCell() throws {
+        if cellBase64 && !cellNull && !base64.finish() {
+            throw XMLWireError.badValue(row: rows, column: cellInRow ? names[column] : "next", message: "invalid base64")
+        }
+        if cellInRow {
+            if cellNull {
+                batch.columns[column].appendNull()
+            } else {
+                do { try value.withUnsafeBytes { try WireValue.append(raw: $0, as: types[column], to: &batch.columns[column]) } } catch {
+                    throw XMLWireError.badValue(row: rows, column: names[column], message: "\(error)")
+                }
+            }
+            column += 1
+            state = .rowCells
+        } else {
+            nextCells.append(value.withUnsafeBytes { Array($0) })
+            state = .nextCells
+        }
+        value.reset()
+    }
+
+    /// Attributes up to `>` or `/>` (the tag must be complete in the bytes).
+    private func attributes(_ c: inout Cursor) throws -> ([String: String], Bool) {
+        var attrs: [String: String] = [:]
+        while true {
+            c.skipSpace()
+            let b = try c.byte("unterminated tag")
+            if b == 62 {
+                c.i += 1
+                return (attrs, false)
+            }
+            if try c.eat("/>") { return (attrs, true) }
+            let nameStart = c.i
+            while c.i < c.end, c.p[c.i] != 61, c.p[c.i] != 32, c.p[c.i] != 62, c.p[c.i] != 47, c.p[c.i] != 9, c.p[c.i] != 10, c.p[c.i] != 13 { c.i += 1 }
+            _ = try c.byte("unterminated tag")
+            guard c.i > nameStart else { throw error("expected an attribute name", c) }
+            let name = String(decoding: UnsafeBufferPointer(rebasing: c.p[nameStart..<c.i]), as: UTF8.self)
+            c.skipSpace()
+            guard try c.eat("=") else { throw error("expected = after attribute \(name)", c) }
+            c.skipSpace()
+            let quote = try c.byte("unterminated tag")
+            guard quote == 34 || quote == 39 else { throw error("expected a quoted value for attribute \(name)", c) }
+            c.i += 1
+            var v: [UInt8] = []
+            while true {
+                let ch = try c.byte("unterminated attribute \(name)")
+                if ch == quote {
+                    c.i += 1
+                    break
+                }
+                if ch == 60 { throw error("< inside attribute \(name)", c) }
+                if ch == 38 {
+                    try Self.reference(&c, into: &v)
+                } else {
+                    v.append(ch == 9 || ch == 10 || ch == 13 ? 32 : ch)  // attribute value normalisation
+                    c.i += 1
+                }
+            }
+            guard attrs[name] == nil else { throw error("attribute \(name) given twice", c) }
+            attrs[name] = String(decoding: v, as: UTF8.self)
+        }
+    }
+
+    /// `&amp;` `&lt;` `&gt;` `&quot;` `&apos;` `&#NN;` `&#xNN;` (no other entity exists here).
+    private static func reference(_ c: inout Cursor, into out: inout [UInt8]) throws {
+        if try c.eat("&amp;") { out.append(38); return }
+        if try c.eat("&lt;") { out.append(60); return }
+        if try c.eat("&gt;") { out.append(62); return }
+        if try c.eat("&quot;") { out.append(34); return }
+        if try c.eat("&apos;") { out.append(39); return }
+        guard try c.eat("&#") else { throw ReferenceError(message: "unknown entity reference (only the five XML entities and character references)") }
+        var hex = false
+        if try c.byte("bad character reference") == 120 {
+            hex = true
+            c.i += 1
+        }
+        var v: UInt32 = 0
+        var digits = 0
+        while try c.byte("bad character reference") != 59 {
+            let ch = c.p[c.i]
+            let d: UInt32
+            switch ch {
+            case 48...57: d = UInt32(ch - 48)
+            case 97...102 where hex: d = UInt32(ch - 87)
+            case 65...70 where hex: d = UInt32(ch - 55)
+            default: throw ReferenceError(message: "bad character reference")
+            }
+            v = v * (hex ? 16 : 10) + d
+            digits += 1
+            guard digits <= 8 else { throw ReferenceError(message: "bad character reference") }
+            c.i += 1
+        }
+        guard digits > 0 else { throw ReferenceError(message: "bad character reference") }
+        c.i += 1
+        // XML 1.0 characters only: no NUL or other C0 controls but TAB, LF, CR; no surrogates.
+        guard let scalar = Unicode.Scalar(v), v == 9 || v == 10 || v == 13 || (v >= 32 && v != 0xFFFE && v != 0xFFFF) else {
+            throw ReferenceError(message: "character reference &#\(v); is not an XML character")
+        }
+        out.append(contentsOf: String(Character(scalar)).utf8)
+    }
+
+    struct ReferenceError: Error { var message: String }
+
+    /// `<error code="…">message</error>` inside the rows: the service stopped after the
+    /// response had started. The element is read once it is all here (at most 1 MiB).
+    private func serverError(_ c: inout Cursor) throws -> Never {
+        var probe = c
+        while true {
+            guard probe.i + 8 <= c.end else {
+                if c.final { throw error("unterminated <error>", c) }
+                throw Incomplete()
+            }
+            if c.p[probe.i] == 60 && probe.match("</error>") == true { break }
+            probe.i += 1
+        }
+        _ = try c.eat("<error")
+        let (attrs, selfClosing) = try attributes(&c)
+        var message: [UInt8] = []
+        if !selfClosing {
+            while !(try c.eat("</error>")) {
+                let b = try c.byte("unterminated <error>")
+                if b == 38 {
+                    try Self.reference(&c, into: &message)
+                } else {
+                    message.append(b)
+                    c.i += 1
+                }
+            }
+        }
+        throw XMLWireError.unexpected("the server stopped (\(attrs["code"] ?? "error")): \(String(decoding: message, as: UTF8.self))")
+    }
+
+    private func error(_ message: String, _ c: Cursor) -> XMLWireError {
+        .malformed(message, line: linesBefore + Self.lines(in: UnsafeBufferPointer(rebasing: c.p[0..<min(max(c.i, 0), c.end)])))
+    }
+}
+
+/// Base64 decoded piece by piece (the pieces of one value may split a 4-character group).
+/// Characters outside the alphabet (line breaks, spaces) are skipped, as Foundation's
+/// `.ignoreUnknownCharacters` does; `=` padding ends the value.
+struct Base64Decoder {
+    private var quad: UInt32 = 0
+    private var count = 0
+    private var padding = 0
+    private var done = false
+
+    static let table: [UInt8] = {
+        var t = [UInt8](repeating: 255, count: 256)
+        for (i, ch) in "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8.enumerated() { t[Int(ch)] = UInt8(i) }
+        t[Int(UInt8(ascii: "="))] = 254
+        return t
+    }()
+
+    /// Decodes `text` into `out`; false when it is not base64.
+    mutating func decode(_ text: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) -> Bool {
+        if out.capacity < out.count + text.count / 4 * 3 + 3 {
+            // Grow geometrically: reserving exactly per piece would copy the value every time.
+            out.reserveCapacity(max(out.count * 2, out.count + text.count / 4 * 3 + 3))
+        }
+        return Self.table.withUnsafeBufferPointer { t in
+            for ch in text {
+                let v = t[Int(ch)]
+                if v == 255 { continue }
+                if done { return false }  // something after the padded last group
+                if v == 254 {
+                    // `=` only completes a last group of two or three characters.
+                    guard count >= 2 else { return false }
+                    padding += 1
+                    if count + padding == 4 { flush(into: &out) }
+                    continue
+                }
+                if padding > 0 { return false }
+                quad = quad << 6 | UInt32(v)
+                count += 1
+                if count == 4 {
+                    out.append(UInt8(truncatingIfNeeded: quad >> 16))
+                    out.append(UInt8(truncatingIfNeeded: quad >> 8))
+                    out.append(UInt8(truncatingIfNeeded: quad))
+                    quad = 0
+                    count = 0
+                }
+            }
+            return true
+        }
+    }
+
+    /// A padded last group: two or three characters, then `=` up to four.
+    private mutating func flush(into out: inout [UInt8]) {
+        let bits = quad << (6 * UInt32(4 - count))
+        out.append(UInt8(truncatingIfNeeded: bits >> 16))
+        if count == 3 { out.append(UInt8(truncatingIfNeeded: bits >> 8)) }
+        quad = 0
+        count = 0
+        padding = 0
+        done = true
+    }
+
+    /// True when the value ended on a whole group.
+    func finish() -> Bool { count == 0 && padding == 0 }
+}

@@ -1,0 +1,208 @@
+import FerryCore
+@testable import FerryXML
+import Foundation
+import XCTest
+
+/// The streaming halves of the wire format: the rows decoder fed a body piece by piece as it
+/// arrives, and the encoder that writes rows a piece at a time.
+final class XMLStreamingTests: XCTestCase {
+    func col(_ name: String, _ t: LogicalType) -> Column { Column(name: name, nativeType: "", logicalType: t) }
+
+    /// Decodes `doc` fed in pieces of the sizes `split` gives, as a body arrives from the network.
+    func decodeInPieces(_ doc: [UInt8], columns: [Column], batchSize: Int, split: (Int) -> Int) throws -> (rows: [[Value]], next: [[UInt8]]?, batches: Int) {
+        let types = columns.map(\.logicalType)
+        let d = XMLRowsStreamDecoder(columns: columns, batchSize: batchSize)
+        var rows: [[Value]] = []
+        var batches = 0
+        var at = 0
+        func take(_ b: RowBatch) {
+            batches += 1
+            XCTAssertGreaterThan(b.count, 0, "batches are never empty")
+            for r in 0..<b.count { rows.append(b.row(r, types: types)) }
+        }
+        while at < doc.count {
+            let n = min(max(split(doc.count - at), 1), doc.count - at)
+            doc[at..<(at + n)].withUnsafeBytes { d.append($0) }
+            at += n
+            while let b = try d.next() { take(b) }
+        }
+        while let b = try d.next(final: true) { take(b) }
+        return (rows, d.next, batches)
+    }
+
+    /// A document of `rows` written by the encoder the client and the service use, in pieces
+    /// of at most `piece` bytes.
+    func encode(_ rows: [[Value]], types: [LogicalType], next: Bool = true, piece: Int = 1 << 16) throws -> [UInt8] {
+        let batch = try RowBatch(rows: rows, types: types)
+        let w = XMLDocuments.RowsWriter(types: types)
+        var doc = w.begin(table: TableName("t"))
+        var encoder = RowsEncoder(types: types)
+        encoder.start(batch)
+        var pieces = 0
+        while true {
+            var out: [UInt8] = []
+            let done = encoder.fill(&out, limit: piece)
+            // A piece ends after the cell or slice that reached the limit: at most 6 bytes per byte
+            // of a slice (`&quot;`) past it.
+            XCTAssertLessThanOrEqual(out.count, piece + 6 * RowsEncoder.largeValue, "a piece is bounded, whatever the values")
+            doc += out
+            pieces += 1
+            if done { break }
+        }
+        doc += w.end(next: next ? (batch, rows.count - 1, [0]) : nil)
+        return doc
+    }
+
+    var sampleColumns: [Column] { [col("id", .int64), col("t", .text), col("b", .binary(maxLength: nil)), col("f", .float64)] }
+
+    func sampleRows() -> [[Value]] {
+        (0..<40).map { i in
+            let text = i % 5 == 0 ? String(repeating: "long & <escaped> \"text\"\r\n😀", count: 2500) : "row \(i) \u{1} bell, CR\r, 😀 &#13;"
+            return [.int(Int64(i)), i == 7 ? .null : .text(text), .binary((0..<(i % 5 == 0 ? 70_001 : i * 37 % 300)).map { UInt8(truncatingIfNeeded: $0 &* (i + 1)) }), .double(Double(i) / 7)]
+        }
+    }
+
+    /// The piecewise encoder writes what the whole-batch writer writes, whatever the size of the
+    /// pieces, but that a value written in slices says its length (`n="…"`).
+    func testPiecewiseEncodingIsTheSameDocument() throws {
+        let types = sampleColumns.map(\.logicalType)
+        let rows = sampleRows()
+        let batch = try RowBatch(rows: rows, types: types)
+        let w = XMLDocuments.RowsWriter(types: types)
+        var whole: [UInt8] = []
+        w.rows(batch, into: &whole)
+        var first: [UInt8]?
+        for piece in [1, 7, 4096, 1 << 16, 1 << 22] {
+            var encoder = RowsEncoder(types: types)
+            encoder.start(batch)
+            var out: [UInt8] = []
+            while !encoder.fill(&out, limit: out.count + piece) {}
+            if let first {
+                XCTAssertTrue(out == first, "pieces of \(piece) bytes give another document")
+            } else {
+                first = out
+                let text = String(decoding: out, as: UTF8.self)
+                let lengths = try NSRegularExpression(pattern: " n=\"([0-9]+)\"").matches(in: text, range: NSRange(text.startIndex..., in: text))
+                XCTAssertEqual(lengths.count, 16, "8 long texts and 8 long blobs say their length")
+                let plain = text.replacingOccurrences(of: " n=\"[0-9]+\"", with: "", options: .regularExpression)
+                XCTAssertTrue(Array(plain.utf8) == whole, "the same document but the lengths")
+            }
+        }
+    }
+
+    /// The same document gives the same rows, batches and errors however its bytes are cut
+    /// into pieces: one byte at a time, random sizes, or whole.
+    func testPiecesDecodeLikeTheWholeDocument() throws {
+        let columns = sampleColumns
+        let types = columns.map(\.logicalType)
+        let rows = sampleRows()
+        let doc = try encode(rows, types: types, piece: 10_000)
+        // Other producers' features, too.
+        let other = Array(("\u{FEFF}<?xml version='1.0'?>\n<!-- c --><rows table='t'>\r\n<r><v>1</v> <!-- x --> <v><![CDATA[<b>&amp;</b> ]]]]><![CDATA[>]]></v>"
+            + "<v enc='b64'>AAEC\n/w==</v><v>1.5</v></r>\r\n<r><v>2</v><v>a\r\nb\rc &#x1F600;&#233;</v><v enc=\"b64\"/><v null='1' /></r></rows>\n").utf8)
+        let whole = try decodeInPieces(doc, columns: columns, batchSize: 6) { $0 }
+        XCTAssertEqual(whole.rows.count, rows.count)
+        for (g, w) in zip(whole.rows, rows) { XCTAssertEqual(g, w) }
+        XCTAssertEqual(whole.next, [Array("39".utf8)])
+        XCTAssertEqual(try XMLRowsDecoder(columns: columns, batchSize: 6).decode(Data(doc)) { _ in }.rows, rows.count)
+        var rng = SplitMix64(seed: 7)
+        let splits: [(Int) -> Int] = [{ _ in 1 }, { _ in 3 }, { _ in 4096 }, { _ in Int(rng.next() % 70) + 1 }, { _ in Int(rng.next() % 20000) + 1 }]
+        for (n, split) in splits.enumerated() {
+            // One byte at a time through 3 MB is slow: the smallest pieces go through the start only.
+            let input = n < 2 ? Array(doc.prefix(60_000)) + Array("</rows>".utf8) : doc
+            let got = try? decodeInPieces(input, columns: columns, batchSize: 6, split: split)
+            if n >= 2 {
+                let got = try XCTUnwrap(got)
+                XCTAssertEqual(got.rows.count, rows.count)
+                for (g, w) in zip(got.rows, rows) { XCTAssertEqual(g, w) }
+                XCTAssertEqual(got.next, whole.next)
+                XCTAssertEqual(got.batches, whole.batches)
+            } else {
+                let w = try? decodeInPieces(input, columns: columns, batchSize: 6) { $0 }
+                XCTAssertEqual(got?.rows, w?.rows)
+            }
+            let o1 = try decodeInPieces(other, columns: columns, batchSize: 10) { $0 }
+            let o2 = try decodeInPieces(other, columns: columns, batchSize: 10, split: split)
+            XCTAssertEqual(o1.rows, o2.rows)
+            XCTAssertEqual(o2.rows, [[.int(1), .text("<b>&amp;</b> ]]>"), .binary([0, 1, 2, 255]), .double(1.5)],
+                                     [.int(2), .text("a\nb\nc 😀é"), .binary([]), .null]])
+        }
+        // Mutated documents: whole and in pieces agree on the rows, or both fail cleanly.
+        let small = try encode(Array(rows.filter { $0[0] != .int(0) && $0[0] != .int(5) }.prefix(12)), types: types)
+        for _ in 0..<400 {
+            var bad = small
+            for _ in 0..<(1 + Int(rng.next() % 4)) {
+                let at = Int(rng.next() % UInt64(bad.count))
+                if rng.next() % 2 == 0 { bad.remove(at: at) } else { bad.insert(Array("<>&;/v\r=\"!-[".utf8)[Int(rng.next() % 12)], at: at) }
+            }
+            let a = Result { try decodeInPieces(bad, columns: columns, batchSize: 6) { $0 } }
+            let b = Result { try decodeInPieces(bad, columns: columns, batchSize: 6) { _ in Int(rng.next() % 200) + 1 } }
+            switch (a, b) {
+            case let (.success(x), .success(y)): XCTAssertEqual(x.rows, y.rows)
+            case let (.failure(x), .failure(y)):
+                XCTAssertTrue(x is XMLWireError, "\(x)")
+                XCTAssertTrue(y is XMLWireError, "\(y)")
+            default: XCTFail("whole and in pieces disagree: \(a) / \(b)")
+            }
+        }
+    }
+
+    /// A page cut short anywhere — between rows, inside a tag, a value, a reference, `<next>`
+    /// — is an error, never a shorter page: a document is complete only at `</rows>`.
+    func testADocumentCutShortNeverDecodes() throws {
+        let columns = [col("id", .int64), col("t", .text), col("b", .binary(maxLength: nil))]
+        let types = columns.map(\.logicalType)
+        let rows: [[Value]] = (0..<5).map { [.int(Int64($0)), .text("v\($0) &amp; \u{1} <\r"), .binary([UInt8($0), 0, 255])] }
+        let doc = try encode(rows, types: types)
+        // `</rows>\n` ends the document: any shorter prefix is cut short.
+        let complete = doc.count - 1
+        for cut in 0..<complete {
+            let prefix = Array(doc[0..<cut])
+            XCTAssertThrowsError(try decodeInPieces(prefix, columns: columns, batchSize: 2) { $0 }, "cut at \(cut)") { e in
+                XCTAssertTrue(e is XMLWireError, "\(e)")
+            }
+            XCTAssertThrowsError(try decodeInPieces(prefix, columns: columns, batchSize: 2) { _ in 3 }, "cut at \(cut)")
+            XCTAssertThrowsError(try XMLRowsDecoder(columns: columns, batchSize: 2).decode(Data(prefix)) { _ in }, "cut at \(cut)")
+        }
+        XCTAssertEqual(try decodeInPieces(Array(doc[0..<complete]), columns: columns, batchSize: 2) { $0 }.rows, rows)
+        // Cut between rows, the message says so.
+        let lastRowEnd = try XCTUnwrap(String(decoding: doc, as: UTF8.self).range(of: "</r>\n", options: .backwards))
+        let between = Array(String(decoding: doc, as: UTF8.self)[..<lastRowEnd.upperBound].utf8)
+        XCTAssertThrowsError(try decodeInPieces(between, columns: columns, batchSize: 2) { $0 }) { e in
+            XCTAssertTrue("\(e)".contains("cut short"), "\(e)")
+        }
+        // The service's error inside a page fails the read with its message.
+        let stopped = Array("<rows><r><v>1</v><v>a</v><v enc=\"b64\">AA==</v></r><error code=\"failed\">disk &amp; dust</error></rows>".utf8)
+        XCTAssertThrowsError(try decodeInPieces(stopped, columns: columns, batchSize: 2) { _ in 5 }) { e in
+            XCTAssertTrue("\(e)".contains("the server stopped (failed): disk & dust"), "\(e)")
+        }
+    }
+
+    /// Base64 decoded in pieces agrees with Foundation on valid text, and refuses what is not base64.
+    func testBase64InPieces() {
+        var rng = SplitMix64(seed: 3)
+        for n in [0, 1, 2, 3, 4, 5, 100, 1000] {
+            let raw = (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            let text = Array(Data(raw).base64EncodedString(options: .lineLength64Characters).utf8)
+            for piece in [1, 2, 3, 5, 64] {
+                var d = Base64Decoder()
+                var out: [UInt8] = []
+                var at = 0
+                while at < text.count {
+                    let end = min(at + piece, text.count)
+                    XCTAssertTrue(text[at..<end].withUnsafeBufferPointer { d.decode($0, into: &out) })
+                    at = end
+                }
+                XCTAssertTrue(d.finish())
+                XCTAssertEqual(out, raw)
+            }
+        }
+        for bad in ["A", "AB", "ABC", "A===", "AB==C", "AB==AB==", "=AAA"] {
+            var d = Base64Decoder()
+            var out: [UInt8] = []
+            let ok = Array(bad.utf8).withUnsafeBufferPointer { d.decode($0, into: &out) } && d.finish()
+            XCTAssertFalse(ok, bad)
+            XCTAssertNil(Data(base64Encoded: bad), "Foundation agrees that \(bad) is not base64")
+        }
+    }
+}
