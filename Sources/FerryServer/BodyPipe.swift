@@ -5,7 +5,7 @@ import NIOCore
 /// blocking side that decodes and writes it (a database thread), piece by piece, bounded in
 /// bytes: the async side waits while `maxBytes` are queued, so it stops reading the socket and
 /// TCP holds the client back.
-final class BodyPipe: @unchecked Sendable {
+final class BodyPipe: @unchecked Sendable {  // unchecked: all state is touched only under `condition`
     private let condition = NSCondition()
     private var pieces: [ByteBuffer] = []
     private var head = 0

@@ -387,8 +387,13 @@ public struct XMLService: Sendable {
                 return try Self.transaction(c) {
                     if !set.inserts.isEmpty {
                         let w = try c.writer(into: schema, columns: columns)
-                        try w.write(set.inserts)
-                        try w.finish()
+                        do {
+                            try w.write(set.inserts)
+                            try w.finish()
+                        } catch {
+                            w.abort()
+                            throw error
+                        }
                     }
                     let upserted = set.upserts.isEmpty ? 0 : try c.upsertRows(into: schema, columns: columns, key: key, rows: set.upserts)
                     let deleted = set.deletes.isEmpty ? 0 : try c.deleteRows(from: schema, key: keyColumns, keys: set.deletes)
@@ -432,6 +437,8 @@ final class RowStream {
     /// The end of the page should it end after the batch being encoded: its last row's key
     /// in `<next>`, then `</rows>` (kept instead of the batch).
     var closing: [UInt8]?
+    /// Largest key first: never followed by another page.
+    var descending = false
 
     /// `hints`: columns a client's cast rule reads in the engine's own text or JSON form, or with
     /// zero dates as NULL (named columns only: the driver builds the expression, never the request).
@@ -484,6 +491,8 @@ final class RowStream {
                     }
                 }
                 range = KeyRange(key: key, after: try bound(after, "after"), upTo: try bound(upTo, "upto"), limit: limit, descending: descending)
+            } else if !after.isEmpty || !upTo.isEmpty || descending {
+                throw ServiceError.badRequest("table \(table) has no key: after, upto and order=desc need one", table: table.description)
             }
             self.reader = try c.reader(table: schema, columns: columns, keyRange: range, batchSize: min(limit, 10_000))
             self.connection = c
@@ -492,6 +501,7 @@ final class RowStream {
             self.table = table
             self.keyIndexes = keyIndexes
             self.limit = range == nil ? nil : limit
+            self.descending = descending
         } catch {
             c.close()
             throw error
@@ -523,8 +533,9 @@ final class RowStream {
                     break
                 }
                 sent += batch.count
-                if !keyIndexes.isEmpty {
-                    // `<next>` and `</rows>`, should the page end after this batch.
+                if !keyIndexes.isEmpty && !descending {
+                    // `<next>` and `</rows>`, should the page end after this batch (pages go
+                    // forward only: a descending read is one look at a range's last keys).
                     closing = writer.end(next: (batch, batch.count - 1, keyIndexes))
                 }
                 encoder.start(batch)
@@ -548,4 +559,5 @@ final class RowStream {
     }
 }
 
+// unchecked: a page's stream (and its connection) is used by one request's steps, one at a time.
 extension RowStream: @unchecked Sendable {}

@@ -5,8 +5,9 @@ import FoundationNetworking
 #endif
 
 /// The client of Ferry's XML service (schemes `http` and `https`): a service URL works as a
-/// source or a target like any database. The token comes from the URL's password
-/// (`http://:TOKEN@host:8080/`), else FERRY_TOKEN, else the file named by `?token-file=`.
+/// source or a target like any database. The token comes from the file given as the
+/// `token-file` driver option (`--token-file`), else the URL's password
+/// (`http://:TOKEN@host:8080/`), else FERRY_TOKEN.
 public struct HTTPDriver: Driver {
     public static let name = Engine.http.rawValue
     public init() {}
@@ -50,7 +51,7 @@ struct HTTPTransportError: Error, CustomStringConvertible {
 /// stream both ways: an answer is handed over piece by piece as it arrives (`HTTPExchange`),
 /// and a request's rows are encoded as the transport sends them (`RowsDocumentSource`).
 /// Immutable after init, and URLSession is thread-safe.
-final class HTTPClient: @unchecked Sendable {
+final class HTTPClient: @unchecked Sendable {  // unchecked: immutable after init; URLSession is thread-safe
     let base: String
     let token: String?
     let endpoint: Endpoint
@@ -68,14 +69,17 @@ final class HTTPClient: @unchecked Sendable {
         var prefix = endpoint.path
         if !prefix.isEmpty && !prefix.hasSuffix("/") { prefix += "/" }
         base = "\(endpoint.scheme)://\(hostPart)" + (endpoint.port.map { ":\($0)" } ?? "") + "/" + prefix
-        var token = endpoint.password.flatMap { $0.isEmpty ? nil : $0 } ?? ProcessInfo.processInfo.environment["FERRY_TOKEN"]
-        if token == nil, let file = endpoint.options["token-file"] ?? endpoint.parameter("token-file") {
+        // An explicit token file wins, then the URL's password, then FERRY_TOKEN.
+        var token: String?
+        if let file = endpoint.options["token-file"] ?? endpoint.parameter("token-file") {
             guard let text = try? String(contentsOfFile: file, encoding: .utf8) else {
                 throw FerryError.invalidOption("cannot read the token file \(file)")
             }
             token = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
                 .first { !$0.isEmpty && !$0.hasPrefix("#") }
+            guard token != nil else { throw FerryError.invalidOption("the token file \(file) holds no token") }
         }
+        token = token ?? endpoint.password.flatMap { $0.isEmpty ? nil : $0 } ?? ProcessInfo.processInfo.environment["FERRY_TOKEN"]
         self.token = token
         let config = URLSessionConfiguration.ephemeral
         config.timeoutIntervalForRequest = 300
@@ -194,7 +198,7 @@ final class HTTPClient: @unchecked Sendable {
 /// the pieces of an answer the caller has not taken yet wait here: a page of rows ends at
 /// the service's page size (8 MiB plus one row), and the next page is asked for only when the
 /// caller wants more rows, which bounds them.
-final class HTTPExchange: @unchecked Sendable {
+final class HTTPExchange: @unchecked Sendable {  // unchecked: all state is touched only under `condition`
     private let condition = NSCondition()
     private(set) var status: Int?
     private var pieces: [Data] = []
@@ -294,7 +298,7 @@ final class HTTPExchange: @unchecked Sendable {
 }
 
 /// The session's delegate: hands each task's events to its exchange.
-final class ExchangeRouter: NSObject, URLSessionDataDelegate, @unchecked Sendable {
+final class ExchangeRouter: NSObject, URLSessionDataDelegate, @unchecked Sendable {  // unchecked: `exchanges` only under `lock`
     private let lock = NSLock()
     private var exchanges: [Int: HTTPExchange] = [:]
 

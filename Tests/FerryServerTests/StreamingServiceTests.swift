@@ -62,11 +62,11 @@ final class StreamingServiceTests: XCTestCase {
         let types = columns.map(\.logicalType)
         let names = columns.map(\.name)
         let table = TableName("docs")
-        try http.createTable(TableSchema(name: table, engine: "test", columns: columns, primaryKey: ["id"]), named: table)
+        try http.createTable(TableSchema(name: table, engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: table)
         let rows = largeRows(40)
         let batch = try RowBatch(rows: rows, types: types)
         XCTAssertGreaterThan(batch.byteSize, 4 * RowBatch.byteLimit, "the request is several of the service's batches")
-        let w = try http.writer(table: table, columns: columns)
+        let w = try http.writer(into: try http.describe(table), columns: columns)
         try w.write(batch)
         try w.finish()
 
@@ -92,11 +92,11 @@ final class StreamingServiceTests: XCTestCase {
         let strict = TableName("strict_docs")
         var strictColumns = columns
         strictColumns[1].isNullable = false
-        try http.createTable(TableSchema(name: strict, engine: "test", columns: strictColumns, primaryKey: ["id"]), named: strict)
+        try http.createTable(TableSchema(name: strict, engine: Engine("test"), columns: strictColumns, primaryKey: ["id"]), named: strict)
         var bad = largeRows(40)
         bad[4][1] = .text("not null here")
         bad[32][1] = .null
-        let sw = try http.writer(table: strict, columns: strictColumns)
+        let sw = try http.writer(into: try http.describe(strict), columns: strictColumns)
         XCTAssertThrowsError(try sw.write(try RowBatch(rows: bad, types: types))) { e in
             guard let rowError = e as? BatchRowError else { return XCTFail("\(e)") }
             XCTAssertEqual(rowError.row, 32, "the 33rd row of the request")
@@ -114,13 +114,13 @@ final class StreamingServiceTests: XCTestCase {
         let columns = [col("id", .int64, nullable: false), col("body", .text)]
         let table = TableName("pages")
         try src.begin()
-        try src.createTable(TableSchema(name: table, engine: "test", columns: columns, primaryKey: ["id"]), named: table)
+        try src.createTable(TableSchema(name: table, engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: table)
         // Random hex: the answer is gzip-compressed (curl asks for it), and this hardly compresses.
         var rng = Generator(seed: 42)
         let rows: [[Value]] = (1...60).map { i in
             [.int(Int64(i)), .text("page \(i) & " + (0..<4000).map { _ in String(format: "%016llx", rng.next()) }.joined())]
         }
-        let w = try src.writer(table: table, columns: columns)
+        let w = try src.writer(into: try src.describe(table), columns: columns)
         try w.write(try RowBatch(rows: rows, types: columns.map(\.logicalType)))
         try w.finish()
         try src.commit()
