@@ -89,7 +89,13 @@ enum SQLiteValueCodec {
     }
 
     /// Binds `values` (one per column, in `types`) to parameters `first`, `first + 1`, … in the
-    /// same form the writer stores them, for key-range bounds. Copies what it binds.
+    /// form the writer stores them, for key-range bounds. Copies what it binds.
+    ///
+    /// Times and timestamps are bound with all six fraction digits: a file written by another
+    /// program holds `12:00:37`, `12:00:37.000` or `12:00:37.5`, and in text order each of those
+    /// sorts at or before the six-digit text of the same instant (a prefix is smaller; a zone
+    /// suffix sorts below any digit) and after the six-digit text of any earlier instant, so
+    /// `key > bound` and `key <= bound` keep their meaning whatever digits the rows have.
     static func bind(_ st: OpaquePointer, values: [Value], types: [LogicalType], first: Int32 = 1) throws -> Int32 {
         guard !values.isEmpty else { return SQLITE_OK }
         let batch = try RowBatch(rows: [values], types: types)
@@ -104,7 +110,13 @@ enum SQLiteValueCodec {
             if col.isNull(0) {
                 rc = sqlite3_bind_null(st, index)
             } else {
-                switch Form(types[i]) {
+                var form = Form(types[i])
+                switch form {
+                case .time: form = .time(digits: 6)
+                case .timestamp(_, let utc): form = .timestamp(digits: 6, utc: utc)
+                default: break
+                }
+                switch form {
                 case .blob:
                     let b = col.bytes(0)
                     rc = sqlite3_bind_blob(st, index, b.baseAddress, Int32(b.count), ferry_sqlite_transient())

@@ -182,6 +182,38 @@ final class SQLiteDriverTests: XCTestCase {
             if seen.count > micros.count { break }
         }
         XCTAssertEqual(seen, micros.map { .int($0) })
+
+        // A file another program wrote: timestamps with three fraction digits, none, or one, and
+        // times likewise; key ranges find each row once whatever digits it was stored with.
+        try db.execute("""
+            CREATE TABLE other (at TIMESTAMP PRIMARY KEY, n INTEGER);
+            INSERT INTO other VALUES ('2020-01-01 00:00:37.000', 1), ('2020-01-01 00:00:37.5', 2), ('2020-01-01 00:00:37.51', 3),
+              ('2020-01-01 00:00:38', 4), ('2020-01-01 00:01:00.000', 5), ('2020-01-02 00:00:00', 6), ('2020-01-02 00:00:00.000001', 7);
+            CREATE TABLE clock (t TIME PRIMARY KEY, n INTEGER);
+            INSERT INTO clock VALUES ('00:00:01.000', 1), ('00:00:01.25', 2), ('00:00:02', 3), ('12:00:00.000', 4), ('23:59:59.999999', 5);
+            """)
+        for (name, count) in [("other", 7), ("clock", 5)] {
+            let t = try db.describe(TableName(name))
+            let key = t.primaryKey
+            var got: [Value] = []
+            var from: [Value]?
+            while got.count <= count {
+                let reader = try db.reader(table: t, columns: t.columns, keyRange: KeyRange(key: key, after: from, limit: 2), batchSize: 10)
+                var page: [[Value]] = []
+                while let b = try reader.next() { for r in 0..<b.count { page.append(b.row(r, types: t.columns.map(\.logicalType))) } }
+                reader.close()
+                guard let last = page.last else { break }
+                got += page.map { $0[1] }
+                from = [last[0]]
+            }
+            XCTAssertEqual(got, (1...count).map { .int(Int64($0)) }, name)
+            // An inclusive upper bound at a stored three-digit value takes that row.
+            let upTo = try db.reader(table: t, columns: t.columns, keyRange: KeyRange(key: key, upTo: [name == "other" ? .timestamp(37_000_000 + 1_577_836_800_000_000) : .time(1_000_000)]), batchSize: 10)
+            var n = 0
+            while let b = try upTo.next() { n += b.count }
+            upTo.close()
+            XCTAssertEqual(n, 1, "\(name): rows up to the first key")
+        }
     }
 
     func testMismatchedStorageIsReportedWithTheKey() throws {
