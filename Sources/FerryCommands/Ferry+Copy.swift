@@ -19,6 +19,13 @@ extension Ferry {
                   replace  load into a staging table, then swap it in (the old table survives any failure)
                   append   insert into the table, creating it when it is missing
 
+                Schema: the primary key, unique keys, NOT NULL, defaults the target can
+                express, and CHECKs (between databases of one engine) come with each table;
+                secondary indexes are built after its rows are loaded, and foreign keys once
+                every table is loaded (only those whose referenced table is copied too).
+                What is left out is reported by name. --no-indexes, --no-foreign-keys leave
+                them out; --dry-run shows every statement in the order it runs.
+
                 Examples:
                   ferry copy sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db
                   ferry copy sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db --mode replace --tables Artist,Album
@@ -72,6 +79,12 @@ extension Ferry {
 
         @OptionGroup var driverSettings: DriverSettings
 
+        @Flag(name: .long, help: "Leave out the source's secondary indexes.")
+        var noIndexes = false
+
+        @Flag(name: .long, help: "Leave out the source's foreign keys.")
+        var noForeignKeys = false
+
         @Option(name: .long, help: "Rows per batch.")
         var batchSize: Int = 10_000
 
@@ -103,6 +116,8 @@ extension Ferry {
             options.batchSize = batchSize
             options.keys = tableOptions.keys
             options.casts = try castOptions.rules()
+            options.indexes = !noIndexes
+            options.foreignKeys = !noForeignKeys
 
             let registry = Ferry.registry
             let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry)
@@ -131,9 +146,12 @@ extension Ferry {
                 try Console.json(Out(ok: summary.ok, rows: summary.totalRows, summary: summary))
             } else if !quiet {
                 let rate = summary.seconds > 0 ? Double(summary.totalRows) / summary.seconds : 0
+                let indexes = summary.tables.reduce(0) { $0 + $1.indexes }
+                let foreignKeys = summary.tables.reduce(0) { $0 + $1.foreignKeys }
+                let objects = indexes + foreignKeys > 0 ? ", \(indexes) indexes, \(foreignKeys) foreign keys" : ""
                 Console.error(
                     "copied \(summary.tables.filter { $0.status == .ok }.count) of \(summary.tables.count) tables, "
-                        + "\(summary.totalRows) rows in \(String(format: "%.2f", summary.seconds))s "
+                        + "\(summary.totalRows) rows\(objects) in \(String(format: "%.2f", summary.seconds))s "
                         + "(\(String(format: "%.0f", rate)) rows/s) from \(summary.source) to \(summary.target)")
             }
             let failures = summary.tables.filter { $0.status != .ok }
@@ -170,11 +188,24 @@ extension Ferry {
                     lines.append("  column \(d.column): \(d.nativeType.isEmpty ? "(none)" : d.nativeType) -> \(d.logicalType)\(via)\(using)\(serial)  (\(d.decidedBy))")
                 }
                 for s in t.skipped { lines.append("  skip \(s.column): \(s.reason)") }
-                // Exactly the statements the load runs.
-                for sql in t.ddl { lines.append(sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n")) }
+                for o in t.skippedObjects { lines.append("  skip \(o.kind) \(o.name): \(o.reason)") }
+                // Exactly the statements the load runs, in order.
+                func show(_ sql: String) { lines.append(sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n")) }
+                for sql in t.creates?.statements ?? [] { show(sql) }
+                let indexes = t.objects?.indexStatements ?? []
+                if !t.indexesAfterSwap { for sql in indexes { show(sql) } }
                 if plan.mode == .replace, let staging = t.creates?.schema.name {
                     lines.append("  (rows load into \(staging), which then replaces \(t.target) in the same transaction)")
                 }
+                if t.indexesAfterSwap { for sql in indexes { show(sql) } }
+            }
+            let foreignKeys = plan.foreignKeyStatements
+            if !foreignKeys.isEmpty {
+                lines.append("\nonce every table is loaded:")
+                for sql in foreignKeys { lines.append(sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n")) }
+            }
+            if !plan.otherObjects.isEmpty {
+                lines.append("\nnot copied (Ferry copies tables): " + plan.otherObjects.map(\.description).joined(separator: ", "))
             }
             return lines.joined(separator: "\n")
         }

@@ -47,11 +47,12 @@ extension MySQLConnection {
             WHERE TABLE_SCHEMA = \(lit(schema)) AND TABLE_NAME = \(lit(table.name)) ORDER BY ORDINAL_POSITION
             """)
         // MariaDB's JSON is LONGTEXT with a json_valid() check: find those columns.
-        let checks = try query(
+        let checkRows = try query(
             """
-            SELECT CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS
-            WHERE CONSTRAINT_SCHEMA = \(lit(schema)) AND TABLE_NAME = \(lit(table.name))
-            """).compactMap { $0.first ?? nil }
+            SELECT CONSTRAINT_NAME, CHECK_CLAUSE FROM information_schema.CHECK_CONSTRAINTS
+            WHERE CONSTRAINT_SCHEMA = \(lit(schema)) AND TABLE_NAME = \(lit(table.name)) ORDER BY CONSTRAINT_NAME
+            """)
+        let checks = checkRows.compactMap { $0[1] }
         var columns: [Column] = []
         for c in cols {
             let name = c[0] ?? ""
@@ -62,10 +63,13 @@ extension MySQLConnection {
             var dflt = c[3]
             // MariaDB reports "NULL" for no default and quotes string defaults.
             if dflt == "NULL" { dflt = nil }
-            columns.append(Column(
+            var column = Column(
                 name: name, nativeType: type, logicalType: logical, isNullable: c[2] == "YES",
-                defaultExpression: dflt, serial: extra.contains("auto_increment") ? .autoincrement : nil,
-                generated: extra.contains("generated") || extra.contains("virtual") || extra.contains("persistent")))
+                defaultExpression: dflt, defaultValue: dflt.flatMap { Self.parseDefault($0, extra: extra) },
+                serial: extra.contains("auto_increment") ? .autoincrement : nil,
+                generated: extra.contains("generated") || extra.contains("virtual") || extra.contains("persistent"))
+            if let r = extra.range(of: "on update ") { column.updateExpression = String(extra[r.upperBound...]) }
+            columns.append(column)
         }
         let stats = try query(
             """
@@ -82,8 +86,141 @@ extension MySQLConnection {
         let primary = keys.first { $0.name == "PRIMARY" && $0.usable }?.cols ?? []
         var unique: [[String]] = []
         for k in keys where k.name != "PRIMARY" && k.usable && !unique.contains(k.cols) && k.cols != primary { unique.append(k.cols) }
-        return TableSchema(
+        var described = TableSchema(
             name: table, engine: .mysql, columns: columns, primaryKey: primary, uniqueKeys: unique,
             rowEstimate: try estimate(table, first.first.flatMap { $0.flatMap { Int64($0) } }))
+        described.indexes = try indexes(table, keys: [primary] + unique)
+        described.foreignKeys = try foreignKeys(table)
+        described.checks = checkRows.compactMap { r in
+            guard let clause = r[1], !clause.hasPrefix("json_valid(") else { return nil }
+            return CheckConstraint(name: r[0], expression: "(" + clause + ")")
+        }
+        return described
+    }
+
+    /// Secondary indexes: every index but PRIMARY and the unique keys. Prefix (`col(10)`),
+    /// FULLTEXT and SPATIAL indexes keep MySQL's own definition (carried only to MySQL).
+    func indexes(_ table: TableName, keys: [[String]]) throws -> [IndexInfo] {
+        let rows = try query(
+            """
+            SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART, COLLATION, INDEX_TYPE FROM information_schema.STATISTICS
+            WHERE TABLE_SCHEMA = \(lit(schemaOf(table))) AND TABLE_NAME = \(lit(table.name)) AND INDEX_NAME <> 'PRIMARY'
+            ORDER BY INDEX_NAME, SEQ_IN_INDEX
+            """)
+        var out: [IndexInfo] = []
+        var native: [String: [String]] = [:]
+        for r in rows {
+            let name = r[0] ?? ""
+            if out.last?.name != name { out.append(IndexInfo(name: name, columns: [], isUnique: r[1] == "0")) }
+            let type = (r[5] ?? "BTREE").uppercased()
+            guard let col = r[2] else {
+                out[out.count - 1].expression = "(an expression)"
+                continue
+            }
+            var part = dialect.quote(col)
+            if let sub = r[3] { part += "(\(sub))" }
+            if r[4] == "D" { part += " DESC" }
+            native[name, default: []].append(part)
+            if r[3] != nil || type == "FULLTEXT" || type == "SPATIAL" {
+                out[out.count - 1].expression = (type == "FULLTEXT" || type == "SPATIAL" ? type + " " : "") + "(COLUMNS)"
+            }
+            out[out.count - 1].columns.append(IndexColumn(col, descending: r[4] == "D"))
+        }
+        for i in out.indices where out[i].expression != nil {
+            let cols = native[out[i].name, default: []].joined(separator: ", ")
+            out[i].expression = out[i].expression?.replacingOccurrences(of: "(COLUMNS)", with: "(" + cols + ")")
+        }
+        return out.filter { !($0.isUnique && $0.isStructured && keys.contains($0.columns.map(\.name)) && $0.columns.allSatisfy { !$0.descending }) }
+    }
+
+    /// Foreign keys, column pairs in key order.
+    func foreignKeys(_ table: TableName) throws -> [ForeignKey] {
+        let schema = schemaOf(table)
+        let rows = try query(
+            """
+            SELECT k.CONSTRAINT_NAME, k.COLUMN_NAME, k.REFERENCED_TABLE_SCHEMA, k.REFERENCED_TABLE_NAME, k.REFERENCED_COLUMN_NAME,
+                   r.DELETE_RULE, r.UPDATE_RULE
+            FROM information_schema.KEY_COLUMN_USAGE k
+            JOIN information_schema.REFERENTIAL_CONSTRAINTS r
+              ON r.CONSTRAINT_SCHEMA = k.CONSTRAINT_SCHEMA AND r.CONSTRAINT_NAME = k.CONSTRAINT_NAME AND r.TABLE_NAME = k.TABLE_NAME
+            WHERE k.TABLE_SCHEMA = \(lit(schema)) AND k.TABLE_NAME = \(lit(table.name)) AND k.REFERENCED_TABLE_NAME IS NOT NULL
+            ORDER BY k.CONSTRAINT_NAME, k.ORDINAL_POSITION
+            """)
+        var out: [ForeignKey] = []
+        for r in rows {
+            let name = r[0] ?? ""
+            if out.last?.name != name {
+                let refSchema = r[2] ?? schema
+                out.append(ForeignKey(
+                    name: name, columns: [], referencedTable: TableName(schema: refSchema == database ? nil : refSchema, r[3] ?? ""),
+                    referencedColumns: [], onDelete: ReferentialAction(catalog: r[5] ?? "") ?? .noAction,
+                    onUpdate: ReferentialAction(catalog: r[6] ?? "") ?? .noAction))
+            }
+            out[out.count - 1].columns.append(r[1] ?? "")
+            out[out.count - 1].referencedColumns.append(r[4] ?? "")
+        }
+        return out
+    }
+
+    /// A default as information_schema prints it: MariaDB quotes strings (`'abc'`) and writes
+    /// functions (`current_timestamp()`); MySQL 8 prints strings bare and marks expressions
+    /// DEFAULT_GENERATED in EXTRA.
+    static func parseDefault(_ text: String, extra: String) -> ColumnDefault? {
+        let lower = text.lowercased()
+        if lower.hasPrefix("current_timestamp") || lower.hasPrefix("now(") || lower.hasPrefix("localtimestamp") { return .currentTimestamp }
+        if lower == "curdate()" || lower == "current_date()" || lower == "current_date" { return .currentDate }
+        if lower == "curtime()" || lower == "current_time()" || lower == "current_time" { return .currentTime }
+        if text.hasPrefix("'"), text.hasSuffix("'"), text.count >= 2 {
+            var out = ""
+            var it = Array(text.dropFirst().dropLast())[...]
+            while let ch = it.popFirst() {
+                if ch == "'" , it.first == "'" { it.removeFirst(); out.append("'"); continue }
+                if ch == "\\", let next = it.popFirst() {
+                    switch next {
+                    case "n": out.append("\n")
+                    case "r": out.append("\r")
+                    case "t": out.append("\t")
+                    case "0": out.append("\0")
+                    case "Z": out.append("\u{1A}")
+                    default: out.append(next)
+                    }
+                    continue
+                }
+                out.append(ch)
+            }
+            return .text(out)
+        }
+        if Double(text) != nil, text.allSatisfy({ $0.isNumber || "-+.eE".contains($0) }) { return .number(text) }
+        if extra.contains("default_generated") || text.contains("(") { return .expression(text) }
+        // MySQL 8 prints string defaults without quotes; MariaDB quotes them (above).
+        return .text(text)
+    }
+
+    /// Views, triggers, routines and events of the database, and MariaDB sequences.
+    public func listOtherObjects() throws -> [OtherObject] {
+        var out: [OtherObject] = []
+        for r in try query(
+            """
+            SELECT CASE TABLE_TYPE WHEN 'VIEW' THEN 'view' WHEN 'SEQUENCE' THEN 'sequence' ELSE lower(TABLE_TYPE) END, TABLE_NAME
+            FROM information_schema.TABLES WHERE TABLE_SCHEMA = \(lit(database)) AND TABLE_TYPE NOT IN ('BASE TABLE', 'SYSTEM VERSIONED')
+            ORDER BY 1, 2
+            """)
+        {
+            out.append(OtherObject(kind: r[0] ?? "", name: r[1] ?? ""))
+        }
+        for r in try query(
+            "SELECT TRIGGER_NAME, EVENT_OBJECT_TABLE FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = \(lit(database)) ORDER BY 1")
+        {
+            out.append(OtherObject(kind: "trigger", name: r[0] ?? "", table: r[1]))
+        }
+        for r in try query(
+            "SELECT lower(ROUTINE_TYPE), ROUTINE_NAME FROM information_schema.ROUTINES WHERE ROUTINE_SCHEMA = \(lit(database)) ORDER BY 1, 2")
+        {
+            out.append(OtherObject(kind: r[0] ?? "routine", name: r[1] ?? ""))
+        }
+        for r in try query("SELECT EVENT_NAME FROM information_schema.EVENTS WHERE EVENT_SCHEMA = \(lit(database)) ORDER BY 1") {
+            out.append(OtherObject(kind: "event", name: r[0] ?? ""))
+        }
+        return out
     }
 }

@@ -197,14 +197,56 @@ public final class MySQLConnection: Connection {
         try ddl("DROP TABLE IF EXISTS \(dialect.quote(name))")
     }
 
+    public func planObjects(_ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?) throws -> PlannedObjects {
+        try MySQLDDL.planObjects(schema, on: table, indexesOn: indexesOn, replacing: replacing, on: self)
+    }
+
+    public func createIndexes(_ objects: PlannedObjects) throws {
+        for sql in objects.indexStatements { try ddl(sql) }
+    }
+
+    public func createForeignKeys(_ objects: PlannedObjects) throws {
+        for sql in objects.foreignKeyStatements { try ddl(sql) }
+    }
+
+    /// Foreign key names of the database (unique per schema in InnoDB), less those of `except`.
+    func foreignKeyNames(except: TableName?) throws -> Set<String> {
+        Set(try query(
+            """
+            SELECT CONSTRAINT_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS
+            WHERE CONSTRAINT_SCHEMA = \(lit(database)) AND TABLE_NAME <> \(lit(except?.name ?? ""))
+            """).compactMap { $0[0] })
+    }
+
     public func swapTable(_ staging: TableName, into target: TableName) throws {
         // RENAME TABLE swaps atomically: readers see the old table or the new one.
         let q = { (t: TableName) in self.dialect.quote(t) }
         if try tableExists(target) {
+            // RENAME would carry other tables' foreign keys onto the old table: take them off
+            // first, and put them back on the new one (InnoDB checks them against its rows).
+            var children: [(TableName, ForeignKey)] = []
+            for r in try query(
+                """
+                SELECT DISTINCT TABLE_NAME FROM information_schema.REFERENTIAL_CONSTRAINTS
+                WHERE CONSTRAINT_SCHEMA = \(lit(schemaOf(target))) AND REFERENCED_TABLE_NAME = \(lit(target.name))
+                  AND TABLE_NAME <> \(lit(target.name))
+                """)
+            {
+                let child = TableName(schema: target.schema, r[0] ?? "")
+                for fk in try foreignKeys(child) where fk.referencedTable.name == target.name {
+                    children.append((child, fk))
+                    try ddl("ALTER TABLE \(q(child)) DROP FOREIGN KEY \(dialect.quote(fk.name ?? ""))")
+                }
+            }
             let old = TableName(schema: target.schema, CopyEngine.internalPrefix + "old_" + target.name)
             try ddl("DROP TABLE IF EXISTS \(q(old))")
             try ddl("RENAME TABLE \(q(target)) TO \(q(old)), \(q(staging)) TO \(q(target))")
             try ddl("DROP TABLE \(q(old))")
+            for (child, fk) in children {
+                var again = fk
+                again.referencedTable = target
+                try ddl(SchemaObjectSQL.addForeignKey(again, to: child, dialect: dialect))
+            }
         } else {
             try ddl("RENAME TABLE \(q(staging)) TO \(q(target))")
         }

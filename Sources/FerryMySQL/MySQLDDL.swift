@@ -6,8 +6,9 @@ enum MySQLDDL {
     /// column, InnoDB, utf8mb4 with a binary collation (text keys compare as their bytes, as
     /// every other engine's do). From MySQL, column types and defaults are kept.
     static func plan(_ schema: TableSchema, named name: TableName, on c: MySQLConnection) throws -> PlannedTable {
-        let d = c.dialect
+        let d = c.myDialect
         let sameEngine = schema.engine == .mysql
+        var skipped: [SkippedObject] = []
         let keyColumns = Set(schema.primaryKey + schema.uniqueKeys.flatMap { $0 })
         var parts: [String] = []
         var created = schema
@@ -37,7 +38,18 @@ enum MySQLDDL {
             if col.isSerial, [.int16, .int32, .int64].contains(col.logicalType), keyColumns.contains(col.name) {
                 def += " AUTO_INCREMENT"
             }
-            if sameEngine, let expr = col.defaultExpression, !col.isSerial { def += " DEFAULT " + expr }
+            if !col.isSerial, let sql = defaultClause(col, type: type, sameEngine: sameEngine, table: schema.name, dialect: d, skipped: &skipped) {
+                def += " DEFAULT " + sql
+            }
+            if let update = col.updateExpression {
+                if sameEngine {
+                    def += " ON UPDATE " + update
+                } else {
+                    skipped.append(SkippedObject(
+                        kind: "on update", name: col.name, table: schema.name.description,
+                        reason: "ON UPDATE \(update) is MySQL's; the target sets no value on update"))
+                }
+            }
             parts.append(def)
             // The column as MySQL's catalog will describe it (JSON is MariaDB's checked LONGTEXT).
             created.columns[i].nativeType = type
@@ -51,8 +63,88 @@ enum MySQLDDL {
         for key in schema.uniqueKeys {
             parts.append("UNIQUE (" + key.map { d.quote($0) }.joined(separator: ", ") + ")")
         }
+        for check in schema.checks {
+            if sameEngine {
+                parts.append((check.name.map { "CONSTRAINT \(d.quote($0)) " } ?? "") + "CHECK " + check.expression)
+            } else {
+                skipped.append(SkippedObject(
+                    kind: "check", name: check.name ?? check.expression, table: schema.name.description,
+                    reason: "CHECK \(check.expression) is SQL of \(schema.engine.rawValue); it is copied only between databases of that engine"))
+            }
+        }
+        created.checks = sameEngine ? schema.checks : []
+        created.indexes = []
+        created.foreignKeys = []
         let sql = "CREATE TABLE \(d.quote(name)) (\n  " + parts.joined(separator: ",\n  ")
             + "\n) ENGINE=InnoDB DEFAULT CHARSET=utf8mb4 COLLATE=utf8mb4_bin"
-        return PlannedTable(schema: created, statements: [sql])
+        return PlannedTable(schema: created, statements: [sql], skipped: skipped)
+    }
+
+    /// A column's DEFAULT: the source's own between MySQL databases, else a portable default in
+    /// MySQL's SQL (CURRENT_TIMESTAMP with the column's fraction digits); the rest is reported.
+    static func defaultClause(
+        _ col: Column, type: String, sameEngine: Bool, table: TableName, dialect d: MySQLDialect, skipped: inout [SkippedObject]
+    ) -> String? {
+        if sameEngine, let expr = col.defaultExpression {
+            // MySQL 8 prints string defaults bare: write them back quoted.
+            if case .text(let s)? = col.defaultValue { return d.literal(s) }
+            if case .expression? = col.defaultValue, !expr.hasPrefix("(") { return "(" + expr + ")" }
+            return expr
+        }
+        guard let value = col.defaultValue else { return nil }
+        let logical = MySQLTypeMap.logicalType(columnType: type)
+        if let sql = d.defaultSQL(value, for: logical) { return sql }
+        skipped.append(SkippedObject(
+            kind: "default", name: col.name, table: table.description,
+            reason: "default \(col.defaultExpression ?? "\(value)") has no MySQL form for a column of type \(type)"))
+        return nil
+    }
+
+    /// Indexes (named as in the source: MySQL's index names are per table) and foreign keys
+    /// (named so that they are free in the database: MySQL's are per schema), added after the
+    /// load. A replace creates the indexes on its staging table before the swap.
+    static func planObjects(
+        _ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?, on c: MySQLConnection
+    ) throws -> PlannedObjects {
+        let d = c.myDialect
+        var out = PlannedObjects(table: table, indexesOn: indexesOn)
+        var taken = Set<String>()
+        for index in schema.indexes {
+            if !index.isStructured && schema.engine != .mysql || index.predicate != nil {
+                out.skipped.append(SkippedObject(
+                    kind: "index", name: index.name, table: schema.name.description,
+                    reason: index.predicate != nil
+                        ? "MySQL has no partial indexes (WHERE \(index.predicate ?? ""))"
+                        : "an index over expressions or prefixes is SQL of \(schema.engine.rawValue); it is copied only between databases of that engine"))
+                continue
+            }
+            var planned = index
+            planned.name = SchemaObjectSQL.freeName(index.name, table: table.name, limit: d.maxIdentifierLength, taken: taken)
+            taken.insert(planned.name)
+            if let native = index.expression {
+                // MySQL's own definition: [FULLTEXT|SPATIAL] (cols with prefixes).
+                let kind = native.hasPrefix("FULLTEXT") ? "FULLTEXT " : native.hasPrefix("SPATIAL") ? "SPATIAL " : index.isUnique ? "UNIQUE " : ""
+                guard let open = native.firstIndex(of: "(") else { continue }
+                out.indexStatements.append("CREATE \(kind)INDEX \(d.quote(planned.name)) ON \(d.quote(indexesOn)) " + native[open...])
+            } else {
+                out.indexStatements.append(SchemaObjectSQL.createIndex(planned, on: indexesOn, dialect: d))
+            }
+            out.indexes.append(planned)
+        }
+        var fkNames = try c.foreignKeyNames(except: replacing)
+        for var fk in schema.foreignKeys {
+            if !d.referentialActions.contains(fk.onDelete) || !d.referentialActions.contains(fk.onUpdate) {
+                out.skipped.append(SkippedObject(
+                    kind: "foreign key", name: fk.name ?? fk.summary, table: schema.name.description,
+                    reason: "MySQL's InnoDB refuses ON DELETE/ON UPDATE SET DEFAULT"))
+                continue
+            }
+            let name = fk.name ?? "fk_\(table.name)_\(fk.columns.joined(separator: "_"))"
+            fk.name = SchemaObjectSQL.freeName(name, table: table.name, limit: d.maxIdentifierLength, taken: fkNames)
+            fkNames.insert(fk.name ?? name)
+            out.foreignKeys.append(fk)
+            out.foreignKeyStatements.append(SchemaObjectSQL.addForeignKey(fk, to: table, dialect: d))
+        }
+        return out
     }
 }

@@ -14,6 +14,27 @@ public struct MySQLDialect: Dialect {
     }
 
     public var supportsTransactionalDDL: Bool { false }
+    public var indexNamesArePerTable: Bool { true }
+    public var maxIdentifierLength: Int { 64 }
+    public var referentialActions: Set<ReferentialAction> { [.noAction, .restrict, .cascade, .setNull] }
+
+    /// As the SQL standard's, with CURRENT_TIMESTAMP given the column's fraction digits (MySQL
+    /// refuses `DATETIME(6) DEFAULT CURRENT_TIMESTAMP`) and CURRENT_DATE/TIME as expressions.
+    public func defaultSQL(_ value: ColumnDefault, for type: LogicalType) -> String? {
+        switch value {
+        case .currentTimestamp:
+            guard case .timestamp(let p, _) = type else { return nil }
+            return (p ?? 0) > 0 ? "CURRENT_TIMESTAMP(\(p ?? 0))" : "CURRENT_TIMESTAMP"
+        case .currentDate: return type == .date ? "(CURRENT_DATE)" : nil
+        case .currentTime:
+            guard case .time = type else { return nil }
+            return "(CURRENT_TIME)"
+        case .boolean(let b): return type == .boolean || type.isNumeric ? (b ? "1" : "0") : nil
+        case .text(let s): return literal(s)
+        case .number(let n): return type.isNumeric || type == .boolean ? n : literal(n)
+        case .expression: return nil
+        }
+    }
 
     /// A string literal for SQL text, escaped for the default sql_mode (backslash escapes on).
     public func literal(_ text: String) -> String {

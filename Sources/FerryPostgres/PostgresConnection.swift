@@ -188,11 +188,52 @@ public final class PostgresConnection: Connection {
         return (0..<labels.count).map { labels.string($0, 0) }
     }
 
+    public func planObjects(_ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?) throws -> PlannedObjects {
+        try PostgresDDL.planObjects(schema, on: table, indexesOn: indexesOn, replacing: replacing, on: self)
+    }
+
+    public func createIndexes(_ objects: PlannedObjects) throws {
+        for sql in objects.indexStatements { try execute(sql) }
+    }
+
+    public func createForeignKeys(_ objects: PlannedObjects) throws {
+        for sql in objects.foreignKeyStatements { try execute(sql) }
+    }
+
+    /// Names of the relations (tables, indexes, sequences, views, types' tables) of `schema`
+    /// (the default schema when nil), less the indexes of `except`, which go away with it.
+    func relationNames(in schema: String?, except: TableName?) throws -> Set<String> {
+        let r = try query(
+            """
+            SELECT c.relname FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+            WHERE n.nspname = coalesce($1, current_schema(), 'public')
+              AND NOT EXISTS (SELECT 1 FROM pg_index i JOIN pg_class t ON t.oid = i.indrelid
+                              WHERE i.indexrelid = c.oid AND t.relname = $2 AND t.relnamespace = n.oid)
+            """, [schema, except?.name])
+        return Set((0..<r.count).map { r.string($0, 0) })
+    }
+
     public func dropTable(_ name: TableName) throws {
         try execute("DROP TABLE IF EXISTS \(dialect.quote(name))")
     }
 
     public func swapTable(_ staging: TableName, into target: TableName) throws {
+        // Foreign keys of other tables that reference the old table: dropped with it, added
+        // again (and checked against the new rows) once the new one has its name.
+        var children: [(table: String, name: String, definition: String)] = []
+        if let old = try relationOID(target) {
+            let r = try query(
+                """
+                SELECT con.conrelid::regclass::text, con.conname, pg_get_constraintdef(con.oid)
+                FROM pg_constraint con WHERE con.confrelid = $1::oid AND con.contype = 'f' AND con.conrelid <> con.confrelid
+                ORDER BY 1, 2
+                """, [old])
+            for i in 0..<r.count {
+                children.append((r.string(i, 0), r.string(i, 1), r.string(i, 2)))
+                // regclass text is quoted as needed already.
+                try execute("ALTER TABLE \(r.string(i, 0)) DROP CONSTRAINT \(dialect.quote(r.string(i, 1)))")
+            }
+        }
         try dropTable(target)
         try execute("ALTER TABLE \(dialect.quote(staging)) RENAME TO \(dialect.quote(target.name))")
         // Indexes, constraints and identity sequences were named after the staging table.
@@ -217,6 +258,9 @@ public final class PostgresConnection: Connection {
             guard old.hasPrefix(stagingPrefix) else { continue }
             let new = target.name + old.dropFirst(stagingPrefix.count)
             try execute("ALTER SEQUENCE \(dialect.quote(TableName(schema: seqs.string(r, 1), old))) RENAME TO \(dialect.quote(new))")
+        }
+        for child in children {
+            try execute("ALTER TABLE \(child.table) ADD CONSTRAINT \(dialect.quote(child.name)) \(child.definition)")
         }
     }
 

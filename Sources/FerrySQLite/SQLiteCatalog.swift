@@ -1,4 +1,5 @@
 import CSQLite
+import Foundation
 import FerryCore
 
 /// Catalog queries, kept together by purpose: tables, columns, keys. All go through the
@@ -103,19 +104,227 @@ extension SQLiteConnection {
             if !expression, !cols.isEmpty, cols != primaryKey, !uniqueKeys.contains(cols) { uniqueKeys.append(cols) }
         }
 
+        // Secondary indexes: those created by CREATE INDEX (origin 'c'), but not a unique one
+        // that is already a unique key; partial and expression ones keep their SQL.
+        var secondary: [IndexInfo] = []
+        for idx in indexes where idx.origin == "c" {
+            let xSt = try prepare("SELECT cid, name, \"desc\" FROM pragma_index_xinfo(?1, ?2) WHERE key = 1 ORDER BY seqno")
+            try xSt.bind([.text(idx.name), .text(schema)])
+            var info = IndexInfo(name: idx.name, columns: [], isUnique: idx.unique)
+            var expression = false
+            while try xSt.step() {
+                if xSt.columnInt(0) < 0 { expression = true }
+                if let n = xSt.columnText(1) { info.columns.append(IndexColumn(n, descending: xSt.columnInt(2) != 0)) }
+            }
+            if expression || idx.partial {
+                let sqlSt = try prepare("SELECT sql FROM \(dialect.quote(schema)).sqlite_schema WHERE type = 'index' AND name = ?1")
+                try sqlSt.bind([.text(idx.name)])
+                let sql = try sqlSt.step() ? sqlSt.columnText(0) ?? "" : ""
+                sqlSt.reset()
+                if expression { info.expression = sql; info.columns = [] }
+                if idx.partial { info.predicate = Self.wherePart(of: sql) }
+            }
+            if info.isUnique, info.isStructured, uniqueKeys.contains(info.columns.map(\.name)), !info.columns.contains(where: \.descending) { continue }
+            secondary.append(info)
+        }
+
         let rowidAlias = primaryKey.count == 1 && !hasPKIndex
             && raws.first(where: { $0.name == primaryKey[0] })?.type.uppercased() == "INTEGER"
         let columns = raws.map { raw -> Column in
             let isAlias = rowidAlias && raw.name == primaryKey[0]
             return Column(
                 name: raw.name, nativeType: raw.type, logicalType: SQLiteTypeMap.logicalType(declared: raw.type),
-                isNullable: !raw.notNull && !isAlias, defaultExpression: raw.dflt,
+                isNullable: !raw.notNull && !isAlias, defaultExpression: raw.dflt, defaultValue: raw.dflt.flatMap(Self.parseDefault),
                 serial: isAlias ? (hasAutoincrement ? .autoincrement : .rowid) : nil,
                 generated: raw.hidden == 2 || raw.hidden == 3)
         }
-        return TableSchema(
+        var described = TableSchema(
             name: table, engine: .sqlite, columns: columns, primaryKey: primaryKey, uniqueKeys: uniqueKeys,
             rowEstimate: try countRows(table))
+        described.indexes = secondary
+        described.foreignKeys = try foreignKeys(table)
+        described.checks = Self.checks(in: createSQL)
+        return described
+    }
+
+    /// Foreign keys from pragma_foreign_key_list (unnamed: SQLite keeps no names there); a
+    /// reference to the parent's primary key without columns is resolved to those columns.
+    func foreignKeys(_ table: TableName) throws -> [ForeignKey] {
+        let st = try prepare(
+            "SELECT id, \"table\", \"from\", \"to\", on_update, on_delete FROM pragma_foreign_key_list(?1, ?2) ORDER BY id, seq")
+        try st.bind([.text(table.name), .text(schemaName(table))])
+        var out: [(id: Int64, fk: ForeignKey)] = []
+        var implicit: Set<Int64> = []
+        while try st.step() {
+            let id = st.columnInt(0)
+            if out.last?.id != id {
+                out.append((id, ForeignKey(
+                    name: nil, columns: [], referencedTable: TableName(schema: table.schema, st.columnText(1) ?? ""), referencedColumns: [],
+                    onDelete: ReferentialAction(catalog: st.columnText(5) ?? "") ?? .noAction,
+                    onUpdate: ReferentialAction(catalog: st.columnText(4) ?? "") ?? .noAction)))
+            }
+            out[out.count - 1].fk.columns.append(st.columnText(2) ?? "")
+            if let to = st.columnText(3) { out[out.count - 1].fk.referencedColumns.append(to) } else { implicit.insert(id) }
+        }
+        st.reset()
+        for i in out.indices where implicit.contains(out[i].id) {
+            let parent = out[i].fk.referencedTable
+            let pk = try prepare("SELECT name FROM pragma_table_info(?1, ?2) WHERE pk > 0 ORDER BY pk")
+            try pk.bind([.text(parent.name), .text(schemaName(parent))])
+            var cols: [String] = []
+            while try pk.step() { if let n = pk.columnText(0) { cols.append(n) } }
+            pk.reset()
+            out[i].fk.referencedColumns = cols
+        }
+        // The names SQLite keeps only in the CREATE TABLE text.
+        let names = try foreignKeyNames(table)
+        return out.map { item in
+            var fk = item.fk
+            fk.name = names[fk.columns.map { $0.lowercased() }]
+            return fk
+        }
+    }
+
+    /// `CONSTRAINT name FOREIGN KEY (cols)` of the table's CREATE TABLE, by column list.
+    func foreignKeyNames(_ table: TableName) throws -> [[String]: String] {
+        let st = try prepare("SELECT sql FROM \(dialect.quote(schemaName(table))).sqlite_schema WHERE type = 'table' AND name = ?1")
+        try st.bind([.text(table.name)])
+        defer { st.reset() }
+        guard try st.step(), let sql = st.columnText(0) else { return [:] }
+        let ident = #"("(?:[^"]|"")+"|\[[^\]]+\]|`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"#
+        guard let re = try? NSRegularExpression(pattern: #"CONSTRAINT\s+"# + ident + #"\s+FOREIGN\s+KEY\s*\(([^)]*)\)"#, options: [.caseInsensitive]) else { return [:] }
+        var out: [[String]: String] = [:]
+        let ns = sql as NSString
+        for m in re.matches(in: sql, range: NSRange(location: 0, length: ns.length)) {
+            let name = Self.unquote(ns.substring(with: m.range(at: 1)))
+            let cols = ns.substring(with: m.range(at: 2)).split(separator: ",").map { Self.unquote(String($0)).lowercased() }
+            out[cols] = name
+        }
+        return out
+    }
+
+    /// An identifier as written in SQL, without its quotes.
+    static func unquote(_ s: String) -> String {
+        let t = s.trimmingCharacters(in: .whitespacesAndNewlines)
+        guard let first = t.first, let last = t.last, t.count >= 2 else { return t }
+        switch (first, last) {
+        case ("\"", "\""): return String(t.dropFirst().dropLast()).replacingOccurrences(of: "\"\"", with: "\"")
+        case ("`", "`"): return String(t.dropFirst().dropLast()).replacingOccurrences(of: "``", with: "`")
+        case ("[", "]"): return String(t.dropFirst().dropLast())
+        default: return t
+        }
+    }
+
+    /// A default as SQLite keeps it (SQL text): `'abc'`, `0`, `-1.5`, `TRUE`, `CURRENT_TIMESTAMP`, `(expr)`.
+    static func parseDefault(_ text: String) -> ColumnDefault? {
+        var s = text.trimmingCharacters(in: .whitespaces)
+        while s.hasPrefix("("), s.hasSuffix(")"), s.count >= 2 { s = String(s.dropFirst().dropLast()).trimmingCharacters(in: .whitespaces) }
+        switch s.uppercased() {
+        case "NULL": return nil
+        case "CURRENT_TIMESTAMP": return .currentTimestamp
+        case "CURRENT_DATE": return .currentDate
+        case "CURRENT_TIME": return .currentTime
+        case "TRUE": return .boolean(true)
+        case "FALSE": return .boolean(false)
+        default: break
+        }
+        if s.count >= 2, s.hasPrefix("'"), s.hasSuffix("'") {
+            let inner = String(s.dropFirst().dropLast())
+            // One literal: every quote inside is doubled.
+            if inner.replacingOccurrences(of: "''", with: "").contains("'") { return .expression(text) }
+            return .text(inner.replacingOccurrences(of: "''", with: "'"))
+        }
+        if Double(s) != nil, s.allSatisfy({ $0.isNumber || "-+.eE".contains($0) }) { return .number(s) }
+        return .expression(text)
+    }
+
+    /// The text after the WHERE of a CREATE INDEX (a partial index's predicate).
+    static func wherePart(of sql: String) -> String? {
+        let scrubbed = scrub(sql)
+        guard let r = scrubbed.range(of: "WHERE", options: [.backwards, .caseInsensitive]) else { return nil }
+        let offset = scrubbed.distance(from: scrubbed.startIndex, to: r.upperBound)
+        return String(sql.dropFirst(offset)).trimmingCharacters(in: .whitespacesAndNewlines)
+    }
+
+    /// The CHECK constraints of a CREATE TABLE, with their names when given (`CONSTRAINT n CHECK (…)`).
+    static func checks(in sql: String) -> [CheckConstraint] {
+        let chars = Array(sql)
+        let scrubbed = Array(scrub(sql))
+        var out: [CheckConstraint] = []
+        var i = 0
+        func word(at j: Int) -> String {
+            var k = j
+            var w = ""
+            while k < scrubbed.count, scrubbed[k].isLetter || scrubbed[k] == "_" { w.append(scrubbed[k]); k += 1 }
+            return w
+        }
+        while i < scrubbed.count {
+            let boundary = i == 0 || !(scrubbed[i - 1].isLetter || scrubbed[i - 1].isNumber || scrubbed[i - 1] == "_")
+            guard boundary, word(at: i).uppercased() == "CHECK" else { i += 1; continue }
+            var j = i + 5
+            while j < scrubbed.count, scrubbed[j].isWhitespace { j += 1 }
+            guard j < scrubbed.count, scrubbed[j] == "(" else { i += 5; continue }
+            var depth = 0
+            var end = j
+            while end < scrubbed.count {
+                if scrubbed[end] == "(" { depth += 1 }
+                if scrubbed[end] == ")" { depth -= 1; if depth == 0 { break } }
+                end += 1
+            }
+            guard end < chars.count else { break }
+            // `CONSTRAINT name` just before?
+            let before = String(chars[0..<i]).trimmingCharacters(in: .whitespacesAndNewlines)
+            var name: String?
+            let beforeScrubbed = String(scrubbed[0..<i]).trimmingCharacters(in: .whitespacesAndNewlines)
+            if let r = beforeScrubbed.range(of: "CONSTRAINT", options: [.backwards, .caseInsensitive]) {
+                let tail = before[r.upperBound...].trimmingCharacters(in: .whitespaces)
+                let unquoted = tail.trimmingCharacters(in: CharacterSet(charactersIn: "\"`[]"))
+                if !tail.isEmpty, !tail.contains(","), !tail.contains(" ") || tail.hasPrefix("\"") { name = unquoted.replacingOccurrences(of: "\"\"", with: "\"") }
+            }
+            out.append(CheckConstraint(name: name, expression: String(chars[j...end])))
+            i = end + 1
+        }
+        return out
+    }
+
+    /// `sql` with the insides of quotes and comments blanked (same length), so keywords and
+    /// parentheses can be found by position.
+    static func scrub(_ sql: String) -> String {
+        var out = ""
+        var quote: Character?
+        for c in sql {
+            if let q = quote {
+                out.append(c == q ? c : " ")
+                if c == q { quote = nil }
+                continue
+            }
+            switch c {
+            case "'", "\"", "`": quote = c; out.append(c)
+            case "[": quote = "]"; out.append(c)
+            default: out.append(c)
+            }
+        }
+        return out
+    }
+
+    /// Views, triggers and virtual tables of every schema: a copy of tables does not carry them.
+    public func listOtherObjects() throws -> [OtherObject] {
+        var out: [OtherObject] = []
+        for schema in try schemas() {
+            let st = try prepare(
+                """
+                SELECT CASE WHEN type = 'table' THEN 'virtual table' ELSE type END, name, tbl_name
+                FROM \(dialect.quote(schema)).sqlite_schema
+                WHERE (type IN ('view', 'trigger') OR (type = 'table' AND sql LIKE 'CREATE VIRTUAL%'))
+                  AND name NOT LIKE '\(CopyEngine.internalPrefix.replacingOccurrences(of: "_", with: "\\_"))%' ESCAPE '\\'
+                ORDER BY 1, 2
+                """)
+            for row in try st.rows() {
+                let name = (schema == "main" ? "" : schema + ".") + (row[1] ?? "")
+                out.append(OtherObject(kind: row[0] ?? "", name: name, table: row[0] == "trigger" ? row[2] : nil))
+            }
+        }
+        return out
     }
 
     /// True when `keyword` appears in `sql` as a word outside quotes and comments.

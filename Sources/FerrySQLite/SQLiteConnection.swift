@@ -144,6 +144,27 @@ public final class SQLiteConnection: Connection {
         try execute("DROP TABLE IF EXISTS \(dialect.quote(qualified(name)))")
     }
 
+    public func planObjects(_ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?) throws -> PlannedObjects {
+        try SQLiteDDL.planObjects(schema, on: indexesOn, qualified: qualified(indexesOn), replacing: replacing, on: self)
+    }
+
+    public func createIndexes(_ objects: PlannedObjects) throws {
+        for sql in objects.indexStatements { try execute(sql) }
+    }
+
+    /// SQLite declares foreign keys in CREATE TABLE; there is nothing to add afterwards.
+    public func createForeignKeys(_ objects: PlannedObjects) throws {
+        for sql in objects.foreignKeyStatements { try execute(sql) }
+    }
+
+    /// Names of every table, index, view and trigger of `schema`, less the indexes of `except`.
+    func objectNames(in schema: String, except: TableName?) throws -> Set<String> {
+        let st = try prepare(
+            "SELECT name FROM \(dialect.quote(schema)).sqlite_schema WHERE NOT (type = 'index' AND tbl_name = ?1)")
+        try st.bind([.text(except?.name ?? "")])
+        return Set(try st.rows().compactMap { $0[0] })
+    }
+
     public func swapTable(_ staging: TableName, into target: TableName) throws {
         // Inside the load's transaction: readers see the old table until COMMIT.
         try dropTable(target)

@@ -17,6 +17,7 @@ enum SQLiteDDL {
             inlinePK = col.name
         }
         var parts: [String] = []
+        var skipped: [SkippedObject] = []
         var created = schema
         created.name = name
         created.engine = .sqlite
@@ -41,7 +42,17 @@ enum SQLiteDDL {
                 }
                 def += declared
                 if !col.isNullable { def += " NOT NULL" }
-                if sameEngine, let expr = col.defaultExpression { def += " DEFAULT (\(expr))" }
+                if sameEngine, let expr = col.defaultExpression {
+                    def += " DEFAULT (\(expr))"
+                } else if let value = col.defaultValue {
+                    if let sql = d.defaultSQL(value, for: col.logicalType) {
+                        def += " DEFAULT " + sql
+                    } else {
+                        skipped.append(SkippedObject(
+                            kind: "default", name: col.name, table: schema.name.description,
+                            reason: "default \(col.defaultExpression ?? "\(value)") has no SQLite form for a column of type \(col.logicalType)"))
+                    }
+                }
                 if case .enumeration(let labels) = col.logicalType {
                     let list = labels.map { "'" + $0.replacingOccurrences(of: "'", with: "''") + "'" }.joined(separator: ", ")
                     def += " CHECK (\(q(col.name)) IN (\(list)))"
@@ -60,7 +71,59 @@ enum SQLiteDDL {
         for key in schema.uniqueKeys {
             parts.append("UNIQUE (" + key.map(q).joined(separator: ", ") + ")")
         }
+        // SQLite cannot add a foreign key later: they are declared here (and checked only on
+        // connections that turn PRAGMA foreign_keys on).
+        for fk in schema.foreignKeys {
+            parts.append(SchemaObjectSQL.foreignKeyClause(fk, dialect: d))
+        }
+        for check in schema.checks {
+            if sameEngine {
+                parts.append((check.name.map { "CONSTRAINT \(q($0)) " } ?? "") + "CHECK " + check.expression)
+            } else {
+                skipped.append(SkippedObject(
+                    kind: "check", name: check.name ?? check.expression, table: schema.name.description,
+                    reason: "CHECK \(check.expression) is SQL of \(schema.engine.rawValue); it is copied only between databases of that engine"))
+            }
+        }
+        created.checks = sameEngine ? schema.checks : []
+        created.indexes = []
         let sql = "CREATE TABLE \(d.quote(qualified)) (\n  " + parts.joined(separator: ",\n  ") + "\n)"
-        return PlannedTable(schema: created, statements: [sql])
+        return PlannedTable(schema: created, statements: [sql], skipped: skipped)
+    }
+
+    /// Indexes named so that they are free in the file (SQLite's index names share one
+    /// namespace with its tables); foreign keys are in CREATE TABLE already.
+    static func planObjects(_ schema: TableSchema, on table: TableName, qualified: TableName, replacing: TableName?, on c: SQLiteConnection) throws -> PlannedObjects {
+        let d = c.dialect
+        var out = PlannedObjects(table: table)
+        var taken = try c.objectNames(in: c.schemaName(table), except: replacing)
+        for index in schema.indexes {
+            if !index.isStructured && schema.engine != .sqlite {
+                out.skipped.append(SkippedObject(
+                    kind: "index", name: index.name, table: schema.name.description,
+                    reason: "an index over expressions or with a WHERE clause is SQL of \(schema.engine.rawValue); it is copied only between databases of that engine"))
+                continue
+            }
+            var planned = index
+            planned.name = SchemaObjectSQL.freeName(index.name, table: table.name, limit: 1_000, taken: taken)
+            taken.insert(planned.name)
+            let name = d.quote(TableName(schema: qualified.schema, planned.name))
+            if let definition = index.expression {
+                // SQLite's own CREATE INDEX, retargeted: everything from the column list on.
+                let scrubbed = SQLiteConnection.scrub(definition)
+                guard let on = scrubbed.range(of: " ON ", options: .caseInsensitive),
+                      let open = scrubbed[on.upperBound...].firstIndex(of: "(")
+                else { continue }
+                let offset = scrubbed.distance(from: scrubbed.startIndex, to: open)
+                out.indexStatements.append(
+                    "CREATE \(index.isUnique ? "UNIQUE " : "")INDEX \(name) ON \(d.quote(table.name)) " + definition.dropFirst(offset))
+            } else {
+                var sql = SchemaObjectSQL.createIndex(planned, on: TableName(table.name), dialect: d, indexName: name)
+                if let predicate = index.predicate { sql += " WHERE " + predicate }
+                out.indexStatements.append(sql)
+            }
+            out.indexes.append(planned)
+        }
+        return out
     }
 }

@@ -9,12 +9,18 @@ enum RequestSchema {
         var s = schema
         for i in s.columns.indices {
             s.columns[i].defaultExpression = nil
+            s.columns[i].updateExpression = nil
+            if case .expression? = s.columns[i].defaultValue { s.columns[i].defaultValue = nil }
             s.columns[i].declaredType = nil
             s.columns[i].readHints = []
             // Not a plain name (`varchar(20)`, `numeric(10,2)`, `int unsigned`, `text[]`): the
             // target's type map decides from the logical type instead.
             if !NativeTypeName.isPlainDeclaration(s.columns[i].nativeType) { s.columns[i].nativeType = "" }
         }
+        // Structured objects only: no SQL text reaches the service's engine.
+        s.checks = []
+        s.withheld = []
+        s.indexes = s.indexes.filter(\.isStructured)
         return s
     }
 }

@@ -254,6 +254,41 @@ public struct XMLService: Sendable {
             return service.xml(result, status: .created)
         }
 
+        router.get("/v1/objects") { _, _ -> Response in
+            let data = try await Offload.run {
+                let c = try service.open(write: false)
+                defer { c.close() }
+                return XMLDocuments.otherObjects(try c.listOtherObjects())
+            }
+            return service.xml(data)
+        }
+
+        // Indexes and foreign keys, as column lists: the service's engine names and creates
+        // them (one transaction), as its driver plans them for the table.
+        for part in ["indexes", "foreign-keys"] {
+            router.post("/v1/tables/:table/\(part)") { request, context -> Response in
+                let name = try service.tableParameter(context)
+                let data = try await service.body(request)
+                let count = try await Offload.run { () -> Int in
+                    let objects = try XMLDocuments.decodeObjects(data)
+                    let c = try service.open(write: true)
+                    defer { c.close() }
+                    let t = try service.served(name, in: c)
+                    var schema = try c.describe(t)
+                    schema.indexes = part == "indexes" ? objects.indexes : []
+                    schema.foreignKeys = part == "foreign-keys" ? objects.foreignKeys : []
+                    schema = RequestSchema.sanitized(schema)
+                    let planned = try c.planObjects(schema, on: t, indexesOn: t, replacing: nil)
+                    if let refused = planned.skipped.first { throw ServiceError.badRequest(refused.description, table: t.description) }
+                    try Self.transaction(c) {
+                        if part == "indexes" { try c.createIndexes(planned) } else { try c.createForeignKeys(planned) }
+                    }
+                    return part == "indexes" ? planned.indexes.count : planned.foreignKeys.count
+                }
+                return service.xml(Self.applied([(part == "indexes" ? "indexes" : "foreignKeys", count)]))
+            }
+        }
+
         router.delete("/v1/tables/:table") { _, context -> Response in
             let name = try service.tableParameter(context)
             try await Offload.run {

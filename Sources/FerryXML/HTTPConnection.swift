@@ -74,6 +74,45 @@ public final class HTTPConnection: Connection {
         if inTransaction { created.insert(table.schema.name) }
     }
 
+    /// The service names and creates them on its own engine: the request carries column lists,
+    /// uniqueness, order and actions only.
+    public func planObjects(_ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?) throws -> PlannedObjects {
+        var out = PlannedObjects(table: table, indexesOn: indexesOn)
+        for index in schema.indexes {
+            guard index.isStructured else {
+                out.skipped.append(SkippedObject(
+                    kind: "index", name: index.name, table: schema.name.description,
+                    reason: "an index over expressions or with a WHERE clause is SQL text, which the XML service does not take"))
+                continue
+            }
+            out.indexes.append(index)
+        }
+        out.foreignKeys = schema.foreignKeys
+        if !out.indexes.isEmpty {
+            out.indexStatements = ["POST /\(path(indexesOn, "/indexes"))\n" + String(decoding: XMLDocuments.objects(indexes: out.indexes, foreignKeys: []), as: UTF8.self)]
+        }
+        if !out.foreignKeys.isEmpty {
+            out.foreignKeyStatements = ["POST /\(path(table, "/foreign-keys"))\n" + String(decoding: XMLDocuments.objects(indexes: [], foreignKeys: out.foreignKeys), as: UTF8.self)]
+        }
+        return out
+    }
+
+    public func createIndexes(_ objects: PlannedObjects) throws {
+        guard !objects.indexes.isEmpty else { return }
+        _ = try client.expect(
+            "POST", path(objects.indexesOn, "/indexes"), body: XMLDocuments.objects(indexes: objects.indexes, foreignKeys: []), table: objects.table)
+    }
+
+    public func createForeignKeys(_ objects: PlannedObjects) throws {
+        guard !objects.foreignKeys.isEmpty else { return }
+        _ = try client.expect(
+            "POST", path(objects.table, "/foreign-keys"), body: XMLDocuments.objects(indexes: [], foreignKeys: objects.foreignKeys), table: objects.table)
+    }
+
+    public func listOtherObjects() throws -> [OtherObject] {
+        try XMLDocuments.decodeOtherObjects(client.expect("GET", "v1/objects"))
+    }
+
     public func dropTable(_ name: TableName) throws {
         let reply = try client.send("DELETE", path(name))
         guard (200..<300).contains(reply.status) || reply.status == 404 else { throw client.error(reply, table: name) }

@@ -61,7 +61,10 @@ public enum XMLDocuments {
             for (k, v) in typeAttributes(c.logicalType, labels: &labels) { attr(k, v, into: &out) }
             attr("nullable", c.isNullable ? "true" : "false", into: &out)
             attr("serial", c.serial?.rawValue, into: &out)
-            attr("default", c.defaultExpression, into: &out)
+            // Defaults travel as values or well-known functions, never as SQL text.
+            let (kind, value) = defaultAttributes(c.defaultValue)
+            attr("defaultKind", kind, into: &out)
+            attr("default", value, into: &out)
             if c.generated { attr("generated", "true", into: &out) }
             if labels.isEmpty {
                 out.append(contentsOf: "/>".utf8)
@@ -86,6 +89,14 @@ public enum XMLDocuments {
         }
         if !s.primaryKey.isEmpty { key("primaryKey", s.primaryKey) }
         for u in s.uniqueKeys { key("unique", u) }
+        objects(indexes: s.indexes.filter(\.isStructured), foreignKeys: s.foreignKeys, into: &out)
+        for w in withheld(s) {
+            out.append(contentsOf: "<withheld".utf8)
+            attr("kind", w.kind, into: &out)
+            attr("name", w.name, into: &out)
+            attr("reason", w.reason, into: &out)
+            out.append(contentsOf: "/>".utf8)
+        }
         for skip in s.unsupportedColumns {
             out.append(contentsOf: "<skipped".utf8)
             attr("column", skip.column, into: &out)
@@ -94,6 +105,130 @@ public enum XMLDocuments {
         }
         out.append(contentsOf: "</table>\n".utf8)
         return Data(out)
+    }
+
+    /// `<index name unique><c desc>col</c>…</index>` and `<foreignKey name table schema onDelete
+    /// onUpdate><c references="parentCol">col</c>…</foreignKey>`: structured objects only.
+    static func objects(indexes: [IndexInfo], foreignKeys: [ForeignKey], into out: inout [UInt8]) {
+        for index in indexes {
+            out.append(contentsOf: "<index".utf8)
+            attr("name", index.name, into: &out)
+            if index.isUnique { attr("unique", "true", into: &out) }
+            out.append(62)
+            for c in index.columns {
+                out.append(contentsOf: "<c".utf8)
+                if c.descending { attr("desc", "true", into: &out) }
+                out.append(62)
+                XMLText.appendEscaped(c.name, into: &out)
+                out.append(contentsOf: "</c>".utf8)
+            }
+            out.append(contentsOf: "</index>".utf8)
+        }
+        for fk in foreignKeys {
+            out.append(contentsOf: "<foreignKey".utf8)
+            attr("name", fk.name, into: &out)
+            attr("table", fk.referencedTable.name, into: &out)
+            attr("schema", fk.referencedTable.schema, into: &out)
+            attr("onDelete", fk.onDelete.rawValue, into: &out)
+            attr("onUpdate", fk.onUpdate.rawValue, into: &out)
+            out.append(62)
+            for (c, r) in zip(fk.columns, fk.referencedColumns) {
+                out.append(contentsOf: "<c".utf8)
+                attr("references", r, into: &out)
+                out.append(62)
+                XMLText.appendEscaped(c, into: &out)
+                out.append(contentsOf: "</c>".utf8)
+            }
+            out.append(contentsOf: "</foreignKey>".utf8)
+        }
+    }
+
+    /// `<objects>` with indexes and foreign keys: the body of the requests that create them.
+    public static func objects(indexes: [IndexInfo], foreignKeys: [ForeignKey]) -> Data {
+        var out = declaration
+        out.append(contentsOf: "<objects>".utf8)
+        objects(indexes: indexes, foreignKeys: foreignKeys, into: &out)
+        out.append(contentsOf: "</objects>\n".utf8)
+        return Data(out)
+    }
+
+    public static func decodeObjects(_ data: Data) throws -> (indexes: [IndexInfo], foreignKeys: [ForeignKey]) {
+        let root = try XMLTree.parse(data)
+        guard root.name == "objects" || root.name == "table" else { throw XMLWireError.unexpected("expected <objects>, got <\(root.name)>") }
+        return try decodeObjects(root)
+    }
+
+    static func decodeObjects(_ root: XMLElementNode) throws -> (indexes: [IndexInfo], foreignKeys: [ForeignKey]) {
+        let indexes = try root.children("index").map { e -> IndexInfo in
+            guard let name = e.attributes["name"], !name.isEmpty else { throw XMLWireError.unexpected("<index> without a name") }
+            let cols = e.children("c").map { IndexColumn($0.text, descending: $0.attributes["desc"] == "true") }
+            guard !cols.isEmpty else { throw XMLWireError.unexpected("index \(name) has no columns") }
+            return IndexInfo(name: name, columns: cols, isUnique: e.attributes["unique"] == "true")
+        }
+        let fks = try root.children("foreignKey").map { e -> ForeignKey in
+            guard let table = e.attributes["table"], !table.isEmpty else { throw XMLWireError.unexpected("<foreignKey> without a table") }
+            let cols = e.children("c")
+            guard !cols.isEmpty, cols.allSatisfy({ $0.attributes["references"] != nil }) else {
+                throw XMLWireError.unexpected("foreign key to \(table) needs <c references=…> for each column")
+            }
+            func action(_ k: String) throws -> ReferentialAction {
+                guard let raw = e.attributes[k] else { return .noAction }
+                guard let a = ReferentialAction(rawValue: raw) else { throw XMLWireError.unexpected("\(k) '\(raw.prefix(20))' is not a referential action") }
+                return a
+            }
+            return ForeignKey(
+                name: e.attributes["name"], columns: cols.map(\.text), referencedTable: TableName(schema: e.attributes["schema"], table),
+                referencedColumns: cols.compactMap { $0.attributes["references"] }, onDelete: try action("onDelete"), onUpdate: try action("onUpdate"))
+        }
+        return (indexes, fks)
+    }
+
+    /// What a schema document leaves out because it is SQL text: checks, expression and
+    /// partial indexes, expression defaults, MySQL's ON UPDATE.
+    static func withheld(_ s: TableSchema) -> [SkippedObject] {
+        let table = s.name.description
+        let reason = "it is SQL text, which the XML service does not carry"
+        var out = s.withheld
+        for c in s.checks { out.append(SkippedObject(kind: "check", name: c.name ?? c.expression, table: table, reason: reason)) }
+        for i in s.indexes where !i.isStructured { out.append(SkippedObject(kind: "index", name: i.name, table: table, reason: reason)) }
+        for c in s.columns {
+            if case .expression(let e)? = c.defaultValue {
+                out.append(SkippedObject(kind: "default", name: c.name, table: table, reason: "default \(e): " + reason))
+            }
+            if let u = c.updateExpression {
+                out.append(SkippedObject(kind: "on update", name: c.name, table: table, reason: "ON UPDATE \(u): " + reason))
+            }
+        }
+        return out
+    }
+
+    static func defaultAttributes(_ d: ColumnDefault?) -> (String?, String?) {
+        switch d {
+        case nil, .expression?: return (nil, nil)
+        case .text(let s)?: return ("text", s)
+        case .number(let n)?: return ("number", n)
+        case .boolean(let b)?: return ("boolean", b ? "true" : "false")
+        case .currentTimestamp?: return ("current_timestamp", nil)
+        case .currentDate?: return ("current_date", nil)
+        case .currentTime?: return ("current_time", nil)
+        }
+    }
+
+    static func decodeDefault(_ kind: String?, _ value: String?) throws -> ColumnDefault? {
+        switch kind {
+        case nil: return nil
+        case "text": return .text(value ?? "")
+        case "number":
+            guard let v = value, Double(v) != nil, v.allSatisfy({ $0.isNumber || "-+.eE".contains($0) }) else {
+                throw XMLWireError.unexpected("a number default must be a number, not '\((value ?? "").prefix(20))'")
+            }
+            return .number(v)
+        case "boolean": return .boolean(value == "true")
+        case "current_timestamp": return .currentTimestamp
+        case "current_date": return .currentDate
+        case "current_time": return .currentTime
+        case let other?: throw XMLWireError.unexpected("unknown defaultKind '\(other.prefix(20))'")
+        }
     }
 
     /// The attributes that spell a logical type: `type` plus its parameters.
@@ -154,15 +289,45 @@ public enum XMLDocuments {
             guard let n = c.attributes["name"] else { throw XMLWireError.unexpected("<column> without a name") }
             return Column(
                 name: n, nativeType: c.attributes["native"] ?? "", logicalType: try logicalType(c),
-                isNullable: c.attributes["nullable"] != "false", defaultExpression: c.attributes["default"],
+                isNullable: c.attributes["nullable"] != "false",
+                defaultValue: try decodeDefault(c.attributes["defaultKind"], c.attributes["default"]),
                 serial: c.attributes["serial"].flatMap { SerialKind(rawValue: $0) }, generated: c.attributes["generated"] == "true")
         }
         guard !columns.isEmpty else { throw XMLWireError.unexpected("table \(name) has no columns") }
-        return TableSchema(
+        var schema = TableSchema(
             name: TableName(schema: root.attributes["schema"], name), engine: Engine(root.attributes["engine"] ?? "xml"),
             columns: columns, primaryKey: root.child("primaryKey")?.children("c").map(\.text) ?? [],
             uniqueKeys: root.children("unique").map { $0.children("c").map(\.text) },
             rowEstimate: root.attributes["rows"].flatMap { Int64($0) })
+        let objects = try decodeObjects(root)
+        schema.indexes = objects.indexes
+        schema.foreignKeys = objects.foreignKeys
+        schema.withheld = root.children("withheld").map { w in
+            SkippedObject(kind: w.attributes["kind"] ?? "object", name: w.attributes["name"] ?? "", table: schema.name.description,
+                          reason: w.attributes["reason"] ?? "not carried by the XML service")
+        }
+        return schema
+    }
+
+    /// `<objects><object kind name table/>…</objects>`: what a copy of tables does not carry.
+    public static func otherObjects(_ list: [OtherObject]) -> Data {
+        var out = declaration
+        out.append(contentsOf: "<objects>".utf8)
+        for o in list {
+            out.append(contentsOf: "<object".utf8)
+            attr("kind", o.kind, into: &out)
+            attr("name", o.name, into: &out)
+            attr("table", o.table, into: &out)
+            out.append(contentsOf: "/>".utf8)
+        }
+        out.append(contentsOf: "</objects>\n".utf8)
+        return Data(out)
+    }
+
+    public static func decodeOtherObjects(_ data: Data) throws -> [OtherObject] {
+        try XMLTree.parse(data).children("object").map {
+            OtherObject(kind: $0.attributes["kind"] ?? "object", name: $0.attributes["name"] ?? "", table: $0.attributes["table"])
+        }
     }
 
     // MARK: Rows

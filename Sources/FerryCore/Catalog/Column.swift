@@ -23,6 +23,12 @@ public struct Column: Hashable, Sendable, Codable {
     public var isNullable: Bool
     /// The default as the source engine writes it (an expression in that engine's SQL).
     public var defaultExpression: String?
+    /// The default as Ferry understands it (a literal, a current date/time, or an expression
+    /// only the same engine can run); nil when the column has none.
+    public var defaultValue: ColumnDefault?
+    /// What the engine sets the column to when another column of the row is updated (MySQL's
+    /// `ON UPDATE CURRENT_TIMESTAMP`); nil for none.
+    public var updateExpression: String?
     /// Non-nil when the column generates its own values.
     public var serial: SerialKind?
     /// Set when the column cannot be written to (a generated/computed column): it is read,
@@ -36,8 +42,9 @@ public struct Column: Hashable, Sendable, Codable {
 
     public init(
         name: String, nativeType: String, logicalType: LogicalType, isNullable: Bool = true,
-        defaultExpression: String? = nil, serial: SerialKind? = nil, generated: Bool = false
+        defaultExpression: String? = nil, defaultValue: ColumnDefault? = nil, serial: SerialKind? = nil, generated: Bool = false
     ) {
+        self.defaultValue = defaultValue
         self.name = name
         self.nativeType = nativeType
         self.logicalType = logicalType

@@ -11,6 +11,13 @@ public struct TableSchema: Hashable, Sendable, Codable {
     public var uniqueKeys: [[String]]
     /// Rows, exact or estimated by the engine; nil when unknown.
     public var rowEstimate: Int64?
+    /// Secondary indexes (not the primary key or the unique keys above).
+    public var indexes: [IndexInfo] = []
+    public var foreignKeys: [ForeignKey] = []
+    public var checks: [CheckConstraint] = []
+    /// Parts of the table's schema the describing side knows it does not deliver (the XML
+    /// service never sends SQL text), each with its reason.
+    public var withheld: [SkippedObject] = []
 
     public init(
         name: TableName, engine: Engine, columns: [Column], primaryKey: [String] = [],
@@ -98,9 +105,13 @@ public struct PlannedTable: Hashable, Sendable, Codable {
     public var schema: TableSchema
     /// The statements, in order (for the XML service, the request that creates it).
     public var statements: [String]
+    /// Parts of the schema the CREATE TABLE leaves out (defaults, checks, foreign keys the
+    /// target cannot express), each with its reason.
+    public var skipped: [SkippedObject]
 
-    public init(schema: TableSchema, statements: [String]) {
+    public init(schema: TableSchema, statements: [String], skipped: [SkippedObject] = []) {
         self.schema = schema
         self.statements = statements
+        self.skipped = skipped
     }
 }

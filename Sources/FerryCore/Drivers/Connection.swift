@@ -33,9 +33,27 @@ public protocol Connection: AnyObject {
     func planTable(_ schema: TableSchema, named name: TableName) throws -> PlannedTable
     /// Runs a planned table's statements, as planned.
     func createTable(_ table: PlannedTable) throws
+
+    /// Plans the secondary indexes and foreign keys of `schema` (already limited to what the
+    /// copy carries; foreign keys name the target's tables) for the table `table` on this
+    /// engine, the indexes built on `indexesOn` (the table itself, or a replace's staging
+    /// table): names that are free (`replacing` is a table whose own indexes and keys go away
+    /// before these are created), what the engine cannot express skipped with a reason. Reads
+    /// the catalog at most; changes nothing.
+    func planObjects(_ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?) throws -> PlannedObjects
+    /// Creates planned indexes, as planned. Runs in the caller's transaction.
+    func createIndexes(_ objects: PlannedObjects) throws
+    /// Adds planned foreign keys, as planned (the referenced tables hold their rows by then).
+    /// Runs in the caller's transaction.
+    func createForeignKeys(_ objects: PlannedObjects) throws
+    /// Views, triggers, materialized views, sequences no serial column owns, and other objects
+    /// a copy of tables does not carry, so that a copy can report them by name.
+    func listOtherObjects() throws -> [OtherObject]
     func dropTable(_ name: TableName) throws
     /// Replaces `target` by `staging` (dropping the old `target` if there is one) so that
-    /// readers see either the old or the new table, never neither.
+    /// readers see either the old or the new table, never neither. Foreign keys of other
+    /// tables that referenced the old `target` reference the new one afterwards (checked
+    /// against its rows where the engine checks them).
     func swapTable(_ staging: TableName, into target: TableName) throws
 
     /// A writer inserting rows laid out for `columns` (the values' logical types, named as the

@@ -32,6 +32,23 @@ public protocol Dialect: Sendable {
     var enumSyntax: EnumSyntax { get }
     /// How a column that generates its own integers is declared.
     var identitySyntax: IdentitySyntax { get }
+
+    // Schema objects.
+
+    /// A string literal by the engine's rules.
+    func literal(_ text: String) -> String
+    /// True when index names need only be unique within their table (MySQL), so a staging
+    /// table's indexes can carry their final names; false when they share a namespace with
+    /// every index (and, on SQLite, table) of the schema.
+    var indexNamesArePerTable: Bool { get }
+    /// The longest identifier the engine keeps (PostgreSQL truncates at 63 bytes, MySQL refuses past 64).
+    var maxIdentifierLength: Int { get }
+    /// The referential actions a foreign key may declare here.
+    var referentialActions: Set<ReferentialAction> { get }
+    /// The SQL of a default for a column of `type` on this engine; nil when the engine cannot
+    /// express it for that type (reported, never guessed). Expressions are the caller's
+    /// business (kept only between databases of one engine).
+    func defaultSQL(_ value: ColumnDefault, for type: LogicalType) -> String?
 }
 
 /// How an engine writes "insert, or update the row with the same key".
@@ -81,6 +98,31 @@ extension Dialect {
     public func logicalType(forDeclaredType native: String) -> LogicalType? { nil }
     public func ddlType(for type: LogicalType) -> String? { nil }
     public func carriesNatively(_ column: Column, fromEngine engine: Engine) -> Bool { false }
+
+    public func literal(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "''") + "'" }
+    public var indexNamesArePerTable: Bool { false }
+    public var maxIdentifierLength: Int { 63 }
+    public var referentialActions: Set<ReferentialAction> { Set(ReferentialAction.allCases) }
+
+    /// Literals as literals (booleans as `TRUE`/`FALSE`, or `1`/`0` for an integer column);
+    /// current date and time by their SQL-standard names, for a column of a matching type.
+    public func defaultSQL(_ value: ColumnDefault, for type: LogicalType) -> String? {
+        switch value {
+        case .text(let s): return literal(s)
+        case .number(let n): return type.isNumeric || type == .boolean ? n : literal(n)
+        case .boolean(let b):
+            if type == .boolean { return b ? "TRUE" : "FALSE" }
+            return type.isNumeric ? (b ? "1" : "0") : nil
+        case .currentTimestamp:
+            if case .timestamp = type { return "CURRENT_TIMESTAMP" }
+            return nil
+        case .currentDate: return type == .date ? "CURRENT_DATE" : nil
+        case .currentTime:
+            if case .time = type { return "CURRENT_TIME" }
+            return nil
+        case .expression: return nil
+        }
+    }
 
     /// The clause that turns `INSERT INTO t (columns) …` into an upsert on `key`, updating
     /// `others` (the non-key columns written); nil when the engine has no such SQL. With no

@@ -77,6 +77,12 @@ public struct CopyEngine: Sendable {
                     throw FerryError.columnNotFound(table: targetName, column: c.name)
                 }
             }
+            var skippedObjects = schema.withheld
+            let carriedObjects = Self.carriedObjects(of: schema, columns: carriedNames, chosen: chosen, options: options)
+            targetSchema.indexes = carriedObjects.indexes
+            targetSchema.foreignKeys = carriedObjects.foreignKeys
+            skippedObjects += carriedObjects.skipped
+
             let creates: PlannedTable? = switch options.mode {
             case .create: try target.planTable(targetSchema, named: targetName)
             case .replace: try target.planTable(targetSchema, named: Self.stagingName(for: targetName))
@@ -85,15 +91,69 @@ public struct CopyEngine: Sendable {
             var plan = TablePlan(
                 sourceSchema: schema, targetSchema: targetSchema, columns: carried, skipped: resolved.skipped,
                 decisions: resolved.decisions, conversions: resolved.conversions, key: key)
+            if let creates {
+                skippedObjects += creates.skipped
+                // Indexes go on the loaded table, or after a replace's swap where index names
+                // are schema-wide (the old table's indexes hold the names until then).
+                let afterSwap = options.mode == .replace && !target.dialect.indexNamesArePerTable
+                let indexesOn = options.mode == .replace && !afterSwap ? creates.schema.name : targetName
+                let objects = try target.planObjects(
+                    targetSchema, on: targetName, indexesOn: indexesOn, replacing: options.mode == .replace && exists ? targetName : nil)
+                skippedObjects += objects.skipped
+                plan.objects = objects
+                plan.indexesAfterSwap = afterSwap
+            } else if exists && (!schema.indexes.isEmpty || !schema.foreignKeys.isEmpty) {
+                warnings.append("table \(targetName): rows are appended to the existing table; its indexes and foreign keys are left as they are")
+            }
+            plan.skippedObjects = skippedObjects
             plan.creates = creates
             plan.existingTarget = existing
             plan.targetExists = exists
             tables.append(plan)
         }
         warnings += options.casts.unused(usedRules)
-        return CopyPlan(
+        var plan = CopyPlan(
             source: source.endpoint.redacted, target: target.endpoint.redacted, mode: options.mode,
             tables: tables, warnings: warnings)
+        plan.otherObjects = try source.listOtherObjects()
+        return plan
+    }
+
+    /// The indexes and foreign keys of `schema` a copy carries: those on carried columns (and,
+    /// for a foreign key, whose referenced table is copied too, renamed as the target names
+    /// it), less what the options leave out; the rest with the reason each is left out.
+    static func carriedObjects(
+        of schema: TableSchema, columns carried: Set<String>, chosen: [TableName], options: CopyOptions
+    ) -> (indexes: [IndexInfo], foreignKeys: [ForeignKey], skipped: [SkippedObject]) {
+        var skipped: [SkippedObject] = []
+        let table = schema.name.description
+        var indexes: [IndexInfo] = []
+        if options.indexes {
+            for index in schema.indexes {
+                if let missing = index.columns.first(where: { !carried.contains($0.name) }) {
+                    skipped.append(SkippedObject(kind: "index", name: index.name, table: table, reason: "column \(missing.name) is not copied"))
+                } else {
+                    indexes.append(index)
+                }
+            }
+        }
+        var foreignKeys: [ForeignKey] = []
+        if options.foreignKeys {
+            for var fk in schema.foreignKeys {
+                let name = fk.name ?? fk.summary
+                if let missing = fk.columns.first(where: { !carried.contains($0) }) {
+                    skipped.append(SkippedObject(kind: "foreign key", name: name, table: table, reason: "column \(missing) is not copied"))
+                } else if let referenced = chosen.first(where: { $0 == fk.referencedTable || $0.matches(fk.referencedTable) }) {
+                    fk.referencedTable = referenced.unqualified
+                    foreignKeys.append(fk)
+                } else {
+                    skipped.append(SkippedObject(
+                        kind: "foreign key", name: name, table: table,
+                        reason: "it references \(fk.referencedTable), which is not part of this copy"))
+                }
+            }
+        }
+        return (indexes, foreignKeys, skipped)
     }
 
     /// Fails when two rows share the values of `key` (a key the user named, which no constraint
@@ -154,7 +214,9 @@ public struct CopyEngine: Sendable {
         for w in plan.warnings { progress.note("warning: \(w)") }
         for t in plan.tables {
             for s in t.skipped { progress.note("warning: \(t.source): skipping column \(s.column): \(s.reason)") }
+            for o in t.skippedObjects { progress.note("warning: \(o)") }
         }
+        for o in plan.otherObjects { progress.note("warning: \(o) is not copied (Ferry copies tables)") }
         let jobs = target.dialect.supportsConcurrentWriters ? max(1, min(options.jobs, plan.tables.count)) : 1
         // Per-table results filled by the jobs, and the next table index to hand out.
         let results = Locked<[CopySummary.Table?]>(Array(repeating: nil, count: plan.tables.count))
@@ -164,6 +226,7 @@ public struct CopyEngine: Sendable {
         let targetEndpoint = target.endpoint
 
         let first = Handoff((source, target))
+        let swaps = Locked(())
         var workers: [Worker] = []
         for j in 0..<jobs {
             let engine = self
@@ -199,7 +262,8 @@ public struct CopyEngine: Sendable {
                             continue
                         }
                         let r = engine.copyTable(
-                            table, source: s, target: t, options: options, mode: plan.mode, progress: progress, cancellation: cancellation)
+                            table, source: s, target: t, options: options, mode: plan.mode, progress: progress, cancellation: cancellation,
+                            swaps: swaps)
                         results.withLock { $0[i] = r }
                     }
                     if j != 0, let (s, t) = connections {
@@ -209,9 +273,52 @@ public struct CopyEngine: Sendable {
                 })
         }
         for w in workers { w.join() }
+        var tables = results.withLock { $0 }
+        if cancellation?.isCancelled != true {
+            addForeignKeys(plan, results: &tables, target: target, progress: progress)
+        }
         return CopySummary(
-            source: plan.source, target: plan.target, mode: plan.mode, tables: results.withLock { $0 }.compactMap { $0 },
+            source: plan.source, target: plan.target, mode: plan.mode, tables: tables.compactMap { $0 },
             seconds: Date().timeIntervalSince(started), warnings: plan.warnings)
+    }
+
+    /// Once every table is loaded: each table's foreign keys, in one target transaction per
+    /// table, when every table it references arrived. A foreign key that fails (rows that do
+    /// not match) fails its table's copy, whose rows stay committed.
+    func addForeignKeys(_ plan: CopyPlan, results: inout [CopySummary.Table?], target: any Connection, progress: ProgressReporter) {
+        let arrived = Set(plan.tables.indices.filter { results[$0]?.status == .ok }.map { plan.tables[$0].target })
+        for (i, table) in plan.tables.enumerated() {
+            guard var objects = table.objects, results[i]?.status == .ok, !objects.foreignKeys.isEmpty else { continue }
+            let missing = objects.foreignKeys.filter { !arrived.contains($0.referencedTable) }
+            if !missing.isEmpty {
+                for fk in missing {
+                    let o = SkippedObject(
+                        kind: "foreign key", name: fk.name ?? fk.summary, table: table.source.description,
+                        reason: "the copy of \(fk.referencedTable) failed")
+                    results[i]?.skippedObjects.append(o)
+                    progress.note("warning: \(o)")
+                }
+                let kept = objects.foreignKeys.indices.filter { arrived.contains(objects.foreignKeys[$0].referencedTable) }
+                // Statements pair with keys one to one where the engine adds them afterwards.
+                if objects.foreignKeyStatements.count == objects.foreignKeys.count {
+                    objects.foreignKeyStatements = kept.map { objects.foreignKeyStatements[$0] }
+                }
+                objects.foreignKeys = kept.map { objects.foreignKeys[$0] }
+            }
+            guard !objects.foreignKeys.isEmpty else { continue }
+            do {
+                try target.begin()
+                try target.createForeignKeys(objects)
+                try target.commit()
+                results[i]?.foreignKeys = objects.foreignKeys.count
+            } catch {
+                try? target.rollback()
+                let message = "table \(table.target): the rows arrived, but its foreign keys could not be added: \(Self.describe(error, table: table.source))"
+                progress.note("error: \(message)")
+                results[i]?.status = .failed
+                results[i]?.error = message
+            }
+        }
     }
 
     private func failed(_ table: TablePlan, error: String, rows: Int64, seconds: Double) -> CopySummary.Table {
@@ -223,7 +330,7 @@ public struct CopyEngine: Sendable {
     /// Loads one table in one target transaction.
     func copyTable(
         _ table: TablePlan, source: any Connection, target: any Connection, options: CopyOptions, mode: WriteMode,
-        progress: ProgressReporter, cancellation: Cancellation? = nil
+        progress: ProgressReporter, cancellation: Cancellation? = nil, swaps: Locked<Void> = Locked(())
     ) -> CopySummary.Table {
         let label = table.source.description
         let started = Date()
@@ -272,16 +379,29 @@ public struct CopyEngine: Sendable {
             if table.targetSchema.columns.contains(where: \.isSerial) {
                 try target.resetSerial(loadName, schema: table.targetSchema)
             }
+            if let objects = table.objects, !table.indexesAfterSwap { try target.createIndexes(objects) }
             if mode == .replace {
-                try target.swapTable(loadName, into: table.target)
+                // One swap at a time: a swap moves other tables' foreign keys, and two at once
+                // would move each other's (or deadlock).
+                try swaps.withLock { _ in
+                    try target.swapTable(loadName, into: table.target)
+                    if let objects = table.objects, table.indexesAfterSwap { try target.createIndexes(objects) }
+                    try target.commit()
+                }
+            } else {
+                try target.commit()
             }
-            try target.commit()
             let seconds = Date().timeIntervalSince(started)
             progress.finished(label, rows: rows, seconds: seconds, error: nil)
-            return CopySummary.Table(
+            var result = CopySummary.Table(
                 source: label, target: table.target.description, rows: rows, seconds: seconds,
                 rowsPerSecond: seconds > 0 ? Double(rows) / seconds : 0, skippedColumns: table.skipped,
                 status: .ok, error: nil)
+            result.indexes = table.objects?.indexes.count ?? 0
+            result.skippedObjects = table.skippedObjects
+            // SQLite declares its foreign keys in CREATE TABLE: they exist with the table.
+            if let objects = table.objects, objects.foreignKeyStatements.isEmpty { result.foreignKeys = table.creates?.schema.foreignKeys.count ?? 0 }
+            return result
         } catch {
             try? target.rollback()
             if !target.dialect.supportsTransactionalDDL, let created {

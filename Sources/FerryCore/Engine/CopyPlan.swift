@@ -6,6 +6,10 @@ public struct CopyPlan: Sendable, Encodable {
     public var tables: [TablePlan]
     /// Tables named with --tables that do not exist, and other notes for the user.
     public var warnings: [String]
+    /// Views, triggers and other objects of the source a copy of tables does not carry.
+    public var otherObjects: [OtherObject] = []
+    /// The foreign keys added once every table is loaded, in order (exactly as they run).
+    public var foreignKeyStatements: [String] { tables.flatMap { $0.objects?.foreignKeyStatements ?? [] } }
 }
 
 /// One table's part of a plan.
@@ -26,7 +30,7 @@ public struct TablePlan: Sendable, Encodable {
     public var key: TableKey?
     /// DDL the target runs, exactly as planned: the table created (in replace mode the staging
     /// table swapped in at the end; in append mode only when the target is missing).
-    public var ddl: [String] { creates?.statements ?? [] }
+    public var ddl: [String] { (creates?.statements ?? []) + (objects?.indexStatements ?? []) }
     /// The table the load creates (the target, or in replace mode its staging table); nil when
     /// rows are appended to a table that exists.
     public var creates: PlannedTable?
@@ -34,6 +38,14 @@ public struct TablePlan: Sendable, Encodable {
     public var existingTarget: TableSchema?
     /// True when the target table exists already (append writes into it; replace swaps it).
     public var targetExists = false
+    /// The indexes and foreign keys the target creates (nil when no table is created).
+    public var objects: PlannedObjects?
+    /// True when the indexes are created after a replace's swap (engines whose index names are
+    /// schema-wide; their DDL is transactional, so the swap stays atomic); else on the loaded
+    /// table before it is swapped in.
+    public var indexesAfterSwap = false
+    /// Schema objects of the source this table's copy leaves out, each with its reason.
+    public var skippedObjects: [SkippedObject] = []
     /// The table rows are written into, as the writer is given it: the created table (as
     /// planned), else the existing target (as described).
     public var writesInto: TableSchema { creates?.schema ?? existingTarget ?? targetSchema }
@@ -43,6 +55,7 @@ public struct TablePlan: Sendable, Encodable {
 
     private enum CodingKeys: String, CodingKey {
         case sourceSchema, targetSchema, columns, skipped, decisions, conversions, key, creates, existingTarget, ddl, targetExists
+        case objects, indexesAfterSwap, skippedObjects
     }
 
     /// Every stored property, and the DDL and whether the target exists spelled out for readers of `--json`.
@@ -59,11 +72,19 @@ public struct TablePlan: Sendable, Encodable {
         try c.encodeIfPresent(existingTarget, forKey: .existingTarget)
         try c.encode(ddl, forKey: .ddl)
         try c.encode(targetExists, forKey: .targetExists)
+        try c.encodeIfPresent(objects, forKey: .objects)
+        try c.encode(indexesAfterSwap, forKey: .indexesAfterSwap)
+        try c.encode(skippedObjects, forKey: .skippedObjects)
     }
 }
 
 /// Options that shape a copy.
 public struct CopyOptions: Sendable {
+    /// Create the source's secondary indexes on tables the copy creates.
+    public var indexes = true
+    /// Add the source's foreign keys between tables the copy creates (each whose referenced
+    /// table is part of the copy).
+    public var foreignKeys = true
     /// Tables to copy (empty: all). Each entry is `name` or `schema.name`.
     public var tables: [TableName] = []
     public var exclude: [TableName] = []

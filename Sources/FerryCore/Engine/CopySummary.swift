@@ -9,6 +9,11 @@ public struct CopySummary: Sendable, Codable {
         public var skippedColumns: [SkippedColumn]
         public var status: Status
         public var error: String?
+        /// Secondary indexes and foreign keys created on the target.
+        public var indexes: Int = 0
+        public var foreignKeys: Int = 0
+        /// Schema objects of the source left out, each with its reason.
+        public var skippedObjects: [SkippedObject] = []
     }
 
     /// How a table's copy ended (`"ok"`, `"failed"`, `"cancelled"` in JSON).

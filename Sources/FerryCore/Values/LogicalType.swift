@@ -35,6 +35,14 @@ public enum LogicalType: Hashable, Sendable {
         }
     }
 
+    /// Integers, decimals and floats.
+    public var isNumeric: Bool {
+        switch self {
+        case .int16, .int32, .int64, .decimal, .float32, .float64: return true
+        default: return false
+        }
+    }
+
     public var isSupported: Bool {
         if case .unsupported = self { return false }
         return true
