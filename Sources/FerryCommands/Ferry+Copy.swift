@@ -205,7 +205,8 @@ extension Ferry {
                 for sql in foreignKeys { lines.append(sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n")) }
             }
             if !plan.otherObjects.isEmpty {
-                lines.append("\nnot copied (Ferry copies tables): " + plan.otherObjects.map(\.description).joined(separator: ", "))
+                lines.append("\nnot copied (Ferry copies tables):")
+                for line in OtherObject.summary(plan.otherObjects) { lines.append("  " + line) }
             }
             return lines.joined(separator: "\n")
         }

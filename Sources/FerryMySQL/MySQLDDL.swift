@@ -69,7 +69,7 @@ enum MySQLDDL {
             } else {
                 skipped.append(SkippedObject(
                     kind: "check", name: check.name ?? check.expression, table: schema.name.description,
-                    reason: "CHECK \(check.expression) is SQL of \(schema.engine.rawValue); it is copied only between databases of that engine"))
+                    reason: "CHECK \(SkippedObject.shortened(check.expression)) is SQL of \(schema.engine.rawValue), copied only between databases of that engine"))
             }
         }
         created.checks = sameEngine ? schema.checks : []
@@ -137,6 +137,14 @@ enum MySQLDDL {
                 out.skipped.append(SkippedObject(
                     kind: "foreign key", name: fk.name ?? fk.summary, table: schema.name.description,
                     reason: "MySQL's InnoDB refuses ON DELETE/ON UPDATE SET DEFAULT"))
+                continue
+            }
+            if fk.onDelete == .setNull || fk.onUpdate == .setNull,
+               let notNull = fk.columns.first(where: { schema.column(named: $0)?.isNullable == false })
+            {
+                out.skipped.append(SkippedObject(
+                    kind: "foreign key", name: fk.name ?? fk.summary, table: schema.name.description,
+                    reason: "it says SET NULL but column \(notNull) is NOT NULL, which MySQL refuses"))
                 continue
             }
             let name = fk.name ?? "fk_\(table.name)_\(fk.columns.joined(separator: "_"))"

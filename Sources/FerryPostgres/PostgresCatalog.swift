@@ -306,7 +306,9 @@ extension PostgresConnection {
                    n.nspname, c.relname, (SELECT p.relname FROM pg_inherits h JOIN pg_class p ON p.oid = h.inhparent WHERE h.inhrelid = c.oid LIMIT 1)
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE (c.relkind IN ('v', 'm', 'f') OR (c.relkind IN ('r', 'p') AND c.relispartition)
-                   OR (c.relkind = 'S' AND NOT EXISTS (SELECT 1 FROM pg_depend d WHERE d.objid = c.oid AND d.deptype IN ('a', 'i'))))
+                   OR (c.relkind = 'S' AND NOT EXISTS (
+                       SELECT 1 FROM pg_depend d WHERE (d.objid = c.oid AND d.deptype IN ('a', 'i'))
+                          OR (d.refobjid = c.oid AND d.classid = 'pg_attrdef'::regclass))))
               AND n.nspname NOT IN ('pg_catalog', 'information_schema') AND n.nspname NOT LIKE 'pg\\_%'
               AND c.relname NOT LIKE '\\_ferry\\_%'
               AND (cardinality($1::text[]) = 0 OR n.nspname = ANY($1::text[]))

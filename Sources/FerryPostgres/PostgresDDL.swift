@@ -75,7 +75,7 @@ enum PostgresDDL {
             } else {
                 skipped.append(SkippedObject(
                     kind: "check", name: check.name ?? check.expression, table: schema.name.description,
-                    reason: "CHECK (\(check.expression)) is SQL of \(schema.engine.rawValue); it is copied only between databases of that engine"))
+                    reason: "CHECK \(SkippedObject.shortened(check.expression)) is SQL of \(schema.engine.rawValue), copied only between databases of that engine"))
             }
         }
         created.checks = sameEngine ? schema.checks : []

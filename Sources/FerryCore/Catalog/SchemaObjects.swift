@@ -135,6 +135,29 @@ public struct OtherObject: Hashable, Sendable, Codable, CustomStringConvertible 
         self.table = table
     }
     public var description: String { "\(kind) \(name)" + (table.map { " (on \($0))" } ?? "") }
+
+    /// One line per kind: `views: a, b`; `triggers: last_updated (on 14 tables), t2 (on film)`.
+    public static func summary(_ objects: [OtherObject]) -> [String] {
+        var kinds: [String] = []
+        var byKind: [String: [String: [String]]] = [:]
+        var order: [String: [String]] = [:]
+        for o in objects {
+            if byKind[o.kind] == nil { kinds.append(o.kind) }
+            if byKind[o.kind, default: [:]][o.name] == nil { order[o.kind, default: []].append(o.name) }
+            byKind[o.kind, default: [:]][o.name, default: []] += o.table.map { [$0] } ?? []
+        }
+        return kinds.map { kind in
+            let names = (order[kind] ?? []).map { name -> String in
+                let tables = byKind[kind]?[name] ?? []
+                switch tables.count {
+                case 0: return name
+                case 1: return "\(name) (on \(tables[0]))"
+                default: return "\(name) (on \(tables.count) tables)"
+                }
+            }
+            return "\(kind)\(names.count == 1 ? "" : "s") " + names.joined(separator: ", ")
+        }
+    }
 }
 
 /// A schema object a plan leaves out, and why (shown by the plan, `--dry-run` and the summary).
@@ -151,6 +174,12 @@ public struct SkippedObject: Hashable, Sendable, Codable, CustomStringConvertibl
         self.reason = reason
     }
     public var description: String { "\(table): \(kind) \(name) not carried: \(reason)" }
+
+    /// SQL text cut for a one-line message.
+    public static func shortened(_ sql: String, limit: Int = 60) -> String {
+        let one = sql.split(whereSeparator: \.isNewline).joined(separator: " ")
+        return one.count > limit ? one.prefix(limit - 3) + "..." : one
+    }
 }
 
 /// The indexes and foreign keys a target creates for one table, as its driver planned them:

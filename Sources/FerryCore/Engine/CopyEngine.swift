@@ -216,7 +216,7 @@ public struct CopyEngine: Sendable {
             for s in t.skipped { progress.note("warning: \(t.source): skipping column \(s.column): \(s.reason)") }
             for o in t.skippedObjects { progress.note("warning: \(o)") }
         }
-        for o in plan.otherObjects { progress.note("warning: \(o) is not copied (Ferry copies tables)") }
+        for line in OtherObject.summary(plan.otherObjects) { progress.note("warning: not copied (Ferry copies tables): \(line)") }
         let jobs = target.dialect.supportsConcurrentWriters ? max(1, min(options.jobs, plan.tables.count)) : 1
         // Per-table results filled by the jobs, and the next table index to hand out.
         let results = Locked<[CopySummary.Table?]>(Array(repeating: nil, count: plan.tables.count))
