@@ -185,7 +185,8 @@ extension Ferry {
                     let serial = t.targetSchema.column(named: d.column)?.serial.map { " [\($0.rawValue)]" } ?? ""
                     let using = d.transforms.isEmpty ? "" : " using " + d.transforms.map(\.rawValue).joined(separator: ",")
                     let via = d.targetType == d.logicalType.description ? "" : " -> \(d.targetType)"
-                    lines.append("  column \(d.column): \(d.nativeType.isEmpty ? "(none)" : d.nativeType) -> \(d.logicalType)\(via)\(using)\(serial)  (\(d.decidedBy))")
+                    let nullable = d.madeNullable.map { " [nullable: \($0)]" } ?? ""
+                    lines.append("  column \(d.column): \(d.nativeType.isEmpty ? "(none)" : d.nativeType) -> \(d.logicalType)\(via)\(using)\(serial)\(nullable)  (\(d.decidedBy))")
                 }
                 for s in t.skipped { lines.append("  skip \(s.column): \(s.reason)") }
                 for o in t.skippedObjects { lines.append("  skip \(o.kind) \(o.name): \(o.reason)") }

@@ -1,5 +1,6 @@
 import CMariaDB
 import FerryCore
+import Foundation
 
 /// Catalog queries from information_schema, kept together by purpose: tables, columns, keys.
 /// Names travel as escaped literals; identifiers reach SQL only through `quote`.
@@ -69,6 +70,10 @@ extension MySQLConnection {
                 serial: extra.contains("auto_increment") ? .autoincrement : nil,
                 generated: extra.contains("generated") || extra.contains("virtual") || extra.contains("persistent"))
             if let r = extra.range(of: "on update ") { column.updateExpression = String(extra[r.upperBound...]) }
+            if zeroDatesAsNull, [.date].contains(logical) || { if case .timestamp = logical { return true } else { return false } }() {
+                // --zero-dates null: this column's zero dates arrive as NULL (and so may its default).
+                column.readHints.insert(.zeroDatesAsNull)
+            }
             columns.append(column)
         }
         let stats = try query(
@@ -167,6 +172,8 @@ extension MySQLConnection {
     /// DEFAULT_GENERATED in EXTRA.
     static func parseDefault(_ text: String, extra: String) -> ColumnDefault? {
         let lower = text.lowercased()
+        // A zero date has no value elsewhere: only MySQL can take it as a default.
+        if text.trimmingCharacters(in: CharacterSet(charactersIn: "'")).hasPrefix("0000-00-00") { return .expression(text) }
         if lower.hasPrefix("current_timestamp") || lower.hasPrefix("now(") || lower.hasPrefix("localtimestamp") { return .currentTimestamp }
         if lower == "curdate()" || lower == "current_date()" || lower == "current_date" { return .currentDate }
         if lower == "curtime()" || lower == "current_time()" || lower == "current_time" { return .currentTime }

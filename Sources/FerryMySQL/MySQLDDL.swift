@@ -41,15 +41,8 @@ enum MySQLDDL {
             if !col.isSerial, let sql = defaultClause(col, type: type, sameEngine: sameEngine, table: schema.name, dialect: d, skipped: &skipped) {
                 def += " DEFAULT " + sql
             }
-            if let update = col.updateExpression {
-                if sameEngine {
-                    def += " ON UPDATE " + update
-                } else {
-                    skipped.append(SkippedObject(
-                        kind: "on update", name: col.name, table: schema.name.description,
-                        reason: "ON UPDATE \(update) is MySQL's; the target sets no value on update"))
-                }
-            }
+            // Other engines' columns have none: the plan reports it for them.
+            if sameEngine, let update = col.updateExpression { def += " ON UPDATE " + update }
             parts.append(def)
             // The column as MySQL's catalog will describe it (JSON is MariaDB's checked LONGTEXT).
             created.columns[i].nativeType = type

@@ -109,7 +109,9 @@ extension Dialect {
     public func defaultSQL(_ value: ColumnDefault, for type: LogicalType) -> String? {
         switch value {
         case .text(let s): return literal(s)
-        case .number(let n): return type.isNumeric || type == .boolean ? n : literal(n)
+        case .number(let n):
+            if type == .boolean { return n == "0" ? "FALSE" : n == "1" ? "TRUE" : nil }
+            return type.isNumeric ? n : literal(n)
         case .boolean(let b):
             if type == .boolean { return b ? "TRUE" : "FALSE" }
             return type.isNumeric ? (b ? "1" : "0") : nil

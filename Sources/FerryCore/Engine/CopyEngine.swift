@@ -38,8 +38,15 @@ public struct CopyEngine: Sendable {
         var usedRules = Set<Int>()
         for name in chosen {
             let schema = try source.describe(name)
-            let resolved = try options.casts.resolve(schema, target: target.dialect)
+            var resolved = try options.casts.resolve(schema, target: target.dialect)
             usedRules.formUnion(resolved.usedRules)
+            // Values read as NULL (zero dates) need a nullable target column, as pgloader does.
+            for i in resolved.read.indices where resolved.read[i].readHints.contains(.zeroDatesAsNull) && !resolved.write[i].isNullable {
+                resolved.write[i].isNullable = true
+                if let d = resolved.decisions.firstIndex(where: { $0.column == resolved.read[i].name }) {
+                    resolved.decisions[d].madeNullable = "zero dates are read as NULL"
+                }
+            }
             let carried = resolved.read
             if carried.isEmpty {
                 warnings.append("table \(name): every column is skipped; the table is not copied")
@@ -78,6 +85,13 @@ public struct CopyEngine: Sendable {
                 }
             }
             var skippedObjects = schema.withheld
+            if target.dialect.engine != schema.engine {
+                for c in resolved.write where c.updateExpression != nil {
+                    skippedObjects.append(SkippedObject(
+                        kind: "on update", name: c.name, table: name.description,
+                        reason: "ON UPDATE \(c.updateExpression ?? "") is \(schema.engine.rawValue)'s; the target sets no value when a row is updated (a trigger would)"))
+                }
+            }
             let carriedObjects = Self.carriedObjects(of: schema, columns: carriedNames, chosen: chosen, options: options)
             targetSchema.indexes = carriedObjects.indexes
             targetSchema.foreignKeys = carriedObjects.foreignKeys

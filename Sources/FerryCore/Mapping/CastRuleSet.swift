@@ -209,6 +209,8 @@ public struct ColumnDecision: Sendable, Codable, Hashable {
     /// `postgres type map`, or `cast rule --cast #1 'type int[] to text'`.
     public var decidedBy: String
     public var transforms: [CastTransform] = []
+    /// Why the target column is nullable although the source's is NOT NULL (values read as NULL).
+    public var madeNullable: String?
 }
 
 /// One column converted between reader and writer.
