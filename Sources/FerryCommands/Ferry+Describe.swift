@@ -68,6 +68,18 @@ extension Ferry {
             Console.out("primary key: " + (schema.primaryKey.isEmpty ? "none" : "(" + schema.primaryKey.joined(separator: ", ") + ")"))
             for key in schema.uniqueKeys { Console.out("unique key: (" + key.joined(separator: ", ") + ")") }
             Console.out("key for keyed work: " + (schema.preferredKey?.description ?? "none (name one with --key \(schema.name)=col1,col2)"))
+            for i in schema.indexes {
+                let cols = i.columns.map { $0.name + ($0.descending ? " DESC" : "") }.joined(separator: ", ")
+                var line = "index \(i.name): " + (i.isUnique ? "unique " : "") + "(" + cols + ")"
+                if let e = i.expression { line += " defined as " + SkippedObject.shortened(e, limit: 100) }
+                if let p = i.predicate { line += " where " + SkippedObject.shortened(p, limit: 100) }
+                Console.out(line)
+            }
+            for fk in schema.foreignKeys {
+                Console.out("foreign key \(fk.name ?? "(unnamed)"): \(fk.summary) on delete \(fk.onDelete.rawValue.lowercased()), on update \(fk.onUpdate.rawValue.lowercased())")
+            }
+            for c in schema.checks { Console.out("check \(c.name ?? "(unnamed)"): \(SkippedObject.shortened(c.expression, limit: 100))") }
+            for w in schema.withheld { Console.out("not carried: \(w.kind) \(w.name): \(w.reason)") }
             if skipped.isEmpty {
                 Console.out("skipped columns: none")
             } else {

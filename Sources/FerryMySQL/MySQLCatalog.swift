@@ -103,8 +103,9 @@ extension MySQLConnection {
         return described
     }
 
-    /// Secondary indexes: every index but PRIMARY and the unique keys. Prefix (`col(10)`),
-    /// FULLTEXT and SPATIAL indexes keep MySQL's own definition (carried only to MySQL).
+    /// Secondary indexes: every index but PRIMARY and the unique keys. FULLTEXT and SPATIAL
+    /// indexes keep MySQL's own definition (carried only to MySQL); a prefix index (`col(10)`)
+    /// counts as an index over its columns.
     func indexes(_ table: TableName, keys: [[String]]) throws -> [IndexInfo] {
         let rows = try query(
             """
@@ -126,7 +127,8 @@ extension MySQLConnection {
             if let sub = r[3] { part += "(\(sub))" }
             if r[4] == "D" { part += " DESC" }
             native[name, default: []].append(part)
-            if r[3] != nil || type == "FULLTEXT" || type == "SPATIAL" {
+            // A prefix (`col(768)`) is how MySQL indexes long text: the index is still over the column.
+            if type == "FULLTEXT" || type == "SPATIAL" {
                 out[out.count - 1].expression = (type == "FULLTEXT" || type == "SPATIAL" ? type + " " : "") + "(COLUMNS)"
             }
             out[out.count - 1].columns.append(IndexColumn(col, descending: r[4] == "D"))

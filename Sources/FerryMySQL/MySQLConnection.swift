@@ -197,16 +197,40 @@ public final class MySQLConnection: Connection {
         try ddl("DROP TABLE IF EXISTS \(dialect.quote(name))")
     }
 
-    public func planObjects(_ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?) throws -> PlannedObjects {
-        try MySQLDDL.planObjects(schema, on: table, indexesOn: indexesOn, replacing: replacing, on: self)
+    public func planObjects(
+        _ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?, avoiding: Set<String>
+    ) throws -> PlannedObjects {
+        try MySQLDDL.planObjects(schema, on: table, indexesOn: indexesOn, replacing: replacing, avoiding: avoiding, on: self)
     }
 
-    public func createIndexes(_ objects: PlannedObjects) throws {
+    public func createIndexes(_ objects: PlannedObjects) throws -> [SkippedObject] {
         for sql in objects.indexStatements { try ddl(sql) }
+        return []
     }
 
-    public func createForeignKeys(_ objects: PlannedObjects) throws {
-        for sql in objects.foreignKeyStatements { try ddl(sql) }
+    /// Checks each key against the referenced rows first: loads run with foreign_key_checks
+    /// off, and InnoDB adds a key without checking the rows then (checking would rebuild the table).
+    public func createForeignKeys(_ objects: PlannedObjects) throws -> [SkippedObject] {
+        for (fk, sql) in zip(objects.foreignKeys, objects.foreignKeyStatements) {
+            try checkReferences(objects.table, fk)
+            try ddl(sql)
+        }
+        return []
+    }
+
+    /// Fails, naming the first row, when a row of `table` references no row through `fk`.
+    func checkReferences(_ table: TableName, _ fk: ForeignKey) throws {
+        let q = { (s: String) in self.dialect.quote(s) }
+        let join = zip(fk.columns, fk.referencedColumns).map { "p.\(q($1)) = c.\(q($0))" }.joined(separator: " AND ")
+        let sql = "SELECT " + fk.columns.map { "c." + q($0) }.joined(separator: ", ") + " FROM \(dialect.quote(table)) c WHERE "
+            + fk.columns.map { "c.\(q($0)) IS NOT NULL" }.joined(separator: " AND ")
+            + " AND NOT EXISTS (SELECT 1 FROM \(dialect.quote(fk.referencedTable)) p WHERE \(join)) LIMIT 1"
+        if let orphan = try query(sql).first {
+            let key = "(" + zip(fk.columns, orphan).map { "\($0)=\($1 ?? "NULL")" }.joined(separator: ", ") + ")"
+            throw FerryError.invalidValue(
+                table: table, column: fk.columns.joined(separator: ", "), key: key,
+                message: "foreign key \(fk.name ?? fk.summary): no row of \(fk.referencedTable) has this key")
+        }
     }
 
     /// Foreign key names of the database (unique per schema in InnoDB), less those of `except`.
@@ -245,6 +269,7 @@ public final class MySQLConnection: Connection {
             for (child, fk) in children {
                 var again = fk
                 again.referencedTable = target
+                try checkReferences(child, again)
                 try ddl(SchemaObjectSQL.addForeignKey(again, to: child, dialect: dialect))
             }
         } else {

@@ -97,9 +97,11 @@ enum MySQLDDL {
     /// (named so that they are free in the database: MySQL's are per schema), added after the
     /// load. A replace creates the indexes on its staging table before the swap.
     static func planObjects(
-        _ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?, on c: MySQLConnection
+        _ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?, avoiding: Set<String>,
+        on c: MySQLConnection
     ) throws -> PlannedObjects {
         let d = c.myDialect
+        let sameEngine = schema.engine == .mysql
         var out = PlannedObjects(table: table, indexesOn: indexesOn)
         var taken = Set<String>()
         for index in schema.indexes {
@@ -120,7 +122,14 @@ enum MySQLDDL {
                 guard let open = native.firstIndex(of: "(") else { continue }
                 out.indexStatements.append("CREATE \(kind)INDEX \(d.quote(planned.name)) ON \(d.quote(indexesOn)) " + native[open...])
             } else {
-                out.indexStatements.append(SchemaObjectSQL.createIndex(planned, on: indexesOn, dialect: d))
+                // Long text and binary columns are indexed by a prefix (InnoDB keys hold 3072 bytes: 768 characters).
+                let cols = planned.columns.map { ic -> String in
+                    let type = schema.column(named: ic.name).map { $0.declaredType ?? (sameEngine && !$0.nativeType.isEmpty ? $0.nativeType : MySQLTypeMap.declaredType(for: $0.logicalType) ?? "") } ?? ""
+                    let long = ["text", "blob", "json"].contains { type.lowercased().hasSuffix($0) } || type.lowercased().hasPrefix("longtext") || type.lowercased().hasPrefix("longblob")
+                    return d.quote(ic.name) + (long ? "(768)" : "") + (ic.descending ? " DESC" : "")
+                }.joined(separator: ", ")
+                out.indexStatements.append(
+                    "CREATE \(planned.isUnique ? "UNIQUE " : "")INDEX \(d.quote(planned.name)) ON \(d.quote(indexesOn)) (\(cols))")
             }
             out.indexes.append(planned)
         }

@@ -16,6 +16,7 @@ public struct MySQLDialect: Dialect {
     public var supportsTransactionalDDL: Bool { false }
     public var indexNamesArePerTable: Bool { true }
     public var maxIdentifierLength: Int { 64 }
+    public var foreignKeysNeedEqualTypes: Bool { true }
     public var referentialActions: Set<ReferentialAction> { [.noAction, .restrict, .cascade, .setNull] }
 
     /// As the SQL standard's, with CURRENT_TIMESTAMP given the column's fraction digits (MySQL

@@ -202,9 +202,9 @@ extension PostgresConnection {
                 let expression = r.bool(row, 3) ? r.string(row, 4) : nil
                 out.append(IndexInfo(name: name, columns: [], isUnique: r.bool(row, 1), predicate: r.value(row, 2), expression: expression))
             }
-            if let col = r.value(row, 5), out[out.count - 1].expression == nil {
-                out[out.count - 1].columns.append(IndexColumn(col, descending: r.bool(row, 6)))
-            }
+            // Columns are listed for every index (expression parts have none), so that a copy can
+            // tell which columns a native definition uses.
+            if let col = r.value(row, 5) { out[out.count - 1].columns.append(IndexColumn(col, descending: r.bool(row, 6))) }
         }
         // The unique keys are created with the table.
         return out.filter { !($0.isUnique && $0.isStructured && keys.contains($0.columns.map(\.name)) && $0.columns.allSatisfy { !$0.descending }) }

@@ -188,16 +188,20 @@ public final class PostgresConnection: Connection {
         return (0..<labels.count).map { labels.string($0, 0) }
     }
 
-    public func planObjects(_ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?) throws -> PlannedObjects {
-        try PostgresDDL.planObjects(schema, on: table, indexesOn: indexesOn, replacing: replacing, on: self)
+    public func planObjects(
+        _ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?, avoiding: Set<String>
+    ) throws -> PlannedObjects {
+        try PostgresDDL.planObjects(schema, on: table, indexesOn: indexesOn, replacing: replacing, avoiding: avoiding, on: self)
     }
 
-    public func createIndexes(_ objects: PlannedObjects) throws {
+    public func createIndexes(_ objects: PlannedObjects) throws -> [SkippedObject] {
         for sql in objects.indexStatements { try execute(sql) }
+        return []
     }
 
-    public func createForeignKeys(_ objects: PlannedObjects) throws {
+    public func createForeignKeys(_ objects: PlannedObjects) throws -> [SkippedObject] {
         for sql in objects.foreignKeyStatements { try execute(sql) }
+        return []
     }
 
     /// Names of the relations (tables, indexes, sequences, views, types' tables) of `schema`

@@ -102,11 +102,12 @@ enum PostgresDDL {
 
     /// Indexes (named so that they are free in the schema) and foreign keys, added after the load.
     static func planObjects(
-        _ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?, on c: PostgresConnection
+        _ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?, avoiding: Set<String>,
+        on c: PostgresConnection
     ) throws -> PlannedObjects {
         let d = c.pgDialect
         var out = PlannedObjects(table: table, indexesOn: indexesOn)
-        var taken = try c.relationNames(in: table.schema, except: replacing)
+        var taken = try c.relationNames(in: table.schema, except: replacing).union(avoiding)
         for index in schema.indexes {
             if !index.isStructured && schema.engine != .postgres {
                 out.skipped.append(SkippedObject(

@@ -121,7 +121,7 @@ extension SQLiteConnection {
                 try sqlSt.bind([.text(idx.name)])
                 let sql = try sqlSt.step() ? sqlSt.columnText(0) ?? "" : ""
                 sqlSt.reset()
-                if expression { info.expression = sql; info.columns = [] }
+                if expression { info.expression = sql }
                 if idx.partial { info.predicate = Self.wherePart(of: sql) }
             }
             if info.isUnique, info.isStructured, uniqueKeys.contains(info.columns.map(\.name)), !info.columns.contains(where: \.descending) { continue }

@@ -144,17 +144,21 @@ public final class SQLiteConnection: Connection {
         try execute("DROP TABLE IF EXISTS \(dialect.quote(qualified(name)))")
     }
 
-    public func planObjects(_ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?) throws -> PlannedObjects {
-        try SQLiteDDL.planObjects(schema, on: indexesOn, qualified: qualified(indexesOn), replacing: replacing, on: self)
+    public func planObjects(
+        _ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?, avoiding: Set<String>
+    ) throws -> PlannedObjects {
+        try SQLiteDDL.planObjects(schema, on: indexesOn, qualified: qualified(indexesOn), replacing: replacing, avoiding: avoiding, on: self)
     }
 
-    public func createIndexes(_ objects: PlannedObjects) throws {
+    public func createIndexes(_ objects: PlannedObjects) throws -> [SkippedObject] {
         for sql in objects.indexStatements { try execute(sql) }
+        return []
     }
 
     /// SQLite declares foreign keys in CREATE TABLE; there is nothing to add afterwards.
-    public func createForeignKeys(_ objects: PlannedObjects) throws {
+    public func createForeignKeys(_ objects: PlannedObjects) throws -> [SkippedObject] {
         for sql in objects.foreignKeyStatements { try execute(sql) }
+        return []
     }
 
     /// Names of every table, index, view and trigger of `schema`, less the indexes of `except`.

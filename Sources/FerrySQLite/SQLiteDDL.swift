@@ -93,10 +93,12 @@ enum SQLiteDDL {
 
     /// Indexes named so that they are free in the file (SQLite's index names share one
     /// namespace with its tables); foreign keys are in CREATE TABLE already.
-    static func planObjects(_ schema: TableSchema, on table: TableName, qualified: TableName, replacing: TableName?, on c: SQLiteConnection) throws -> PlannedObjects {
+    static func planObjects(
+        _ schema: TableSchema, on table: TableName, qualified: TableName, replacing: TableName?, avoiding: Set<String>, on c: SQLiteConnection
+    ) throws -> PlannedObjects {
         let d = c.dialect
         var out = PlannedObjects(table: table)
-        var taken = try c.objectNames(in: c.schemaName(table), except: replacing)
+        var taken = try c.objectNames(in: c.schemaName(table), except: replacing).union(avoiding)
         for index in schema.indexes {
             if !index.isStructured && schema.engine != .sqlite {
                 out.skipped.append(SkippedObject(

@@ -269,7 +269,7 @@ public struct XMLService: Sendable {
             router.post("/v1/tables/:table/\(part)") { request, context -> Response in
                 let name = try service.tableParameter(context)
                 let data = try await service.body(request)
-                let count = try await Offload.run { () -> Int in
+                let result = try await Offload.run { () -> Data in
                     let objects = try XMLDocuments.decodeObjects(data)
                     let c = try service.open(write: true)
                     defer { c.close() }
@@ -278,14 +278,15 @@ public struct XMLService: Sendable {
                     schema.indexes = part == "indexes" ? objects.indexes : []
                     schema.foreignKeys = part == "foreign-keys" ? objects.foreignKeys : []
                     schema = RequestSchema.sanitized(schema)
-                    let planned = try c.planObjects(schema, on: t, indexesOn: t, replacing: nil)
-                    if let refused = planned.skipped.first { throw ServiceError.badRequest(refused.description, table: t.description) }
+                    let planned = try c.planObjects(schema, on: t, indexesOn: t, replacing: nil, avoiding: [])
+                    var skipped = planned.skipped
                     try Self.transaction(c) {
-                        if part == "indexes" { try c.createIndexes(planned) } else { try c.createForeignKeys(planned) }
+                        skipped += part == "indexes" ? try c.createIndexes(planned) : try c.createForeignKeys(planned)
                     }
-                    return part == "indexes" ? planned.indexes.count : planned.foreignKeys.count
+                    let count = part == "indexes" ? planned.indexes.count : planned.foreignKeys.count
+                    return XMLDocuments.applied([(part == "indexes" ? "indexes" : "foreignKeys", count)], skipped: skipped)
                 }
-                return service.xml(Self.applied([(part == "indexes" ? "indexes" : "foreignKeys", count)]))
+                return service.xml(result)
             }
         }
 

@@ -76,7 +76,9 @@ public final class HTTPConnection: Connection {
 
     /// The service names and creates them on its own engine: the request carries column lists,
     /// uniqueness, order and actions only.
-    public func planObjects(_ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?) throws -> PlannedObjects {
+    public func planObjects(
+        _ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?, avoiding: Set<String>
+    ) throws -> PlannedObjects {
         var out = PlannedObjects(table: table, indexesOn: indexesOn)
         for index in schema.indexes {
             guard index.isStructured else {
@@ -97,16 +99,20 @@ public final class HTTPConnection: Connection {
         return out
     }
 
-    public func createIndexes(_ objects: PlannedObjects) throws {
-        guard !objects.indexes.isEmpty else { return }
-        _ = try client.expect(
+    /// The service plans them for its engine (names free there); what it declines comes back
+    /// as `<skipped>` in its reply.
+    public func createIndexes(_ objects: PlannedObjects) throws -> [SkippedObject] {
+        guard !objects.indexes.isEmpty else { return [] }
+        let reply = try client.expect(
             "POST", path(objects.indexesOn, "/indexes"), body: XMLDocuments.objects(indexes: objects.indexes, foreignKeys: []), table: objects.table)
+        return try XMLDocuments.decodeSkipped(reply, table: objects.table)
     }
 
-    public func createForeignKeys(_ objects: PlannedObjects) throws {
-        guard !objects.foreignKeys.isEmpty else { return }
-        _ = try client.expect(
+    public func createForeignKeys(_ objects: PlannedObjects) throws -> [SkippedObject] {
+        guard !objects.foreignKeys.isEmpty else { return [] }
+        let reply = try client.expect(
             "POST", path(objects.table, "/foreign-keys"), body: XMLDocuments.objects(indexes: [], foreignKeys: objects.foreignKeys), table: objects.table)
+        return try XMLDocuments.decodeSkipped(reply, table: objects.table)
     }
 
     public func listOtherObjects() throws -> [OtherObject] {

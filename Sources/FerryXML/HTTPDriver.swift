@@ -416,6 +416,9 @@ public struct HTTPDialect: Dialect {
     public var upsertSyntax: UpsertSyntax { .driverDefined }
     public var enumSyntax: EnumSyntax { .driverDefined }
     public var identitySyntax: IdentitySyntax { .driverDefined }
+    /// The engine behind the service may be MySQL, which needs them: widening an integer end of
+    /// a foreign key loses nothing anywhere.
+    public var foreignKeysNeedEqualTypes: Bool { true }
 }
 
 extension Engine {

@@ -309,6 +309,30 @@ public enum XMLDocuments {
         return schema
     }
 
+    /// `<applied k="n"…><skipped kind name reason/>…</applied>`: what a request did, and what it declined.
+    public static func applied(_ counts: [(String, Int)], skipped: [SkippedObject]) -> Data {
+        var out = declaration
+        out.append(contentsOf: "<applied".utf8)
+        for (k, v) in counts { attr(k, String(v), into: &out) }
+        out.append(62)
+        for s in skipped {
+            out.append(contentsOf: "<skipped".utf8)
+            attr("kind", s.kind, into: &out)
+            attr("name", s.name, into: &out)
+            attr("reason", s.reason, into: &out)
+            out.append(contentsOf: "/>".utf8)
+        }
+        out.append(contentsOf: "</applied>\n".utf8)
+        return Data(out)
+    }
+
+    public static func decodeSkipped(_ data: Data, table: TableName) throws -> [SkippedObject] {
+        try XMLTree.parse(data).children("skipped").map {
+            SkippedObject(kind: $0.attributes["kind"] ?? "object", name: $0.attributes["name"] ?? "", table: table.description,
+                          reason: $0.attributes["reason"] ?? "declined by the service")
+        }
+    }
+
     /// `<objects><object kind name table/>…</objects>`: what a copy of tables does not carry.
     public static func otherObjects(_ list: [OtherObject]) -> Data {
         var out = declaration

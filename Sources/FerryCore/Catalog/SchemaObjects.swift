@@ -19,7 +19,7 @@ public struct IndexColumn: Hashable, Sendable, Codable {
 public struct IndexInfo: Hashable, Sendable, Codable {
     /// The name as the source engine spells it.
     public var name: String
-    /// The indexed columns, in order; empty when the index is an expression index.
+    /// The indexed columns, in order (for an index over expressions, the plain columns it names).
     public var columns: [IndexColumn]
     public var isUnique: Bool
     /// The engine's own SQL for the parts that are not plain columns: the predicate of a

@@ -39,13 +39,17 @@ public protocol Connection: AnyObject {
     /// engine, the indexes built on `indexesOn` (the table itself, or a replace's staging
     /// table): names that are free (`replacing` is a table whose own indexes and keys go away
     /// before these are created), what the engine cannot express skipped with a reason. Reads
-    /// the catalog at most; changes nothing.
-    func planObjects(_ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?) throws -> PlannedObjects
-    /// Creates planned indexes, as planned. Runs in the caller's transaction.
-    func createIndexes(_ objects: PlannedObjects) throws
+    /// the catalog at most; changes nothing. Index names in `avoiding` (planned for other
+    /// tables of the same copy) are taken too.
+    func planObjects(
+        _ schema: TableSchema, on table: TableName, indexesOn: TableName, replacing: TableName?, avoiding: Set<String>
+    ) throws -> PlannedObjects
+    /// Creates planned indexes, as planned. Runs in the caller's transaction. Returns what the
+    /// engine declined (the XML service plans on its side), each with its reason.
+    func createIndexes(_ objects: PlannedObjects) throws -> [SkippedObject]
     /// Adds planned foreign keys, as planned (the referenced tables hold their rows by then).
-    /// Runs in the caller's transaction.
-    func createForeignKeys(_ objects: PlannedObjects) throws
+    /// Runs in the caller's transaction. Returns what the engine declined, with reasons.
+    func createForeignKeys(_ objects: PlannedObjects) throws -> [SkippedObject]
     /// Views, triggers, materialized views, sequences no serial column owns, and other objects
     /// a copy of tables does not carry, so that a copy can report them by name.
     func listOtherObjects() throws -> [OtherObject]

@@ -43,6 +43,9 @@ public protocol Dialect: Sendable {
     var indexNamesArePerTable: Bool { get }
     /// The longest identifier the engine keeps (PostgreSQL truncates at 63 bytes, MySQL refuses past 64).
     var maxIdentifierLength: Int { get }
+    /// True when a foreign key's columns must have exactly the referenced columns' types
+    /// (MySQL: `int` cannot reference `bigint`); the copy then widens the narrower integer end.
+    var foreignKeysNeedEqualTypes: Bool { get }
     /// The referential actions a foreign key may declare here.
     var referentialActions: Set<ReferentialAction> { get }
     /// The SQL of a default for a column of `type` on this engine; nil when the engine cannot
@@ -102,6 +105,7 @@ extension Dialect {
     public func literal(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "''") + "'" }
     public var indexNamesArePerTable: Bool { false }
     public var maxIdentifierLength: Int { 63 }
+    public var foreignKeysNeedEqualTypes: Bool { false }
     public var referentialActions: Set<ReferentialAction> { Set(ReferentialAction.allCases) }
 
     /// Literals as literals (booleans as `TRUE`/`FALSE`, or `1`/`0` for an integer column);

@@ -36,10 +36,30 @@ public struct CopyEngine: Sendable {
 
         var tables: [TablePlan] = []
         var usedRules = Set<Int>()
+        // Index names planned so far: engines with schema-wide index names need each once.
+        var plannedIndexNames = Set<String>()
+        var described: [TableName: TableSchema] = [:]
+        for name in chosen { described[name] = try source.describe(name) }
+        let keyWidths = options.foreignKeys && target.dialect.foreignKeysNeedEqualTypes
+            ? Self.foreignKeyIntegerWidths(described, chosen: chosen) : [:]
         for name in chosen {
-            let schema = try source.describe(name)
+            guard let schema = described[name] else { continue }
             var resolved = try options.casts.resolve(schema, target: target.dialect)
             usedRules.formUnion(resolved.usedRules)
+            // Both ends of a foreign key get one integer type where the target needs it (MySQL).
+            for i in resolved.write.indices {
+                guard let wide = keyWidths[ColumnRef(table: name, column: resolved.write[i].name)],
+                      let have = resolved.write[i].logicalType.integerRange, let want = wide.integerRange,
+                      resolved.write[i].logicalType != .boolean, want.upperBound > have.upperBound
+                else { continue }
+                resolved.write[i].logicalType = wide
+                resolved.write[i].nativeType = ""
+                resolved.write[i].declaredType = nil
+                if let d = resolved.decisions.firstIndex(where: { $0.column == resolved.write[i].name }) {
+                    resolved.decisions[d].targetType = wide.description
+                    resolved.decisions[d].decidedBy += ", widened to match its foreign key"
+                }
+            }
             // Values read as NULL (zero dates) need a nullable target column, as pgloader does.
             for i in resolved.read.indices where resolved.read[i].readHints.contains(.zeroDatesAsNull) && !resolved.write[i].isNullable {
                 resolved.write[i].isNullable = true
@@ -92,7 +112,9 @@ public struct CopyEngine: Sendable {
                         reason: "ON UPDATE \(c.updateExpression ?? "") is \(schema.engine.rawValue)'s; the target sets no value when a row is updated (a trigger would)"))
                 }
             }
-            let carriedObjects = Self.carriedObjects(of: schema, columns: carriedNames, chosen: chosen, options: options)
+            let castColumns = Set(resolved.decisions.filter { $0.decidedBy.hasPrefix("cast rule") }.map(\.column))
+            let carriedObjects = Self.carriedObjects(
+                of: schema, columns: carriedNames, castColumns: castColumns, chosen: chosen, options: options)
             targetSchema.indexes = carriedObjects.indexes
             targetSchema.foreignKeys = carriedObjects.foreignKeys
             skippedObjects += carriedObjects.skipped
@@ -112,7 +134,9 @@ public struct CopyEngine: Sendable {
                 let afterSwap = options.mode == .replace && !target.dialect.indexNamesArePerTable
                 let indexesOn = options.mode == .replace && !afterSwap ? creates.schema.name : targetName
                 let objects = try target.planObjects(
-                    targetSchema, on: targetName, indexesOn: indexesOn, replacing: options.mode == .replace && exists ? targetName : nil)
+                    targetSchema, on: targetName, indexesOn: indexesOn, replacing: options.mode == .replace && exists ? targetName : nil,
+                    avoiding: plannedIndexNames)
+                plannedIndexNames.formUnion(objects.indexes.map(\.name))
                 skippedObjects += objects.skipped
                 plan.objects = objects
                 plan.indexesAfterSwap = afterSwap
@@ -133,11 +157,53 @@ public struct CopyEngine: Sendable {
         return plan
     }
 
+    struct ColumnRef: Hashable {
+        var table: TableName
+        var column: String
+    }
+
+    /// For the integer columns at either end of a foreign key between copied tables (followed
+    /// through chains), the widest integer type among them.
+    static func foreignKeyIntegerWidths(_ schemas: [TableName: TableSchema], chosen: [TableName]) -> [ColumnRef: LogicalType] {
+        var parent: [ColumnRef: ColumnRef] = [:]
+        func root(_ c: ColumnRef) -> ColumnRef {
+            var c = c
+            while let p = parent[c], p != c { c = p }
+            return c
+        }
+        func type(_ c: ColumnRef) -> LogicalType? {
+            guard let t = schemas[c.table]?.column(named: c.column)?.logicalType, t.integerRange != nil, t != .boolean else { return nil }
+            return t
+        }
+        for (name, schema) in schemas {
+            for fk in schema.foreignKeys {
+                guard let ref = chosen.first(where: { $0 == fk.referencedTable || $0.matches(fk.referencedTable) }) else { continue }
+                for (a, b) in zip(fk.columns, fk.referencedColumns) {
+                    let x = ColumnRef(table: name, column: a), y = ColumnRef(table: ref, column: b)
+                    guard type(x) != nil, type(y) != nil else { continue }
+                    parent[x] = parent[x] ?? x
+                    parent[y] = parent[y] ?? y
+                    parent[root(x)] = root(y)
+                }
+            }
+        }
+        var widest: [ColumnRef: LogicalType] = [:]
+        for c in parent.keys {
+            guard let t = type(c), let range = t.integerRange else { continue }
+            let r = root(c)
+            if let w = widest[r], let wr = w.integerRange, wr.upperBound >= range.upperBound { continue }
+            widest[r] = t
+        }
+        var out: [ColumnRef: LogicalType] = [:]
+        for c in parent.keys { out[c] = widest[root(c)] }
+        return out
+    }
+
     /// The indexes and foreign keys of `schema` a copy carries: those on carried columns (and,
     /// for a foreign key, whose referenced table is copied too, renamed as the target names
     /// it), less what the options leave out; the rest with the reason each is left out.
     static func carriedObjects(
-        of schema: TableSchema, columns carried: Set<String>, chosen: [TableName], options: CopyOptions
+        of schema: TableSchema, columns carried: Set<String>, castColumns: Set<String> = [], chosen: [TableName], options: CopyOptions
     ) -> (indexes: [IndexInfo], foreignKeys: [ForeignKey], skipped: [SkippedObject]) {
         var skipped: [SkippedObject] = []
         let table = schema.name.description
@@ -146,6 +212,9 @@ public struct CopyEngine: Sendable {
             for index in schema.indexes {
                 if let missing = index.columns.first(where: { !carried.contains($0.name) }) {
                     skipped.append(SkippedObject(kind: "index", name: index.name, table: table, reason: "column \(missing.name) is not copied"))
+                } else if !index.isStructured, let cast = index.columns.first(where: { castColumns.contains($0.name) }) {
+                    // The engine's own definition (an operator class, a method) fits the source's type only.
+                    skipped.append(SkippedObject(kind: "index", name: index.name, table: table, reason: "column \(cast.name) is cast to another type"))
                 } else {
                     indexes.append(index)
                 }
@@ -322,9 +391,11 @@ public struct CopyEngine: Sendable {
             guard !objects.foreignKeys.isEmpty else { continue }
             do {
                 try target.begin()
-                try target.createForeignKeys(objects)
+                let declined = try target.createForeignKeys(objects)
                 try target.commit()
-                results[i]?.foreignKeys = objects.foreignKeys.count
+                results[i]?.foreignKeys = objects.foreignKeys.count - declined.count
+                for o in declined { progress.note("warning: \(o)") }
+                results[i]?.skippedObjects += declined
             } catch {
                 try? target.rollback()
                 let message = "table \(table.target): the rows arrived, but its foreign keys could not be added: \(Self.describe(error, table: table.source))"
@@ -393,13 +464,14 @@ public struct CopyEngine: Sendable {
             if table.targetSchema.columns.contains(where: \.isSerial) {
                 try target.resetSerial(loadName, schema: table.targetSchema)
             }
-            if let objects = table.objects, !table.indexesAfterSwap { try target.createIndexes(objects) }
+            var declined: [SkippedObject] = []
+            if let objects = table.objects, !table.indexesAfterSwap { declined += try target.createIndexes(objects) }
             if mode == .replace {
                 // One swap at a time: a swap moves other tables' foreign keys, and two at once
                 // would move each other's (or deadlock).
                 try swaps.withLock { _ in
                     try target.swapTable(loadName, into: table.target)
-                    if let objects = table.objects, table.indexesAfterSwap { try target.createIndexes(objects) }
+                    if let objects = table.objects, table.indexesAfterSwap { declined += try target.createIndexes(objects) }
                     try target.commit()
                 }
             } else {
@@ -411,8 +483,9 @@ public struct CopyEngine: Sendable {
                 source: label, target: table.target.description, rows: rows, seconds: seconds,
                 rowsPerSecond: seconds > 0 ? Double(rows) / seconds : 0, skippedColumns: table.skipped,
                 status: .ok, error: nil)
-            result.indexes = table.objects?.indexes.count ?? 0
-            result.skippedObjects = table.skippedObjects
+            result.indexes = (table.objects?.indexes.count ?? 0) - declined.count
+            result.skippedObjects = table.skippedObjects + declined
+            for o in declined { progress.note("warning: \(o)") }
             // SQLite declares its foreign keys in CREATE TABLE: they exist with the table.
             if let objects = table.objects, objects.foreignKeyStatements.isEmpty { result.foreignKeys = table.creates?.schema.foreignKeys.count ?? 0 }
             return result
