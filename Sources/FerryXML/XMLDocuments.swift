@@ -192,11 +192,11 @@ public enum XMLDocuments {
         for c in s.checks { out.append(SkippedObject(kind: "check", name: c.name ?? c.expression, table: table, reason: reason)) }
         for i in s.indexes where !i.isStructured { out.append(SkippedObject(kind: "index", name: i.name, table: table, reason: reason)) }
         for c in s.columns {
-            if case .expression(let e)? = c.defaultValue {
-                out.append(SkippedObject(kind: "default", name: c.name, table: table, reason: "default \(e): " + reason))
+            if case .expression? = c.defaultValue {
+                out.append(SkippedObject(kind: "default", name: c.name, table: table, reason: "the default " + reason))
             }
-            if let u = c.updateExpression {
-                out.append(SkippedObject(kind: "on update", name: c.name, table: table, reason: "ON UPDATE \(u): " + reason))
+            if c.updateExpression != nil {
+                out.append(SkippedObject(kind: "on update", name: c.name, table: table, reason: "ON UPDATE " + reason))
             }
         }
         return out

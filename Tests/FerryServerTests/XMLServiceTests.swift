@@ -140,8 +140,9 @@ final class XMLServiceTests: XCTestCase {
         let src = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + chinook), role: .source)
         for url in [pgURL, myURL] {
             let db = try harness.registry.connect(url, role: .target)
-            for t in try db.listTables() where ["Artist", "Album"].contains(t.name.name) {
-                try db.begin(); try db.dropTable(t.name); try db.commit()
+            // Album first: it references Artist.
+            for t in ["Album", "Artist"] {
+                try db.begin(); try db.dropTable(TableName(t)); try db.commit()
             }
             db.close()
             let service = try await RunningService(database: url, drivers: drivers)
@@ -169,7 +170,7 @@ final class XMLServiceTests: XCTestCase {
             XCTAssertEqual(try direct.countRows(TableName("Artist")), 275 + 2500)
             XCTAssertFalse(try direct.listTables().contains { $0.name.name.hasPrefix("_ferry_") })
             let cleanup = try harness.registry.connect(url, role: .target)
-            try cleanup.begin(); try cleanup.dropTable(TableName("Artist")); try cleanup.dropTable(TableName("Album")); try cleanup.commit()
+            try cleanup.begin(); try cleanup.dropTable(TableName("Album")); try cleanup.dropTable(TableName("Artist")); try cleanup.commit()
         }
     }
 

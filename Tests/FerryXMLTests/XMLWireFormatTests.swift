@@ -72,7 +72,7 @@ final class XMLWireFormatTests: XCTestCase {
             name: TableName(schema: "sales", "Odd \"name\" <&>\ttab"), engine: Engine("postgres"),
             columns: [
                 Column(name: "id", nativeType: "bigint", logicalType: .int64, isNullable: false, serial: .identityByDefault),
-                Column(name: "price", nativeType: "numeric(10,2)", logicalType: .decimal(precision: 10, scale: 2), defaultExpression: "0.00"),
+                Column(name: "price", nativeType: "numeric(10,2)", logicalType: .decimal(precision: 10, scale: 2), defaultValue: .number("0.00")),
                 Column(name: "mood", nativeType: "mood", logicalType: .enumeration(labels: ["ok", "it's <bad>", " spaced "])),
                 Column(name: "at", nativeType: "timestamptz", logicalType: .timestamp(precision: 3, timeZone: true)),
                 Column(name: "code", nativeType: "char(3)", logicalType: .text(maxLength: 3, fixed: true), isNullable: false),
@@ -80,8 +80,25 @@ final class XMLWireFormatTests: XCTestCase {
                 Column(name: "twice", nativeType: "int", logicalType: .int32, generated: true),
             ],
             primaryKey: ["id"], uniqueKeys: [["code"], ["at", "mood"]], rowEstimate: 42)
-        let back = try XMLDocuments.decodeSchema(XMLDocuments.schema(schema))
-        XCTAssertEqual(back, schema)
+        var full = schema
+        full.columns[2].defaultValue = .text("it's <bad>")
+        full.columns[3].defaultValue = .currentTimestamp
+        full.indexes = [IndexInfo(name: "by \"at\" & <mood>", columns: [IndexColumn("at", descending: true), IndexColumn("mood")], isUnique: true)]
+        full.foreignKeys = [ForeignKey(name: "fk<1>", columns: ["code", "id"], referencedTable: TableName(schema: "ref", "codes & ids"),
+                                       referencedColumns: ["c", "i"], onDelete: .cascade, onUpdate: .setNull)]
+        let back = try XMLDocuments.decodeSchema(XMLDocuments.schema(full))
+        XCTAssertEqual(back, full)
+        // SQL text never travels: an expression default, a check and a partial index are named as withheld.
+        var sql = schema
+        sql.columns[1].defaultValue = .expression("nextval('x')")
+        sql.checks = [CheckConstraint(name: "positive", expression: "(price > 0)")]
+        sql.indexes = [IndexInfo(name: "partial", columns: [IndexColumn("id")], predicate: "id > 3")]
+        let text = String(decoding: XMLDocuments.schema(sql), as: UTF8.self)
+        XCTAssertFalse(text.contains("nextval") || text.contains("price > 0") || text.contains("id > 3"), text)
+        let decoded = try XMLDocuments.decodeSchema(XMLDocuments.schema(sql))
+        XCTAssertEqual(decoded.withheld.map { "\($0.kind) \($0.name)" }.sorted(), ["check positive", "default price", "index partial"])
+        XCTAssertNil(decoded.columns[1].defaultValue)
+        XCTAssertEqual(decoded.indexes, [])
         XCTAssertTrue(String(decoding: XMLDocuments.schema(schema), as: UTF8.self).contains("<skipped column=\"fts\""))
 
         let tables = [TableInfo(name: TableName("a&b"), rowEstimate: 3), TableInfo(name: TableName(schema: "s", "x y"), rowEstimate: nil)]
