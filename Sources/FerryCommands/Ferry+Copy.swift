@@ -31,6 +31,8 @@ extension Ferry {
                   ferry copy sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db --mode replace --tables Artist,Album
                   ferry copy sqlite:app.db sqlite:backup.db --exclude audit_log --dry-run
                   ferry copy sqlite:app.db sqlite:backup.db --json --quiet
+                  ferry copy sqlite:app.db sqlite:recent.db --tables orders --where "created_at >= '2026-01-01'"
+                  ferry copy postgres://dba@db/shop sqlite:eu.db --where "customer=country = 'DE'" --where "orders=total > 100"
                   ferry copy postgres://dba@db/shop sqlite:shop.db --schema public --jobs 4
                   ferry copy mysql://app@db/shop postgres://dba@pg/shop --zero-dates null
                   ferry copy http://127.0.0.1:8080/ sqlite:laptop.db --token-file token.txt
@@ -79,6 +81,11 @@ extension Ferry {
 
         @OptionGroup var driverSettings: DriverSettings
 
+        @Option(name: .long, help: ArgumentHelp(
+            "Copy only the rows matching a condition, in the source's SQL: TABLE='CONDITION' for one table, or a CONDITION for every table named with --tables (repeatable).",
+            valueName: "[TABLE=]CONDITION"))
+        var `where`: [String] = []
+
         @Flag(name: .long, help: "Leave out the source's secondary indexes.")
         var noIndexes = false
 
@@ -101,6 +108,9 @@ extension Ferry {
 
         func validate() throws {
             guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be between 1 and 64, not \(jobs)") }
+            if verify && !self.where.isEmpty {
+                throw ValidationError("--verify compares whole tables: run the copy with --where and without --verify")
+            }
             guard batchSize >= 1 && batchSize <= 1_000_000 else {
                 throw ValidationError("--batch-size must be between 1 and 1000000, not \(batchSize)")
             }
@@ -116,6 +126,7 @@ extension Ferry {
             options.batchSize = batchSize
             options.keys = tableOptions.keys
             options.casts = try castOptions.rules()
+            options.filters = self.where
             options.indexes = !noIndexes
             options.foreignKeys = !noForeignKeys
 
@@ -181,6 +192,7 @@ extension Ferry {
                 if t.targetExists { head += plan.mode == .replace ? " [replaces the existing table]" : " [appends to the existing table]" }
                 lines.append(head)
                 lines.append("  key: " + (t.key?.description ?? "none"))
+                if let f = t.filter { lines.append("  rows where: " + f) }
                 for d in t.decisions {
                     let serial = t.targetSchema.column(named: d.column)?.serial.map { " [\($0.rawValue)]" } ?? ""
                     let using = d.transforms.isEmpty ? "" : " using " + d.transforms.map(\.rawValue).joined(separator: ",")

@@ -52,6 +52,10 @@ public final class HTTPConnection: Connection {
     }
 
     public func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader {
+        if keyRange?.filter != nil {
+            throw FerryError.invalidOption(
+                "--where is SQL, which the XML service does not take (it has no structured filter yet): copy \(table.name) without --where, or read from the database itself")
+        }
         if let range = keyRange, !range.key.isEmpty, range.key != (table.preferredKey?.columns ?? []) {
             throw FerryError.invalidOption("the XML service pages by the table's key (\((table.preferredKey?.columns ?? []).joined(separator: ", "))), not by \(range.key.joined(separator: ", "))")
         }

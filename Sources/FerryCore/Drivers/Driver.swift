@@ -44,23 +44,27 @@ public struct KeyRange: Sendable, Hashable {
     /// Largest key first: with `limit: 1`, the table's last key (an index lookup), which a
     /// keyed walk compares with the last key it read to prove it reached the end.
     public var descending: Bool
-    public init(key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil, descending: Bool = false) {
+    /// A row condition in the source engine's own SQL, given by the user (`--where`); never
+    /// taken from a request. Readers that cannot apply SQL (the http driver) refuse it.
+    public var filter: String?
+    public init(key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil, descending: Bool = false, filter: String? = nil) {
         self.key = key
         self.after = after
         self.upTo = upTo
         self.limit = limit
         self.descending = descending
+        self.filter = filter
     }
 }
 
 extension KeyRange {
     /// ` WHERE (k1, k2) > (…) AND (k1, k2) <= (…) ORDER BY k1, k2` for this range, with values
     /// rendered by the driver (`render` returns placeholders or literals for a key tuple).
-    /// Empty when the range names no key.
+    /// With no key, only the filter's ` WHERE (…)`.
     public func sqlSuffix(dialect: any Dialect, render: ([Value]) throws -> String) rethrows -> String {
-        guard !key.isEmpty else { return "" }
+        var conditions: [String] = filter.map { ["(" + $0 + ")"] } ?? []
+        guard !key.isEmpty else { return conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ") }
         let tuple = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
-        var conditions: [String] = []
         if let after { conditions.append("\(tuple) > (\(try render(after)))") }
         if let upTo { conditions.append("\(tuple) <= (\(try render(upTo)))") }
         return (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))

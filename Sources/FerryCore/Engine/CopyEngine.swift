@@ -38,6 +38,7 @@ public struct CopyEngine: Sendable {
         var usedRules = Set<Int>()
         // Index names planned so far: engines with schema-wide index names need each once.
         var plannedIndexNames = Set<String>()
+        let filters = try Self.resolveFilters(options.filters, chosen: chosen, named: options.tables)
         var described: [TableName: TableSchema] = [:]
         for name in chosen { described[name] = try source.describe(name) }
         let keyWidths = options.foreignKeys && target.dialect.foreignKeysNeedEqualTypes
@@ -144,6 +145,7 @@ public struct CopyEngine: Sendable {
                 warnings.append("table \(targetName): rows are appended to the existing table; its indexes and foreign keys are left as they are")
             }
             plan.skippedObjects = skippedObjects
+            plan.filter = filters[name]
             plan.creates = creates
             plan.existingTarget = existing
             plan.targetExists = exists
@@ -155,6 +157,30 @@ public struct CopyEngine: Sendable {
             tables: tables, warnings: warnings)
         plan.otherObjects = try source.listOtherObjects()
         return plan
+    }
+
+    /// `--where` values by table: `TABLE=CONDITION` when TABLE names a copied table, else the whole value is a condition for every table named with
+    /// `--tables` (needed then). Two conditions for one table are joined with AND.
+    static func resolveFilters(_ values: [String], chosen: [TableName], named: [TableName]) throws -> [TableName: String] {
+        var out: [TableName: String] = [:]
+        func add(_ t: TableName, _ sql: String) {
+            let trimmed = sql.trimmingCharacters(in: .whitespaces)
+            out[t] = out[t].map { "(\($0)) AND (\(trimmed))" } ?? trimmed
+        }
+        for value in values {
+            if let eq = value.firstIndex(of: "="), let table = chosen.first(where: { $0.matches(TableName(parsing: String(value[..<eq]))) }) {
+                let sql = String(value[value.index(after: eq)...]).trimmingCharacters(in: .whitespaces)
+                guard !sql.isEmpty else { throw FerryError.invalidOption("--where \(value): the condition for \(table) is empty") }
+                add(table, sql)
+            } else {
+                guard !named.isEmpty else {
+                    throw FerryError.invalidOption(
+                        "--where '\(value)' applies to the tables named with --tables: name them, or write --where TABLE='CONDITION'")
+                }
+                for t in chosen { add(t, value) }
+            }
+        }
+        return out
     }
 
     struct ColumnRef: Hashable {
@@ -513,7 +539,8 @@ public struct CopyEngine: Sendable {
         options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?
     ) throws -> Int64 {
         let reader = Handoff(try source.reader(
-            table: table.sourceSchema, columns: table.columns, keyRange: nil, batchSize: max(1, options.batchSize)))
+            table: table.sourceSchema, columns: table.columns, keyRange: table.filter.map { KeyRange(key: [], filter: $0) },
+            batchSize: max(1, options.batchSize)))
         let writer: any BatchWriter
         do {
             writer = try target.writer(into: into, columns: table.targetSchema.columns)

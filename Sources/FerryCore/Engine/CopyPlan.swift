@@ -46,6 +46,8 @@ public struct TablePlan: Sendable, Encodable {
     public var indexesAfterSwap = false
     /// Schema objects of the source this table's copy leaves out, each with its reason.
     public var skippedObjects: [SkippedObject] = []
+    /// `--where`: the condition rows are read with, in the source engine's SQL; nil for every row.
+    public var filter: String?
     /// The table rows are written into, as the writer is given it: the created table (as
     /// planned), else the existing target (as described).
     public var writesInto: TableSchema { creates?.schema ?? existingTarget ?? targetSchema }
@@ -55,7 +57,7 @@ public struct TablePlan: Sendable, Encodable {
 
     private enum CodingKeys: String, CodingKey {
         case sourceSchema, targetSchema, columns, skipped, decisions, conversions, key, creates, existingTarget, ddl, targetExists
-        case objects, indexesAfterSwap, skippedObjects
+        case objects, indexesAfterSwap, skippedObjects, filter
     }
 
     /// Every stored property, and the DDL and whether the target exists spelled out for readers of `--json`.
@@ -75,6 +77,7 @@ public struct TablePlan: Sendable, Encodable {
         try c.encodeIfPresent(objects, forKey: .objects)
         try c.encode(indexesAfterSwap, forKey: .indexesAfterSwap)
         try c.encode(skippedObjects, forKey: .skippedObjects)
+        try c.encodeIfPresent(filter, forKey: .filter)
     }
 }
 
@@ -85,6 +88,9 @@ public struct CopyOptions: Sendable {
     /// Add the source's foreign keys between tables the copy creates (each whose referenced
     /// table is part of the copy).
     public var foreignKeys = true
+    /// `--where`: `TABLE=CONDITION` for one copied table, or a CONDITION for every table named
+    /// in `tables` — SQL of the source engine, which reads only the matching rows.
+    public var filters: [String] = []
     /// Tables to copy (empty: all). Each entry is `name` or `schema.name`.
     public var tables: [TableName] = []
     public var exclude: [TableName] = []
