@@ -288,6 +288,97 @@ final class ServerCLITests: XCTestCase {
     }
 }
 
+/// The schema objects, --where and the zero-date advice, from the command line on every engine.
+final class SchemaAndFilterCLITests: XCTestCase {
+    func ferry(_ args: [String]) throws -> CLITests.Result { try CLITests.run(CLITests.binaryURL, args) }
+
+    func testDryRunShowsIndexesAndForeignKeysInOrderAndTheFlagsLeaveThemOut() throws {
+        let folder = try TemporaryFolder()
+        let target = folder.path("objects.db")
+        let plan = try ferry(["copy", "--dry-run", "sqlite:" + CLITests.chinookPath, "sqlite:" + target])
+        XCTAssertEqual(plan.code, 0, plan.err)
+        let out = plan.out
+        guard let create = out.range(of: "CREATE TABLE \"Album\""), let index = out.range(of: "CREATE INDEX \"IFK_AlbumArtistId\" ON \"Album\"") else {
+            return XCTFail("no CREATE TABLE / CREATE INDEX for Album in:\n\(out)")
+        }
+        XCTAssertLessThan(create.lowerBound, index.lowerBound, "the index is built after the table")
+        XCTAssertTrue(out.contains("FOREIGN KEY (\"ArtistId\") REFERENCES \"Artist\" (\"ArtistId\")"), out)
+
+        let copy = try ferry(["copy", "sqlite:" + CLITests.chinookPath, "sqlite:" + target])
+        XCTAssertEqual(copy.code, 0, copy.err)
+        XCTAssertTrue(copy.err.contains("copied 11 of 11 tables, 15607 rows, 11 indexes, 11 foreign keys"), copy.err)
+        let bare = folder.path("bare.db")
+        let none = try ferry(["copy", "sqlite:" + CLITests.chinookPath, "sqlite:" + bare, "--no-indexes", "--no-foreign-keys"])
+        XCTAssertEqual(none.code, 0, none.err)
+        XCTAssertTrue(none.err.contains("copied 11 of 11 tables, 15607 rows in"), none.err)
+        let album = try ferry(["describe", "sqlite:" + bare, "Album"])
+        XCTAssertFalse(album.out.contains("index ") || album.out.contains("foreign key "), album.out)
+        let described = try ferry(["describe", "sqlite:" + target, "Album"])
+        XCTAssertTrue(described.out.contains("index IFK_AlbumArtistId: (ArtistId)"), described.out)
+        XCTAssertTrue(described.out.contains("foreign key (unnamed): (ArtistId) → Artist(ArtistId)"), described.out)
+
+        // A subset reports each foreign key it leaves out.
+        let subset = try ferry(["copy", "sqlite:" + CLITests.chinookPath, "sqlite:" + folder.path("subset.db"), "--tables", "Album"])
+        XCTAssertEqual(subset.code, 0, subset.err)
+        XCTAssertTrue(subset.err.contains("it references Artist, which is not part of this copy"), subset.err)
+    }
+
+    func testWhereOnEveryEngineAndRefusedThroughTheService() throws {
+        let folder = try TemporaryFolder()
+        let chinook = "sqlite:" + CLITests.chinookPath
+        let targets = ["sqlite:" + folder.path("where.db"), try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"),
+                       try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")]
+        for target in targets {
+            let r = try ferry(["copy", chinook, target, "--mode", "replace", "--tables", "Invoice,Customer",
+                               "--where", "Invoice=Total > 10", "--where", "Customer=Country = 'Germany'", "--no-foreign-keys", "--json", "-q"])
+            XCTAssertEqual(r.code, 0, r.err)
+            let obj = try JSONSerialization.jsonObject(with: Data(r.out.utf8)) as? [String: Any]
+            let tables = ((obj?["summary"] as? [String: Any])?["tables"] as? [[String: Any]]) ?? []
+            XCTAssertEqual(tables.first { $0["source"] as? String == "Invoice" }?["rows"] as? Int, 64, "\(target): \(r.out)")
+            XCTAssertEqual(tables.first { $0["source"] as? String == "Customer" }?["rows"] as? Int, 4, "\(target): \(r.out)")
+        }
+        // With the foreign key: invoices of customers outside the filter break it, and the copy says so.
+        for target in targets.dropFirst() {
+            let r = try ferry(["copy", chinook, target, "--mode", "replace", "--tables", "Invoice,Customer",
+                               "--where", "Invoice=Total > 10", "--where", "Customer=Country = 'Germany'", "-q"])
+            XCTAssertEqual(r.code, 1, r.err)
+            XCTAssertTrue(r.err.contains("the rows arrived, but its foreign keys could not be added"), r.err)
+        }
+        let unnamed = try ferry(["copy", chinook, "sqlite:" + folder.path("x.db"), "--where", "Total > 10"])
+        XCTAssertEqual(unnamed.code, 2, unnamed.err)
+        XCTAssertTrue(unnamed.err.contains("applies to the tables named with --tables"), unnamed.err)
+        let withVerify = try ferry(["copy", chinook, "sqlite:" + folder.path("y.db"), "--tables", "Invoice", "--where", "Total > 10", "--verify"])
+        XCTAssertEqual(withVerify.code, 2, withVerify.err)
+    }
+
+    func testZeroDatesNullMakesTheColumnNullableAndKeepsTheDefaults() throws {
+        let mysqlURL = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let e = try Endpoint(parsing: mysqlURL)
+        try ExternalTool.run(
+            ["mariadb", "--no-defaults", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path],
+            input: """
+                SET SESSION sql_mode = '';
+                DROP TABLE IF EXISTS zero_days;
+                CREATE TABLE zero_days (id int PRIMARY KEY, day date NOT NULL DEFAULT '0000-00-00',
+                  stamp timestamp NOT NULL DEFAULT CURRENT_TIMESTAMP ON UPDATE CURRENT_TIMESTAMP, label varchar(10) NOT NULL DEFAULT 'x');
+                INSERT INTO zero_days (id, day) VALUES (1, '0000-00-00'), (2, '2024-05-06');
+                """, environment: ["MYSQL_PWD": e.password ?? ""])
+        let failed = try ferry(["copy", mysqlURL, pgURL, "--tables", "zero_days", "--mode", "replace", "-q"])
+        XCTAssertEqual(failed.code, 1)
+        XCTAssertTrue(failed.err.contains("--zero-dates null"), failed.err)
+        let plan = try ferry(["copy", mysqlURL, pgURL, "--tables", "zero_days", "--mode", "replace", "--zero-dates", "null", "--dry-run"])
+        XCTAssertTrue(plan.out.contains("column day: date -> date [nullable: zero dates are read as NULL]"), plan.out)
+        XCTAssertTrue(plan.out.contains("skip on update stamp"), plan.out)
+        // The advice works: the copy succeeds, and an INSERT that omits the defaulted columns too.
+        let ok = try ferry(["copy", mysqlURL, pgURL, "--tables", "zero_days", "--mode", "replace", "--zero-dates", "null", "-q"])
+        XCTAssertEqual(ok.code, 0, ok.err)
+        let pg = try ExternalTool.run(["psql", "-X", "-A", "-t", pgURL], input: "INSERT INTO zero_days (id) VALUES (3) RETURNING id, day IS NULL, stamp IS NOT NULL, label;\n")
+        XCTAssertTrue(pg.contains("3|t|t|x"), pg)
+        _ = try ExternalTool.run(["psql", "-X", "-q", pgURL], input: "DROP TABLE zero_days;\n")
+    }
+}
+
 /// A test that needs a server fails (never skips) when scripts/test did not start it.
 final class TestServicesTests: XCTestCase {
     func testServerURLsArePresentOnLoopback() throws {
