@@ -94,7 +94,13 @@ extension MySQLConnection {
         var described = TableSchema(
             name: table, engine: .mysql, columns: columns, primaryKey: primary, uniqueKeys: unique,
             rowEstimate: try estimate(table, first.first.flatMap { $0.flatMap { Int64($0) } }))
-        described.indexes = try indexes(table, keys: [primary] + unique)
+        let unbounded = Set(columns.filter { c in
+            switch c.logicalType {
+            case .text(nil, _), .binary(nil), .json: return true
+            default: return false
+            }
+        }.map(\.name))
+        described.indexes = try indexes(table, keys: [primary] + unique, unbounded: unbounded)
         described.foreignKeys = try foreignKeys(table)
         described.checks = checkRows.compactMap { r in
             guard let clause = r[1], !clause.hasPrefix("json_valid(") else { return nil }
@@ -104,9 +110,10 @@ extension MySQLConnection {
     }
 
     /// Secondary indexes: every index but PRIMARY and the unique keys. FULLTEXT and SPATIAL
-    /// indexes keep MySQL's own definition (carried only to MySQL); a prefix index (`col(10)`)
-    /// counts as an index over its columns.
-    func indexes(_ table: TableName, keys: [[String]]) throws -> [IndexInfo] {
+    /// indexes, and prefixes of bounded columns (`code(4)` of a varchar(100)), keep MySQL's own
+    /// definition (carried only to MySQL); a prefix of a long text or blob counts as an index
+    /// over the column (MySQL cannot index those otherwise).
+    func indexes(_ table: TableName, keys: [[String]], unbounded: Set<String>) throws -> [IndexInfo] {
         let rows = try query(
             """
             SELECT INDEX_NAME, NON_UNIQUE, COLUMN_NAME, SUB_PART, COLLATION, INDEX_TYPE FROM information_schema.STATISTICS
@@ -127,8 +134,9 @@ extension MySQLConnection {
             if let sub = r[3] { part += "(\(sub))" }
             if r[4] == "D" { part += " DESC" }
             native[name, default: []].append(part)
-            // A prefix (`col(768)`) is how MySQL indexes long text: the index is still over the column.
-            if type == "FULLTEXT" || type == "SPATIAL" {
+            // A prefix on a long text or blob (`body(768)`) is how MySQL indexes such a column: the
+            // index is over the column. A prefix on a bounded column is MySQL's own choice.
+            if type == "FULLTEXT" || type == "SPATIAL" || (r[3] != nil && !unbounded.contains(col)) {
                 out[out.count - 1].expression = (type == "FULLTEXT" || type == "SPATIAL" ? type + " " : "") + "(COLUMNS)"
             }
             out[out.count - 1].columns.append(IndexColumn(col, descending: r[4] == "D"))
@@ -179,6 +187,8 @@ extension MySQLConnection {
         if lower.hasPrefix("current_timestamp") || lower.hasPrefix("now(") || lower.hasPrefix("localtimestamp") { return .currentTimestamp }
         if lower == "curdate()" || lower == "current_date()" || lower == "current_date" { return .currentDate }
         if lower == "curtime()" || lower == "current_time()" || lower == "current_time" { return .currentTime }
+        // Bit and hex literals (b'1', x'0A') are MySQL's own.
+        if let f = text.first, "bBxX".contains(f), text.dropFirst().hasPrefix("'") { return .expression(text) }
         if text.hasPrefix("'"), text.hasSuffix("'"), text.count >= 2 {
             var out = ""
             var it = Array(text.dropFirst().dropLast())[...]

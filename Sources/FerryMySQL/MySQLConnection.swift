@@ -258,9 +258,15 @@ public final class MySQLConnection: Connection {
             {
                 let child = TableName(schema: target.schema, r[0] ?? "")
                 for fk in try foreignKeys(child) where fk.referencedTable.name == target.name {
+                    // Checked against the new rows before anything changes (MySQL's DDL commits as it goes).
+                    var onNew = fk
+                    onNew.referencedTable = staging
+                    try checkReferences(child, onNew)
                     children.append((child, fk))
-                    try ddl("ALTER TABLE \(q(child)) DROP FOREIGN KEY \(dialect.quote(fk.name ?? ""))")
                 }
+            }
+            for (child, fk) in children {
+                try ddl("ALTER TABLE \(q(child)) DROP FOREIGN KEY \(dialect.quote(fk.name ?? ""))")
             }
             let old = TableName(schema: target.schema, CopyEngine.internalPrefix + "old_" + target.name)
             try ddl("DROP TABLE IF EXISTS \(q(old))")
@@ -269,7 +275,6 @@ public final class MySQLConnection: Connection {
             for (child, fk) in children {
                 var again = fk
                 again.referencedTable = target
-                try checkReferences(child, again)
                 try ddl(SchemaObjectSQL.addForeignKey(again, to: child, dialect: dialect))
             }
         } else {

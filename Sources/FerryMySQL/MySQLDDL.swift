@@ -80,7 +80,7 @@ enum MySQLDDL {
     ) -> String? {
         if sameEngine, let expr = col.defaultExpression {
             // MySQL 8 prints string defaults bare: write them back quoted.
-            if case .text(let s)? = col.defaultValue { return d.literal(s) }
+            if case .text(let s)? = col.defaultValue, !expr.hasPrefix("'") { return d.literal(s) }
             if case .expression? = col.defaultValue, !expr.hasPrefix("(") { return "(" + expr + ")" }
             return expr
         }
@@ -119,7 +119,11 @@ enum MySQLDDL {
             if let native = index.expression {
                 // MySQL's own definition: [FULLTEXT|SPATIAL] (cols with prefixes).
                 let kind = native.hasPrefix("FULLTEXT") ? "FULLTEXT " : native.hasPrefix("SPATIAL") ? "SPATIAL " : index.isUnique ? "UNIQUE " : ""
-                guard let open = native.firstIndex(of: "(") else { continue }
+                guard let open = native.firstIndex(of: "(") else {
+                    out.skipped.append(SkippedObject(
+                        kind: "index", name: index.name, table: schema.name.description, reason: "it is over an expression, which Ferry does not read from MySQL's catalog"))
+                    continue
+                }
                 out.indexStatements.append("CREATE \(kind)INDEX \(d.quote(planned.name)) ON \(d.quote(indexesOn)) " + native[open...])
             } else {
                 // Long text and binary columns are indexed by a prefix (InnoDB keys hold 3072 bytes: 768 characters).
@@ -133,7 +137,7 @@ enum MySQLDDL {
             }
             out.indexes.append(planned)
         }
-        var fkNames = try c.foreignKeyNames(except: replacing)
+        var fkNames = try c.foreignKeyNames(except: replacing).union(avoiding)
         for var fk in schema.foreignKeys {
             if !d.referentialActions.contains(fk.onDelete) || !d.referentialActions.contains(fk.onUpdate) {
                 out.skipped.append(SkippedObject(

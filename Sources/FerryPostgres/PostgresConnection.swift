@@ -230,6 +230,7 @@ public final class PostgresConnection: Connection {
                 """
                 SELECT con.conrelid::regclass::text, con.conname, pg_get_constraintdef(con.oid)
                 FROM pg_constraint con WHERE con.confrelid = $1::oid AND con.contype = 'f' AND con.conrelid <> con.confrelid
+                  AND con.conparentid = 0
                 ORDER BY 1, 2
                 """, [old])
             for i in 0..<r.count {

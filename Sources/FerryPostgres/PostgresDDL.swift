@@ -120,7 +120,11 @@ enum PostgresDDL {
             taken.insert(planned.name)
             if let definition = index.expression {
                 // PostgreSQL's own definition, retargeted: CREATE [UNIQUE] INDEX name ON table USING … (…).
-                guard let using = definition.range(of: " USING ") else { continue }
+                guard let using = definition.range(of: " USING ") else {
+                    out.skipped.append(SkippedObject(
+                        kind: "index", name: index.name, table: schema.name.description, reason: "its definition could not be read: \(SkippedObject.shortened(definition))"))
+                    continue
+                }
                 out.indexStatements.append(
                     "CREATE \(index.isUnique ? "UNIQUE " : "")INDEX \(d.quote(planned.name)) ON \(d.quote(indexesOn))" + definition[using.lowerBound...])
             } else {

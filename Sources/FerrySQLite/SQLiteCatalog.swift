@@ -241,7 +241,7 @@ extension SQLiteConnection {
     /// The text after the WHERE of a CREATE INDEX (a partial index's predicate).
     static func wherePart(of sql: String) -> String? {
         let scrubbed = scrub(sql)
-        guard let r = scrubbed.range(of: "WHERE", options: [.backwards, .caseInsensitive]) else { return nil }
+        guard let r = scrubbed.range(of: #"\bWHERE\b"#, options: [.regularExpression, .caseInsensitive]) else { return nil }
         let offset = scrubbed.distance(from: scrubbed.startIndex, to: r.upperBound)
         return String(sql.dropFirst(offset)).trimmingCharacters(in: .whitespacesAndNewlines)
     }
@@ -272,14 +272,26 @@ extension SQLiteConnection {
                 end += 1
             }
             guard end < chars.count else { break }
-            // `CONSTRAINT name` just before?
-            let before = String(chars[0..<i]).trimmingCharacters(in: .whitespacesAndNewlines)
+            // `CONSTRAINT name` just before? (Positions in `chars` and `scrubbed` are the same.)
             var name: String?
-            let beforeScrubbed = String(scrubbed[0..<i]).trimmingCharacters(in: .whitespacesAndNewlines)
-            if let r = beforeScrubbed.range(of: "CONSTRAINT", options: [.backwards, .caseInsensitive]) {
-                let tail = before[r.upperBound...].trimmingCharacters(in: .whitespaces)
-                let unquoted = tail.trimmingCharacters(in: CharacterSet(charactersIn: "\"`[]"))
-                if !tail.isEmpty, !tail.contains(","), !tail.contains(" ") || tail.hasPrefix("\"") { name = unquoted.replacingOccurrences(of: "\"\"", with: "\"") }
+            var k = i - 1
+            while k >= 0, scrubbed[k].isWhitespace { k -= 1 }
+            let nameEnd = k + 1
+            if k >= 0, "\"`]".contains(scrubbed[k]) {
+                // A quoted name: back to its opening quote (blanked inside by scrub).
+                let close = scrubbed[k]
+                let open: Character = close == "]" ? "[" : close
+                k -= 1
+                while k >= 0, scrubbed[k] != open { k -= 1 }
+            } else {
+                while k >= 0, scrubbed[k].isLetter || scrubbed[k].isNumber || scrubbed[k] == "_" { k -= 1 }
+                k += 1
+            }
+            let nameStart = max(k, 0)
+            var w = nameStart - 1
+            while w >= 0, scrubbed[w].isWhitespace { w -= 1 }
+            if nameStart < nameEnd, w >= 9, String(scrubbed[(w - 9)...w]).uppercased() == "CONSTRAINT" {
+                name = Self.unquote(String(chars[nameStart..<nameEnd]))
             }
             out.append(CheckConstraint(name: name, expression: String(chars[j...end])))
             i = end + 1
@@ -292,7 +304,22 @@ extension SQLiteConnection {
     static func scrub(_ sql: String) -> String {
         var out = ""
         var quote: Character?
-        for c in sql {
+        var lineComment = false
+        var blockComment = false
+        let chars = Array(sql)
+        var i = 0
+        while i < chars.count {
+            let c = chars[i]
+            let next: Character? = i + 1 < chars.count ? chars[i + 1] : nil
+            i += 1
+            if lineComment {
+                if c == "\n" { lineComment = false; out.append(c) } else { out.append(" ") }
+                continue
+            }
+            if blockComment {
+                if c == "*" && next == "/" { blockComment = false; out.append("  "); i += 1 } else { out.append(c == "\n" ? c : " ") }
+                continue
+            }
             if let q = quote {
                 out.append(c == q ? c : " ")
                 if c == q { quote = nil }
@@ -301,6 +328,8 @@ extension SQLiteConnection {
             switch c {
             case "'", "\"", "`": quote = c; out.append(c)
             case "[": quote = "]"; out.append(c)
+            case "-" where next == "-": lineComment = true; out.append(" ")
+            case "/" where next == "*": blockComment = true; out.append("  "); i += 1
             default: out.append(c)
             }
         }

@@ -113,9 +113,13 @@ enum SQLiteDDL {
             if let definition = index.expression {
                 // SQLite's own CREATE INDEX, retargeted: everything from the column list on.
                 let scrubbed = SQLiteConnection.scrub(definition)
-                guard let on = scrubbed.range(of: " ON ", options: .caseInsensitive),
+                guard let on = scrubbed.range(of: #"\sON\s"#, options: [.regularExpression, .caseInsensitive]),
                       let open = scrubbed[on.upperBound...].firstIndex(of: "(")
-                else { continue }
+                else {
+                    out.skipped.append(SkippedObject(
+                        kind: "index", name: index.name, table: schema.name.description, reason: "its definition could not be read: \(SkippedObject.shortened(definition))"))
+                    continue
+                }
                 let offset = scrubbed.distance(from: scrubbed.startIndex, to: open)
                 out.indexStatements.append(
                     "CREATE \(index.isUnique ? "UNIQUE " : "")INDEX \(name) ON \(d.quote(table.name)) " + definition.dropFirst(offset))

@@ -240,6 +240,10 @@ public struct XMLService: Sendable {
                 let schema = RequestSchema.sanitized(try XMLDocuments.decodeSchema(data))
                 let c = try service.open(write: true)
                 defer { c.close() }
+                // A foreign key (SQLite declares them in CREATE TABLE) may only reference a served table.
+                for fk in schema.foreignKeys where fk.referencedTable != schema.name {
+                    _ = try service.served(fk.referencedTable, in: c)
+                }
                 if try c.tableExists(schema.name) {
                     throw FerryError.targetTableExists(table: schema.name, endpoint: "this service")
                 }
@@ -258,7 +262,12 @@ public struct XMLService: Sendable {
             let data = try await Offload.run {
                 let c = try service.open(write: false)
                 defer { c.close() }
-                return XMLDocuments.otherObjects(try c.listOtherObjects())
+                // With --tables, only what belongs to a served table.
+                let all = try c.listOtherObjects()
+                let tables = service.configuration.tables
+                return XMLDocuments.otherObjects(tables.isEmpty ? all : all.filter { o in
+                    o.table.map { t in tables.contains { TableName(t).matches($0) } } ?? false
+                })
             }
             return service.xml(data)
         }
@@ -274,6 +283,8 @@ public struct XMLService: Sendable {
                     let c = try service.open(write: true)
                     defer { c.close() }
                     let t = try service.served(name, in: c)
+                    // A foreign key may only reference a table this service serves.
+                    for fk in objects.foreignKeys { _ = try service.served(fk.referencedTable, in: c) }
                     var schema = try c.describe(t)
                     schema.indexes = part == "indexes" ? objects.indexes : []
                     schema.foreignKeys = part == "foreign-keys" ? objects.foreignKeys : []

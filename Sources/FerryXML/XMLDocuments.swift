@@ -189,7 +189,7 @@ public enum XMLDocuments {
         let table = s.name.description
         let reason = "it is SQL text, which the XML service does not carry"
         var out = s.withheld
-        for c in s.checks { out.append(SkippedObject(kind: "check", name: c.name ?? c.expression, table: table, reason: reason)) }
+        for c in s.checks { out.append(SkippedObject(kind: "check", name: c.name ?? "(unnamed)", table: table, reason: reason)) }
         for i in s.indexes where !i.isStructured { out.append(SkippedObject(kind: "index", name: i.name, table: table, reason: reason)) }
         for c in s.columns {
             if case .expression? = c.defaultValue {

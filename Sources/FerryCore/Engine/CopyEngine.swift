@@ -36,8 +36,9 @@ public struct CopyEngine: Sendable {
 
         var tables: [TablePlan] = []
         var usedRules = Set<Int>()
-        // Index names planned so far: engines with schema-wide index names need each once.
-        var plannedIndexNames = Set<String>()
+        // Names planned so far (indexes, foreign keys) and the tables the copy creates: engines
+        // with schema-wide names (PostgreSQL's and SQLite's indexes, MySQL's foreign keys) need each once.
+        var plannedIndexNames = Set(chosen.map(\.name))
         let filters = try Self.resolveFilters(options.filters, chosen: chosen, named: options.tables)
         var described: [TableName: TableSchema] = [:]
         for name in chosen { described[name] = try source.describe(name) }
@@ -119,6 +120,15 @@ public struct CopyEngine: Sendable {
             targetSchema.indexes = carriedObjects.indexes
             targetSchema.foreignKeys = carriedObjects.foreignKeys
             skippedObjects += carriedObjects.skipped
+            // A CHECK that may name a column left out or cast to another type would not hold.
+            let changed = Set(schema.columns.map(\.name)).subtracting(carriedNames).union(castColumns)
+            targetSchema.checks = schema.checks.filter { check in
+                guard let column = changed.first(where: { check.expression.localizedCaseInsensitiveContains($0) }) else { return true }
+                skippedObjects.append(SkippedObject(
+                    kind: "check", name: check.name ?? "(unnamed)", table: name.description,
+                    reason: "it may use column \(column), which is not copied as it is"))
+                return false
+            }
 
             let creates: PlannedTable? = switch options.mode {
             case .create: try target.planTable(targetSchema, named: targetName)
@@ -138,6 +148,7 @@ public struct CopyEngine: Sendable {
                     targetSchema, on: targetName, indexesOn: indexesOn, replacing: options.mode == .replace && exists ? targetName : nil,
                     avoiding: plannedIndexNames)
                 plannedIndexNames.formUnion(objects.indexes.map(\.name))
+                plannedIndexNames.formUnion(objects.foreignKeys.compactMap(\.name))
                 skippedObjects += objects.skipped
                 plan.objects = objects
                 plan.indexesAfterSwap = afterSwap

@@ -71,6 +71,7 @@ public struct CastRuleSet: Sendable {
                 var write = carried
                 write.declaredType = column.nativeType
                 write.defaultExpression = nil
+                write.defaultValue = nil
                 return Resolution(
                     ruleIndex: nil,
                     decision: ColumnDecision(
@@ -152,6 +153,7 @@ public struct CastRuleSet: Sendable {
         write.declaredType = declared
         write.nativeType = declared ?? ""  // the target's type map decides
         write.defaultExpression = nil
+        if write.logicalType != column.logicalType { write.defaultValue = nil }
         if write.isSerial, targetLogical.integerRange == nil || targetLogical == .boolean { write.serial = nil }
         return Resolution(
             ruleIndex: index, decision: decision(declared.map { "\($0) (\(targetLogical))" } ?? targetLogical.description),
