@@ -62,6 +62,14 @@ public struct XMLService: Sendable {
     /// The served table `name`, checked against the catalog before any query touches it.
     /// Ferry's own staging tables (the `_ferry_` prefix) are served when they exist, so that
     /// a client can load and swap or merge them.
+    /// A foreign key may reference only a table the service would serve (it need not exist yet:
+    /// a copy creates the tables one by one).
+    func mayReference(_ name: TableName) throws {
+        guard configuration.tables.isEmpty || configuration.tables.contains(where: { name.matches($0) }) else {
+            throw ServiceError.notFound(name)
+        }
+    }
+
     func served(_ name: TableName, in connection: any Connection) throws -> TableName {
         // A catalog lookup of the one name (listing every table would count every table's rows).
         guard try connection.tableExists(name) else {
@@ -241,9 +249,7 @@ public struct XMLService: Sendable {
                 let c = try service.open(write: true)
                 defer { c.close() }
                 // A foreign key (SQLite declares them in CREATE TABLE) may only reference a served table.
-                for fk in schema.foreignKeys where fk.referencedTable != schema.name {
-                    _ = try service.served(fk.referencedTable, in: c)
-                }
+                for fk in schema.foreignKeys { try service.mayReference(fk.referencedTable) }
                 if try c.tableExists(schema.name) {
                     throw FerryError.targetTableExists(table: schema.name, endpoint: "this service")
                 }
@@ -284,7 +290,7 @@ public struct XMLService: Sendable {
                     defer { c.close() }
                     let t = try service.served(name, in: c)
                     // A foreign key may only reference a table this service serves.
-                    for fk in objects.foreignKeys { _ = try service.served(fk.referencedTable, in: c) }
+                    for fk in objects.foreignKeys { try service.mayReference(fk.referencedTable) }
                     var schema = try c.describe(t)
                     schema.indexes = part == "indexes" ? objects.indexes : []
                     schema.foreignKeys = part == "foreign-keys" ? objects.foreignKeys : []
