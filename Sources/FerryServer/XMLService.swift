@@ -13,6 +13,9 @@ import NIOSSL
 /// request opens its own connection; blocking database work runs off the event loops.
 public struct XMLService: Sendable {
     public let configuration: ServerConfiguration
+    /// Index and foreign key requests one at a time: each picks names free in the catalog, and
+    /// two at once (a copy with --jobs) would pick the same one.
+    let objectRequests = Locked(())
 
     public init(configuration: ServerConfiguration) {
         self.configuration = configuration
@@ -295,12 +298,14 @@ public struct XMLService: Sendable {
                     schema.indexes = part == "indexes" ? objects.indexes : []
                     schema.foreignKeys = part == "foreign-keys" ? objects.foreignKeys : []
                     schema = RequestSchema.sanitized(schema)
-                    let planned = try c.planObjects(schema, on: t, indexesOn: t, replacing: nil, avoiding: [])
-                    var skipped = planned.skipped
-                    try Self.transaction(c) {
-                        skipped += part == "indexes" ? try c.createIndexes(planned) : try c.createForeignKeys(planned)
+                    let (skipped, count) = try service.objectRequests.withLock { _ -> ([SkippedObject], Int) in
+                        let planned = try c.planObjects(schema, on: t, indexesOn: t, replacing: nil, avoiding: [])
+                        var skipped = planned.skipped
+                        try Self.transaction(c) {
+                            skipped += part == "indexes" ? try c.createIndexes(planned) : try c.createForeignKeys(planned)
+                        }
+                        return (skipped, (part == "indexes" ? planned.indexes.count : planned.foreignKeys.count) - skipped.count + planned.skipped.count)
                     }
-                    let count = part == "indexes" ? planned.indexes.count : planned.foreignKeys.count
                     return XMLDocuments.applied([(part == "indexes" ? "indexes" : "foreignKeys", count)], skipped: skipped)
                 }
                 return service.xml(result)
