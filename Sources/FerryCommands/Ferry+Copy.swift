@@ -18,6 +18,10 @@ extension Ferry {
                   create   (default) create each table; fail if it already exists
                   replace  load into a staging table, then swap it in (the old table survives any failure)
                   append   insert into the table, creating it when it is missing
+                  upsert   by the table's key: insert new rows, update rows that differ, leave
+                           equal rows alone (counts inserted / updated / unchanged); the table
+                           needs a key (--key for one without), and the target's one transaction
+                           per table (not yet into the XML service)
 
                 Schema: the primary key, unique keys, NOT NULL, defaults the target can
                 express, and CHECKs (between databases of one engine) come with each table;
@@ -31,6 +35,7 @@ extension Ferry {
                   ferry copy sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db --mode replace --tables Artist,Album
                   ferry copy sqlite:app.db sqlite:backup.db --exclude audit_log --dry-run
                   ferry copy sqlite:app.db sqlite:backup.db --json --quiet
+                  ferry copy postgres://dba@db/shop sqlite:shop.db --mode upsert
                   ferry copy sqlite:app.db sqlite:recent.db --tables orders --where "created_at >= '2026-01-01'"
                   ferry copy postgres://dba@db/shop sqlite:eu.db --where "customer=country = 'DE'" --where "orders=total > 100"
                   ferry copy postgres://dba@db/shop sqlite:shop.db --schema public --jobs 4
@@ -69,7 +74,7 @@ extension Ferry {
         @Option(name: .long, help: "Only tables in these schemas (PostgreSQL schemas, SQLite attached databases), comma-separated.")
         var schema: [String] = []
 
-        @Option(name: .long, help: "create, replace or append.")
+        @Option(name: .long, help: "create, replace, append or upsert.")
         var mode: WriteMode = .create
 
         @Option(name: .long, help: "Tables copied at the same time (targets that take one writer at a time use 1).")
@@ -159,7 +164,11 @@ extension Ferry {
                 let rate = summary.seconds > 0 ? Double(summary.totalRows) / summary.seconds : 0
                 let indexes = summary.tables.reduce(0) { $0 + $1.indexes }
                 let foreignKeys = summary.tables.reduce(0) { $0 + $1.foreignKeys }
-                let objects = indexes + foreignKeys > 0 ? ", \(indexes) indexes, \(foreignKeys) foreign keys" : ""
+                var objects = indexes + foreignKeys > 0 ? ", \(indexes) indexes, \(foreignKeys) foreign keys" : ""
+                if summary.mode.isKeyed {
+                    let c = summary.tables.compactMap(\.counts).reduce(MergeCounts(), +)
+                    objects += " (\(c.inserted) inserted, \(c.updated) updated, \(c.unchanged) unchanged)"
+                }
                 Console.error(
                     "copied \(summary.tables.filter { $0.status == .ok }.count) of \(summary.tables.count) tables, "
                         + "\(summary.totalRows) rows\(objects) in \(String(format: "%.2f", summary.seconds))s "
@@ -189,7 +198,13 @@ extension Ferry {
             for t in plan.tables {
                 var head = "\n\(t.source) -> \(t.target)"
                 if let n = t.sourceSchema.rowEstimate { head += " (\(n) rows)" }
-                if t.targetExists { head += plan.mode == .replace ? " [replaces the existing table]" : " [appends to the existing table]" }
+                if t.targetExists {
+                    switch plan.mode {
+                    case .replace: head += " [replaces the existing table]"
+                    case .upsert: head += " [upserts into the existing table by its key]"
+                    default: head += " [appends to the existing table]"
+                    }
+                }
                 lines.append(head)
                 lines.append("  key: " + (t.key?.description ?? "none"))
                 if let f = t.filter { lines.append("  rows where: " + f) }

@@ -82,6 +82,13 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     /// Fills in table, column and key on an `invalidValue` raised where they were not known.
+    /// The same error about `table` instead (a value refused in a scratch table is refused for
+    /// the table the rows were meant for).
+    public func naming(table: TableName) -> FerryError {
+        guard case let .invalidValue(_, c, k, message) = self else { return self }
+        return .invalidValue(table: table, column: c, key: k, message: message)
+    }
+
     public func adding(table: TableName? = nil, column: String? = nil, key: String? = nil) -> FerryError {
         guard case let .invalidValue(t, c, k, message) = self else { return self }
         return .invalidValue(table: t ?? table, column: c ?? column, key: k ?? key, message: message)

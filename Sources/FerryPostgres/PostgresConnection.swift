@@ -294,6 +294,11 @@ public final class PostgresConnection: Connection {
     /// Loads `rows` into a scratch table shaped like `columns` of `table` (binary COPY, exact
     /// values), runs `statement` with it, drops it; all inside the caller's transaction.
     private func withScratch(_ target: TableSchema, columns: [Column], rows: RowBatch, _ statement: (String) -> String) throws -> Int {
+        try withScratchResult(target, columns: columns, rows: rows, statement).commandRows ?? 0
+    }
+
+    /// As `withScratch`, returning the statement's result.
+    private func withScratchResult(_ target: TableSchema, columns: [Column], rows: RowBatch, _ statement: (String) -> String) throws -> PostgresResult {
         let q = { (s: String) in self.dialect.quote(s) }
         let table = target.name
         let scratch = TableName(schema: table.schema, CopyEngine.internalPrefix + "changes_" + String(UInt32.random(in: 0...UInt32.max), radix: 16))
@@ -303,10 +308,42 @@ public final class PostgresConnection: Connection {
         var shape = target
         shape.name = scratch
         let w = try PostgresWriter(connection: self, table: shape, columns: columns)
-        try w.write(rows)
+        do {
+            try w.write(rows)
+            try w.finish()
+        } catch let e as BatchRowError {
+            w.abort()
+            throw BatchRowError(row: e.row, error: e.error.naming(table: table), batch: e.batch)
+        }
         let result = try query(statement(dialect.quote(scratch)))
         try execute("DROP TABLE \(dialect.quote(scratch))")
-        return result.commandRows ?? 0
+        return result
+    }
+
+    /// From a COPY-loaded scratch table: `INSERT … ON CONFLICT (key) DO UPDATE … WHERE` some
+    /// column IS DISTINCT FROM the new value, so equal rows are not rewritten; RETURNING tells
+    /// inserted rows (xmax = 0) from updated ones.
+    public func mergeRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> MergeCounts {
+        guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
+        guard !rows.isEmpty else { return MergeCounts() }
+        let q = { (s: String) in self.dialect.quote(s) }
+        let list = columns.map { q($0.name) }.joined(separator: ", ")
+        let others = columns.map(\.name).filter { !key.contains($0) }
+        let differs = others.map { name -> String in
+            // json has no equality operator: compare its text.
+            let cast = table.column(named: name)?.logicalType == .json ? "::text" : ""
+            return "t.\(q(name))\(cast) IS DISTINCT FROM excluded.\(q(name))\(cast)"
+        }.joined(separator: " OR ")
+        let conflict = " ON CONFLICT (" + key.map(q).joined(separator: ", ") + ") "
+            + (others.isEmpty ? "DO NOTHING"
+                : "DO UPDATE SET " + others.map { "\(q($0)) = excluded.\(q($0))" }.joined(separator: ", ") + " WHERE " + differs)
+        let r = try withScratchResult(table, columns: columns, rows: rows) { scratch in
+            "WITH r AS (INSERT INTO \(dialect.quote(table.name)) AS t (\(list)) OVERRIDING SYSTEM VALUE SELECT \(list) FROM \(scratch)"
+                + conflict + " RETURNING (xmax = 0) AS inserted) SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM r"
+        }
+        let inserted = r.int(0, 0) ?? 0
+        let updated = r.int(0, 1) ?? 0
+        return MergeCounts(inserted: inserted, updated: updated, unchanged: Int64(rows.count) - inserted - updated)
     }
 
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {

@@ -212,6 +212,41 @@ public final class SQLiteConnection: Connection {
         try SQLiteWriter(connection: self, table: table, columns: columns)
     }
 
+    /// Through a temporary table: the keys already there are counted, then one
+    /// `INSERT … SELECT … ON CONFLICT DO UPDATE … WHERE` some column IS NOT the new value
+    /// rewrites only rows that differ (sqlite3_changes counts inserted + updated).
+    public func mergeRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> MergeCounts {
+        guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
+        guard !rows.isEmpty else { return MergeCounts() }
+        let q = { (s: String) in self.dialect.quote(s) }
+        let target = dialect.quote(qualified(table.name))
+        let scratch = "temp." + q(CopyEngine.internalPrefix + "merge")
+        let list = columns.map { q($0.name) }.joined(separator: ", ")
+        try execute("DROP TABLE IF EXISTS \(scratch)")
+        try execute("CREATE TABLE \(scratch) AS SELECT \(list) FROM \(target) WHERE 0")
+        defer { try? execute("DROP TABLE IF EXISTS \(scratch)") }
+        // Values are encoded for the target's columns (the scratch copies their affinity).
+        let w = try SQLiteWriter(
+            connection: self, table: table, columns: columns,
+            sql: "INSERT INTO \(scratch) (\(list)) VALUES (" + columns.map { _ in "?" }.joined(separator: ", ") + ")")
+        try w.write(rows)
+        let join = key.map { "m.\(q($0)) = t.\(q($0))" }.joined(separator: " AND ")
+        let existing = try prepare("SELECT count(*) FROM \(scratch) m JOIN \(target) t ON \(join)")
+        _ = try existing.step()
+        let present = existing.columnInt(0)
+        existing.reset()
+        let others = columns.map(\.name).filter { !key.contains($0) }
+        let conflict = " ON CONFLICT (" + key.map(q).joined(separator: ", ") + ") "
+            + (others.isEmpty ? "DO NOTHING"
+                : "DO UPDATE SET " + others.map { "\(q($0)) = excluded.\(q($0))" }.joined(separator: ", ")
+                    + " WHERE " + others.map { "\(q($0)) IS NOT excluded.\(q($0))" }.joined(separator: " OR "))
+        try execute("INSERT INTO \(target) (\(list)) SELECT \(list) FROM \(scratch) WHERE true" + conflict)
+        let changed = Int64(sqlite3_changes(db))
+        let inserted = Int64(rows.count) - present
+        let updated = changed - inserted
+        return MergeCounts(inserted: inserted, updated: updated, unchanged: present - updated)
+    }
+
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
         guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
         let q = { (s: String) in self.dialect.quote(s) }

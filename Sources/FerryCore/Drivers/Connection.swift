@@ -71,6 +71,11 @@ public protocol Connection: AnyObject {
     /// rows given. Runs in the caller's transaction.
     func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int
 
+    /// Upserts `rows` (laid out for `columns`) into `table` by `key`: inserts the new ones,
+    /// rewrites only the rows whose values differ, and counts each kind. Runs in the caller's
+    /// transaction; a row the target refuses throws a `BatchRowError` naming it.
+    func mergeRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> MergeCounts
+
     /// Deletes the rows of `table` whose key equals a row of `keys` (laid out for `key`, in key
     /// order). Returns how many rows were deleted. Runs in the caller's transaction.
     func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int
@@ -93,6 +98,24 @@ extension Connection {
         let planned = try planTable(schema, named: name)
         try createTable(planned)
         return planned.schema
+    }
+}
+
+/// What a keyed write did to the rows it was given.
+public struct MergeCounts: Sendable, Hashable, Codable {
+    public var inserted: Int64 = 0
+    public var updated: Int64 = 0
+    public var unchanged: Int64 = 0
+    public var deleted: Int64 = 0
+    public init(inserted: Int64 = 0, updated: Int64 = 0, unchanged: Int64 = 0, deleted: Int64 = 0) {
+        self.inserted = inserted
+        self.updated = updated
+        self.unchanged = unchanged
+        self.deleted = deleted
+    }
+    public static func + (a: MergeCounts, b: MergeCounts) -> MergeCounts {
+        MergeCounts(inserted: a.inserted + b.inserted, updated: a.updated + b.updated, unchanged: a.unchanged + b.unchanged,
+                    deleted: a.deleted + b.deleted)
     }
 }
 

@@ -31,6 +31,12 @@ public enum WriteMode: String, Sendable, Codable, CaseIterable {
     case replace
     /// Insert into the table (created when missing).
     case append
+    /// By the table's key: insert new rows, update rows that differ, leave equal rows as they
+    /// are (the table is created when missing). Needs a key.
+    case upsert
+
+    /// Modes that write by key.
+    public var isKeyed: Bool { self == .upsert }
 }
 
 /// A slice of a table by key, for chunked reads: rows whose key is > `after` (when set) and

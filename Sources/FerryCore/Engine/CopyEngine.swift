@@ -100,8 +100,9 @@ public struct CopyEngine: Sendable {
             if exists && options.mode == .create {
                 throw FerryError.targetTableExists(table: targetName, endpoint: target.endpoint.redacted)
             }
-            let existing = exists && options.mode == .append ? try target.describe(targetName) : nil
-            if let existing, options.mode == .append {
+            let writesExisting = options.mode == .append || options.mode.isKeyed
+            let existing = exists && writesExisting ? try target.describe(targetName) : nil
+            if let existing, writesExisting {
                 for c in targetSchema.columns where existing.column(named: c.name) == nil {
                     throw FerryError.columnNotFound(table: targetName, column: c.name)
                 }
@@ -133,7 +134,17 @@ public struct CopyEngine: Sendable {
             let creates: PlannedTable? = switch options.mode {
             case .create: try target.planTable(targetSchema, named: targetName)
             case .replace: try target.planTable(targetSchema, named: Self.stagingName(for: targetName))
-            case .append: existing == nil ? try target.planTable(targetSchema, named: targetName) : nil
+            case .append, .upsert: existing == nil ? try target.planTable(targetSchema, named: targetName) : nil
+            }
+            if options.mode.isKeyed {
+                guard target.dialect.mergesInOneTransaction else {
+                    throw FerryError.invalidOption(
+                        "--mode \(options.mode.rawValue) into the XML service is not available yet (each request is its own transaction); write to the database itself")
+                }
+                guard let key, key.columns.allSatisfy(carriedNames.contains) else { throw FerryError.noKey(table: name) }
+                if let existing, let missing = key.columns.first(where: { existing.column(named: $0) == nil }) {
+                    throw FerryError.columnNotFound(table: targetName, column: missing)
+                }
             }
             var plan = TablePlan(
                 sourceSchema: schema, targetSchema: targetSchema, columns: carried, skipped: resolved.skipped,
@@ -474,7 +485,7 @@ public struct CopyEngine: Sendable {
                 if try target.tableExists(into.name) { try target.dropTable(into.name) }
                 if let planned = table.creates { try target.createTable(planned) }
                 created = into.name
-            case .append:
+            case .append, .upsert:
                 if let planned = table.creates {
                     if try target.tableExists(planned.schema.name) {
                         // Created by someone else since the plan: write into it as it is.
@@ -487,10 +498,12 @@ public struct CopyEngine: Sendable {
             }
             let loadName = into.name
 
-            rows = try pump(table, source: source, target: target, into: into, options: options, progress: progress, cancellation: cancellation)
+            let merge = mode.isKeyed ? MergeWriter(target: target, table: into, columns: table.targetSchema.columns, key: table.key?.columns ?? []) : nil
+            rows = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
+                            cancellation: cancellation, writer: merge)
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
 
-            if mode != .append {
+            if mode == .create || mode == .replace {
                 let landed = try target.countRows(loadName)
                 guard landed == rows else {
                     throw FerryError.copyFailed(
@@ -520,6 +533,7 @@ public struct CopyEngine: Sendable {
                 source: label, target: table.target.description, rows: rows, seconds: seconds,
                 rowsPerSecond: seconds > 0 ? Double(rows) / seconds : 0, skippedColumns: table.skipped,
                 status: .ok, error: nil)
+            result.counts = merge?.counts
             result.indexes = (table.objects?.indexes.count ?? 0) - declined.count
             result.skippedObjects = table.skippedObjects + declined
             for o in declined { progress.note("warning: \(o)") }
@@ -547,14 +561,14 @@ public struct CopyEngine: Sendable {
     /// before the caller touches the target connection again (to roll back).
     private func pump(
         _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema,
-        options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?
+        options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, writer custom: (any BatchWriter)? = nil
     ) throws -> Int64 {
         let reader = Handoff(try source.reader(
             table: table.sourceSchema, columns: table.columns, keyRange: table.filter.map { KeyRange(key: [], filter: $0) },
             batchSize: max(1, options.batchSize)))
         let writer: any BatchWriter
         do {
-            writer = try target.writer(into: into, columns: table.targetSchema.columns)
+            writer = try custom ?? target.writer(into: into, columns: table.targetSchema.columns)
         } catch {
             reader.value.close()
             throw error
@@ -601,6 +615,24 @@ public struct CopyEngine: Sendable {
         producer.join()
         reader.value.close()
         return rows
+    }
+
+    /// The writer of keyed modes: each batch upserted by key in the table's transaction, counted.
+    final class MergeWriter: BatchWriter {
+        let target: any Connection
+        let table: TableSchema
+        let columns: [Column]
+        let key: [String]
+        private(set) var counts = MergeCounts()
+        init(target: any Connection, table: TableSchema, columns: [Column], key: [String]) {
+            self.target = target
+            self.table = table
+            self.columns = columns
+            self.key = key
+        }
+        func write(_ batch: RowBatch) throws { counts = counts + (try target.mergeRows(into: table, columns: columns, key: key, rows: batch)) }
+        func finish() throws {}
+        func abort() {}
     }
 
     /// Applies a plan's cast conversions to a batch as read. A value that does not convert is

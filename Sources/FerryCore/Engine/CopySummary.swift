@@ -9,6 +9,8 @@ public struct CopySummary: Sendable, Codable {
         public var skippedColumns: [SkippedColumn]
         public var status: Status
         public var error: String?
+        /// What a keyed mode did (nil for create, replace and append).
+        public var counts: MergeCounts?
         /// Secondary indexes and foreign keys created on the target.
         public var indexes: Int = 0
         public var foreignKeys: Int = 0
