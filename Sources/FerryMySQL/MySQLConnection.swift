@@ -328,20 +328,21 @@ public final class MySQLConnection: Connection {
             present += try query(sql).first?.first.flatMap { $0.flatMap { Int64($0) } } ?? 0
             start = end
         }
-        let others = columns.map(\.name).filter { !key.contains($0) }
-        let w = try MySQLWriter(
-            connection: self, table: table, columns: columns,
-            prefix: "INSERT INTO \(dialect.quote(table.name)) (" + columns.map { q($0.name) }.joined(separator: ", ") + ") VALUES ",
-            suffix: dialect.upsertClause(key: key, others: others) ?? "")
-        try w.write(rows)
+        let affected = try upsert(into: table, columns: columns, key: key, rows: rows)
         let inserted = Int64(rows.count) - present
-        let updated = (Int64(w.affected) - inserted) / 2
+        let updated = (Int64(affected) - inserted) / 2
         return MergeCounts(inserted: inserted, updated: updated, unchanged: present - updated)
     }
 
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
         guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
         guard !rows.isEmpty else { return 0 }
+        _ = try upsert(into: table, columns: columns, key: key, rows: rows)
+        return rows.count
+    }
+
+    /// `INSERT … VALUES … ON DUPLICATE KEY UPDATE` of `rows`; returns MySQL's affected rows.
+    private func upsert(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
         let q = { (s: String) in self.dialect.quote(s) }
         let others = columns.map(\.name).filter { !key.contains($0) }
         let w = try MySQLWriter(
@@ -349,7 +350,7 @@ public final class MySQLConnection: Connection {
             prefix: "INSERT INTO \(dialect.quote(table.name)) (" + columns.map { q($0.name) }.joined(separator: ", ") + ") VALUES ",
             suffix: dialect.upsertClause(key: key, others: others) ?? "")
         try w.write(rows)
-        return rows.count
+        return w.affected
     }
 
     public func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int {
