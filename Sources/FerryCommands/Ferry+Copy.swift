@@ -22,6 +22,13 @@ extension Ferry {
                            equal rows alone (counts inserted / updated / unchanged); the table
                            needs a key (--key for one without), and the target's one transaction
                            per table (not yet into the XML service)
+                  mirror   upsert, then delete the target rows whose key the source lacks, so
+                           the target ends equal to the source; each side computes digests of
+                           key-hash buckets next to its data and only buckets that differ are
+                           read (counts inserted / updated / deleted / unchanged). Guards:
+                           --max-delete N|P%, and an empty source table is refused unless
+                           --allow-empty-source; with --where, the condition runs on both sides
+                           and only rows inside it are deleted
 
                 Schema: the primary key, unique keys, NOT NULL, defaults the target can
                 express, and CHECKs (between databases of one engine) come with each table;
@@ -36,6 +43,7 @@ extension Ferry {
                   ferry copy sqlite:app.db sqlite:backup.db --exclude audit_log --dry-run
                   ferry copy sqlite:app.db sqlite:backup.db --json --quiet
                   ferry copy postgres://dba@db/shop sqlite:shop.db --mode upsert
+                  ferry copy postgres://dba@db/shop mysql://app@replica/shop --mode mirror --max-delete 1%
                   ferry copy sqlite:app.db sqlite:recent.db --tables orders --where "created_at >= '2026-01-01'"
                   ferry copy postgres://dba@db/shop sqlite:eu.db --where "customer=country = 'DE'" --where "orders=total > 100"
                   ferry copy postgres://dba@db/shop sqlite:shop.db --schema public --jobs 4
@@ -74,7 +82,7 @@ extension Ferry {
         @Option(name: .long, help: "Only tables in these schemas (PostgreSQL schemas, SQLite attached databases), comma-separated.")
         var schema: [String] = []
 
-        @Option(name: .long, help: "create, replace, append or upsert.")
+        @Option(name: .long, help: "create, replace, append, upsert or mirror.")
         var mode: WriteMode = .create
 
         @Option(name: .long, help: "Tables copied at the same time (targets that take one writer at a time use 1).")
@@ -90,6 +98,14 @@ extension Ferry {
             "Copy only the rows matching a condition, in the source's SQL: TABLE='CONDITION' for one table, or a CONDITION for every table named with --tables (repeatable).",
             valueName: "[TABLE=]CONDITION"))
         var `where`: [String] = []
+
+        @Option(name: .long, help: ArgumentHelp(
+            "With --mode mirror: fail a table (changing nothing) whose mirror would delete more than N rows, or P percent of its rows.",
+            valueName: "N|P%"))
+        var maxDelete: String?
+
+        @Flag(name: .long, help: "With --mode mirror: let an empty source table empty its target table.")
+        var allowEmptySource = false
 
         @Flag(name: .long, help: "Leave out the source's secondary indexes.")
         var noIndexes = false
@@ -132,6 +148,16 @@ extension Ferry {
             options.keys = tableOptions.keys
             options.casts = try castOptions.rules()
             options.filters = self.where
+            if let maxDelete {
+                guard let limit = DeleteLimit(maxDelete) else {
+                    throw ValidationError("--max-delete takes a number of rows or a percentage, as in 1000 or 0.5%; got '\(maxDelete)'")
+                }
+                options.maxDelete = limit
+            }
+            options.allowEmptySource = allowEmptySource
+            if mode != .mirror && (maxDelete != nil || allowEmptySource) {
+                throw ValidationError("--max-delete and --allow-empty-source are for --mode mirror")
+            }
             options.indexes = !noIndexes
             options.foreignKeys = !noForeignKeys
 
@@ -167,7 +193,15 @@ extension Ferry {
                 var objects = indexes + foreignKeys > 0 ? ", \(indexes) indexes, \(foreignKeys) foreign keys" : ""
                 if summary.mode.isKeyed {
                     let c = summary.tables.compactMap(\.counts).reduce(MergeCounts(), +)
-                    objects += " (\(c.inserted) inserted, \(c.updated) updated, \(c.unchanged) unchanged)"
+                    objects += summary.mode == .mirror
+                        ? " (\(c.inserted) inserted, \(c.updated) updated, \(c.deleted) deleted, \(c.unchanged) unchanged)"
+                        : " (\(c.inserted) inserted, \(c.updated) updated, \(c.unchanged) unchanged)"
+                    for t in summary.tables {
+                        guard let m = t.mirror else { continue }
+                        Console.error(
+                            "\(t.source): compared \(m.levels) levels of range digests (\(m.digests) buckets); read \(m.sourceRowsRead) of "
+                                + "\(m.sourceRows) source rows and \(m.targetKeysRead) of \(m.targetRows) target keys")
+                    }
                 }
                 Console.error(
                     "copied \(summary.tables.filter { $0.status == .ok }.count) of \(summary.tables.count) tables, "
@@ -202,6 +236,7 @@ extension Ferry {
                     switch plan.mode {
                     case .replace: head += " [replaces the existing table]"
                     case .upsert: head += " [upserts into the existing table by its key]"
+                    case .mirror: head += " [mirrors into the existing table by its key: upserts, and deletes rows the source lacks]"
                     default: head += " [appends to the existing table]"
                     }
                 }

@@ -168,6 +168,13 @@ public final class MySQLConnection: Connection {
         try execute("START TRANSACTION")
         inTransaction = true
     }
+    public func beginSnapshot() throws {
+        try execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
+        inTransaction = true
+    }
+    public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
+        try DigestSQL.digests(try query(DigestSQL.query(table.name, request, myDialect)), table: table.name)
+    }
     public func commit() throws {
         try execute("COMMIT")
         inTransaction = false

@@ -70,3 +70,29 @@ public struct MySQLDialect: Dialect {
         engine == .mysql && MySQLTypeMap.isSpatial(MySQLTypeMap.ColumnType(column.nativeType).base)
     }
 }
+
+/// Range digests in MySQL's and MariaDB's SQL (`MD5`, `DATE_FORMAT`, `CONV`). Every piece is
+/// converted to UTF-8 bytes, so columns of different collations concatenate and hash as the
+/// other engines' text does.
+extension MySQLDialect: DigestSQLDialect {
+    public func canonicalTextSQL(_ column: Column, quoted q: String) -> String {
+        let text: String
+        switch column.logicalType {
+        case .boolean: text = "IF(\(q) <> 0, '1', '0')"
+        case .decimal:
+            text = "IF(LOCATE('.', \(q)) > 0, TRIM(TRAILING '.' FROM TRIM(TRAILING '0' FROM CAST(\(q) AS CHAR))), CAST(\(q) AS CHAR))"
+        case .binary: text = "LOWER(HEX(\(q)))"
+        case .float32: text = "CAST(CAST(\(q) AS DOUBLE) AS CHAR)"
+        case .uuid: text = "LOWER(\(q))"
+        case .date: text = "DATE_FORMAT(\(q), '%Y-%m-%d')"
+        case .time: text = "TIME_FORMAT(\(q), '%H:%i:%s.%f')"
+        case .timestamp: text = "DATE_FORMAT(\(q), '%Y-%m-%d %H:%i:%s.%f')"
+        default: text = "CAST(\(q) AS CHAR)"
+        }
+        return "CAST(CONVERT(\(text) USING utf8mb4) AS BINARY)"
+    }
+    public func byteLengthSQL(_ text: String) -> String { "LENGTH(\(text))" }
+    public func concatSQL(_ parts: [String]) -> String { parts.count == 1 ? parts[0] : "CONCAT(" + parts.joined(separator: ", ") + ")" }
+    public func md5HexSQL(_ text: String) -> String { "MD5(\(text))" }
+    public func hex32SQL(_ hex: String) -> String { "CAST(CONV(\(hex), 16, 10) AS UNSIGNED)" }
+}

@@ -156,6 +156,11 @@ public final class PostgresConnection: Connection {
     // MARK: Transactions
 
     public func begin() throws { try execute("BEGIN") }
+    public func beginSnapshot() throws { try execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") }
+
+    public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
+        try DigestSQL.digests(try rows(DigestSQL.query(table.name, request, pgDialect)), table: table.name)
+    }
     public func commit() throws { try execute("COMMIT") }
     public func rollback() throws {
         if PQtransactionStatus(conn) != PQTRANS_IDLE { try execute("ROLLBACK") }

@@ -34,3 +34,24 @@ public struct PostgresDialect: Dialect {
         return PostgresTypeMap.builtInNames.contains(base) && base != "tsquery"
     }
 }
+
+/// Range digests in PostgreSQL's SQL (`md5`, `to_char`, `trim_scale`, PostgreSQL 13 or later).
+extension PostgresDialect: DigestSQLDialect {
+    public func canonicalTextSQL(_ column: Column, quoted q: String) -> String {
+        switch column.logicalType {
+        case .boolean: return "CASE WHEN \(q) THEN '1' ELSE '0' END"
+        case .decimal: return "trim_scale(\(q))::text"
+        case .float32: return "\(q)::float8::text"
+        case .binary: return "encode(\(q), 'hex')"
+        case .date: return "to_char(\(q), 'YYYY-MM-DD')"
+        case .time: return "to_char(\(q)::time, 'HH24:MI:SS.US')"
+        case .timestamp(_, let tz):
+            return tz ? "to_char(\(q) AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS.US')" : "to_char(\(q), 'YYYY-MM-DD HH24:MI:SS.US')"
+        default: return "\(q)::text"
+        }
+    }
+    public func byteLengthSQL(_ text: String) -> String { "octet_length(\(text))" }
+    public func concatSQL(_ parts: [String]) -> String { parts.count == 1 ? parts[0] : "(" + parts.joined(separator: " || ") + ")" }
+    public func md5HexSQL(_ text: String) -> String { "md5(\(text))" }
+    public func hex32SQL(_ hex: String) -> String { "('x' || \(hex))::bit(32)::bigint" }
+}

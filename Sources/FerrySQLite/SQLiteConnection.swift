@@ -125,6 +125,9 @@ public final class SQLiteConnection: Connection {
     // MARK: Transactions
 
     public func begin() throws { try execute("BEGIN IMMEDIATE") }
+    /// A deferred transaction: its first read takes the snapshot that every later read sees
+    /// (in WAL mode; in rollback-journal mode its shared lock keeps writers out meanwhile).
+    public func beginSnapshot() throws { try execute("BEGIN DEFERRED") }
     public func commit() throws { try execute("COMMIT") }
     public func rollback() throws {
         if sqlite3_get_autocommit(db) == 0 { try execute("ROLLBACK") }
@@ -205,7 +208,13 @@ public final class SQLiteConnection: Connection {
     // MARK: Reading and writing
 
     public func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader {
-        try SQLiteReader(connection: self, table: table, columns: columns, keyRange: keyRange, batchSize: batchSize)
+        // SQLite's SQL has no MD5: bucket filters are applied by Ferry beside it, in process.
+        guard let buckets = keyRange?.buckets, var plain = keyRange else {
+            return try SQLiteReader(connection: self, table: table, columns: columns, keyRange: keyRange, batchSize: batchSize)
+        }
+        plain.buckets = nil
+        let inner = try SQLiteReader(connection: self, table: table, columns: columns, keyRange: plain, batchSize: batchSize)
+        return try BucketFilteringReader(inner, columns: columns, filter: buckets, table: table.name)
     }
 
     public func writer(into table: TableSchema, columns: [Column]) throws -> any BatchWriter {

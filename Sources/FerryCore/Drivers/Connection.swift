@@ -80,7 +80,16 @@ public protocol Connection: AnyObject {
     /// order). Returns how many rows were deleted. Runs in the caller's transaction.
     func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int
 
+    /// Range digests of `request` over `table` (see `BucketDigest`), computed next to the data:
+    /// in the engine's SQL where its dialect is a `DigestSQLDialect`, else by Ferry reading
+    /// the rows (the default; right for engines in the same process, such as SQLite).
+    func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest]
+
     func begin() throws
+    /// Starts a read-only transaction whose reads all see one snapshot of the database
+    /// (PostgreSQL REPEATABLE READ, MySQL WITH CONSISTENT SNAPSHOT, SQLite a read
+    /// transaction); ended with `commit` or `rollback`.
+    func beginSnapshot() throws
     func commit() throws
     func rollback() throws
 
@@ -92,6 +101,12 @@ public protocol Connection: AnyObject {
 }
 
 extension Connection {
+    public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
+        try DigestComputer.digests(self, table: table, request: request)
+    }
+
+    public func beginSnapshot() throws { try begin() }
+
     /// Plans and creates a table of `schema` named `name`; returns the table as created.
     @discardableResult
     public func createTable(_ schema: TableSchema, named name: TableName) throws -> TableSchema {

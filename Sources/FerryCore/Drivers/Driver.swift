@@ -34,9 +34,12 @@ public enum WriteMode: String, Sendable, Codable, CaseIterable {
     /// By the table's key: insert new rows, update rows that differ, leave equal rows as they
     /// are (the table is created when missing). Needs a key.
     case upsert
+    /// By the table's key: upsert, then delete the target's rows whose key the source lacks,
+    /// so the target ends equal to the source. Only key ranges whose digests differ are read.
+    case mirror
 
     /// Modes that write by key.
-    public var isKeyed: Bool { self == .upsert }
+    public var isKeyed: Bool { self == .upsert || self == .mirror }
 }
 
 /// A slice of a table by key, for chunked reads: rows whose key is > `after` (when set) and
@@ -53,13 +56,20 @@ public struct KeyRange: Sendable, Hashable {
     /// A row condition in the source engine's own SQL, given by the user (`--where`); never
     /// taken from a request. Readers that cannot apply SQL (the http driver) refuse it.
     public var filter: String?
-    public init(key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil, descending: Bool = false, filter: String? = nil) {
+    /// Only rows in these key-hash buckets (range digests; see `BucketFilter`). Readers whose
+    /// SQL cannot compute the hash filter in Ferry (`BucketFilteringReader`).
+    public var buckets: BucketFilter?
+    public init(
+        key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil, descending: Bool = false, filter: String? = nil,
+        buckets: BucketFilter? = nil
+    ) {
         self.key = key
         self.after = after
         self.upTo = upTo
         self.limit = limit
         self.descending = descending
         self.filter = filter
+        self.buckets = buckets
     }
 }
 
@@ -69,6 +79,7 @@ extension KeyRange {
     /// With no key, only the filter's ` WHERE (…)`.
     public func sqlSuffix(dialect: any Dialect, render: ([Value]) throws -> String) rethrows -> String {
         var conditions: [String] = filter.map { ["(" + $0 + ")"] } ?? []
+        if let buckets, let d = dialect as? any DigestSQLDialect { conditions.append(DigestSQL.condition(buckets, d)) }
         guard !key.isEmpty else { return conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ") }
         let tuple = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
         if let after { conditions.append("\(tuple) > (\(try render(after)))") }

@@ -134,7 +134,7 @@ public struct CopyEngine: Sendable {
             let creates: PlannedTable? = switch options.mode {
             case .create: try target.planTable(targetSchema, named: targetName)
             case .replace: try target.planTable(targetSchema, named: Self.stagingName(for: targetName))
-            case .append, .upsert: existing == nil ? try target.planTable(targetSchema, named: targetName) : nil
+            case .append, .upsert, .mirror: existing == nil ? try target.planTable(targetSchema, named: targetName) : nil
             }
             if options.mode.isKeyed {
                 guard target.dialect.mergesInOneTransaction else {
@@ -163,7 +163,7 @@ public struct CopyEngine: Sendable {
                 skippedObjects += objects.skipped
                 plan.objects = objects
                 plan.indexesAfterSwap = afterSwap
-            } else if exists && (!schema.indexes.isEmpty || !schema.foreignKeys.isEmpty) {
+            } else if exists && options.mode == .append && (!schema.indexes.isEmpty || !schema.foreignKeys.isEmpty) {
                 warnings.append("table \(targetName): rows are appended to the existing table; its indexes and foreign keys are left as they are")
             }
             plan.skippedObjects = skippedObjects
@@ -485,7 +485,7 @@ public struct CopyEngine: Sendable {
                 if try target.tableExists(into.name) { try target.dropTable(into.name) }
                 if let planned = table.creates { try target.createTable(planned) }
                 created = into.name
-            case .append, .upsert:
+            case .append, .upsert, .mirror:
                 if let planned = table.creates {
                     if try target.tableExists(planned.schema.name) {
                         // Created by someone else since the plan: write into it as it is.
@@ -498,9 +498,17 @@ public struct CopyEngine: Sendable {
             }
             let loadName = into.name
 
-            let merge = mode.isKeyed ? MergeWriter(target: target, table: into, columns: table.targetSchema.columns, key: table.key?.columns ?? []) : nil
-            rows = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
-                            cancellation: cancellation, writer: merge)
+            var merge = mode.isKeyed ? MergeWriter(target: target, table: into, columns: table.targetSchema.columns, key: table.key?.columns ?? []) : nil
+            var mirrored: (counts: MergeCounts, stats: CopySummary.MirrorStats)?
+            if mode == .mirror && created == nil {
+                let m = try mirrorTable(table, source: source, target: target, into: into, options: options, progress: progress, cancellation: cancellation)
+                rows = m.rows
+                mirrored = (m.counts, m.stats)
+                merge = nil
+            } else {
+                rows = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
+                                cancellation: cancellation, writer: merge)
+            }
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
 
             if mode == .create || mode == .replace {
@@ -533,7 +541,8 @@ public struct CopyEngine: Sendable {
                 source: label, target: table.target.description, rows: rows, seconds: seconds,
                 rowsPerSecond: seconds > 0 ? Double(rows) / seconds : 0, skippedColumns: table.skipped,
                 status: .ok, error: nil)
-            result.counts = merge?.counts
+            result.counts = mirrored?.counts ?? merge?.counts
+            result.mirror = mirrored?.stats
             result.indexes = (table.objects?.indexes.count ?? 0) - declined.count
             result.skippedObjects = table.skippedObjects + declined
             for o in declined { progress.note("warning: \(o)") }
@@ -559,13 +568,14 @@ public struct CopyEngine: Sendable {
     /// sequential: each connection is used by one thread at a time. On any failure the reader
     /// is stopped and joined and the writer aborted (in-flight work finished or cancelled)
     /// before the caller touches the target connection again (to roll back).
-    private func pump(
+    func pump(
         _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema,
-        options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, writer custom: (any BatchWriter)? = nil
+        options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, writer custom: (any BatchWriter)? = nil,
+        buckets: BucketFilter? = nil
     ) throws -> Int64 {
+        let range = table.filter == nil && buckets == nil ? nil : KeyRange(key: [], filter: table.filter, buckets: buckets)
         let reader = Handoff(try source.reader(
-            table: table.sourceSchema, columns: table.columns, keyRange: table.filter.map { KeyRange(key: [], filter: $0) },
-            batchSize: max(1, options.batchSize)))
+            table: table.sourceSchema, columns: table.columns, keyRange: range, batchSize: max(1, options.batchSize)))
         let writer: any BatchWriter
         do {
             writer = try custom ?? target.writer(into: into, columns: table.targetSchema.columns)
@@ -624,13 +634,30 @@ public struct CopyEngine: Sendable {
         let columns: [Column]
         let key: [String]
         private(set) var counts = MergeCounts()
-        init(target: any Connection, table: TableSchema, columns: [Column], key: [String]) {
+        /// Positions of the key among `columns`, when the canonical text of every key written
+        /// is kept in `seen` (a mirror's deletes).
+        let collectKeysAt: [Int]?
+        private(set) var seen = Set<[UInt8]>()
+        init(target: any Connection, table: TableSchema, columns: [Column], key: [String], collectKeysAt: [Int]? = nil) {
             self.target = target
             self.table = table
             self.columns = columns
             self.key = key
+            self.collectKeysAt = collectKeysAt
         }
-        func write(_ batch: RowBatch) throws { counts = counts + (try target.mergeRows(into: table, columns: columns, key: key, rows: batch)) }
+        func write(_ batch: RowBatch) throws {
+            counts = counts + (try target.mergeRows(into: table, columns: columns, key: key, rows: batch))
+            if let at = collectKeysAt {
+                let types = columns.map(\.logicalType)
+                for row in 0..<batch.count { seen.insert(Self.keyText(batch, row: row, at: at, types: types)) }
+            }
+        }
+        /// The canonical text of a row's key: equal for equal keys whatever engine read them.
+        static func keyText(_ batch: RowBatch, row: Int, at: [Int], types: [LogicalType]) -> [UInt8] {
+            var out: [UInt8] = []
+            for i in at { CanonicalText.appendField(batch.columns[i], row: row, type: types[i], into: &out) }
+            return out
+        }
         func finish() throws {}
         func abort() {}
     }

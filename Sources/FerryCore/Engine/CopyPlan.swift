@@ -110,6 +110,42 @@ public struct CopyOptions: Sendable {
     public var queueBytes: Int = 2 * RowBatch.byteLimit
     /// `--cast` / `--casts FILE` rules, first match wins.
     public var casts = CastRuleSet()
+    /// `--max-delete`: a mirror that would delete more rows from a table fails it, changing nothing.
+    public var maxDelete: DeleteLimit?
+    /// `--allow-empty-source`: let a mirror empty a target table whose source table is empty.
+    public var allowEmptySource = false
 
     public init() {}
+}
+
+/// `--max-delete N` or `--max-delete P%`: at most N rows, or P percent of the target table's rows.
+public enum DeleteLimit: Sendable, Hashable, CustomStringConvertible {
+    case rows(Int64)
+    case percent(Double)
+
+    /// Parses `1000` or `0.5%`; nil for anything else.
+    public init?(_ text: String) {
+        if text.hasSuffix("%") {
+            guard let p = Double(text.dropLast()), p >= 0, p <= 100 else { return nil }
+            self = .percent(p)
+        } else {
+            guard let n = Int64(text), n >= 0 else { return nil }
+            self = .rows(n)
+        }
+    }
+
+    /// The number of rows allowed out of a table of `total` rows.
+    public func allowed(of total: Int64) -> Int64 {
+        switch self {
+        case .rows(let n): return n
+        case .percent(let p): return Int64((Double(total) * p / 100).rounded(.down))
+        }
+    }
+
+    public var description: String {
+        switch self {
+        case .rows(let n): return String(n)
+        case .percent(let p): return (p == p.rounded() ? String(Int64(p)) : String(p)) + "%"
+        }
+    }
 }

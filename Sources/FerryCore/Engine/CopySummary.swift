@@ -11,11 +11,27 @@ public struct CopySummary: Sendable, Codable {
         public var error: String?
         /// What a keyed mode did (nil for create, replace and append).
         public var counts: MergeCounts?
+        /// How a mirror found what differs (nil for other modes).
+        public var mirror: MirrorStats?
         /// Secondary indexes and foreign keys created on the target.
         public var indexes: Int = 0
         public var foreignKeys: Int = 0
         /// Schema objects of the source left out, each with its reason.
         public var skippedObjects: [SkippedObject] = []
+    }
+
+    /// What a mirror read to find the differences: digest levels compared, buckets whose
+    /// digests came back (both sides), and the rows and keys read.
+    public struct MirrorStats: Sendable, Codable, Hashable {
+        public var levels = 0
+        public var digests = 0
+        /// Rows of the source that were read (in buckets that differ).
+        public var sourceRowsRead: Int64 = 0
+        /// Keys of the target that were read (in buckets that differ).
+        public var targetKeysRead: Int64 = 0
+        public var sourceRows: Int64 = 0
+        public var targetRows: Int64 = 0
+        public init() {}
     }
 
     /// How a table's copy ended (`"ok"`, `"failed"`, `"cancelled"` in JSON).

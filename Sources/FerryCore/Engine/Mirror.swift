@@ -1,0 +1,132 @@
+import Foundation
+
+extension CopyEngine {
+    /// Bucket counts are powers of two; the first level aims at this many rows per bucket and
+    /// each further level splits a differing bucket in `fanout`.
+    static let mirrorRowsPerBucket: Int64 = 256
+    static let mirrorFanout: Int64 = 16
+
+    /// `--mode mirror` into an existing table, in the caller's target transaction: compares
+    /// range digests level by level (each side computes its own, next to its data), reads
+    /// only the source rows of buckets that differ and upserts them, then deletes the target
+    /// rows of those buckets whose key the source lacks. Source reads share one snapshot.
+    func mirrorTable(
+        _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema, options: CopyOptions,
+        progress: ProgressReporter, cancellation: Cancellation?
+    ) throws -> (rows: Int64, counts: MergeCounts, stats: CopySummary.MirrorStats) {
+        guard let keyNames = table.key?.columns, !keyNames.isEmpty else { throw FerryError.noKey(table: table.source) }
+        let sourceColumns = table.columns
+        let targetColumns = table.targetSchema.columns.map { into.column(named: $0.name) ?? $0 }
+        let sourceKey = try keyNames.map { name in
+            guard let c = sourceColumns.first(where: { $0.name == name }) else { throw FerryError.noKey(table: table.source) }
+            return c
+        }
+        let targetKey = try keyNames.map { name in
+            guard let c = into.column(named: name) else { throw FerryError.columnNotFound(table: into.name, column: name) }
+            return c
+        }
+        var stats = CopySummary.MirrorStats()
+        try source.beginSnapshot()
+        defer { try? source.rollback() }
+
+        // Level by level: digests of every bucket, then finer buckets inside those that differ.
+        var modulus: Int64 = 1
+        let estimate = max(table.sourceSchema.rowEstimate ?? 0, 1)
+        while modulus < 1 << 20 && modulus * Self.mirrorRowsPerBucket < estimate { modulus *= 2 }
+        var within: BucketFilter?
+        var unchanged: Int64 = 0
+        var differing: [Int64] = []
+        while true {
+            if cancellation?.isCancelled == true { throw FerryError.cancelled }
+            let s = try source.bucketDigests(table.sourceSchema, request: DigestRequest(
+                key: sourceKey, columns: sourceColumns, modulus: modulus,
+                within: within.map { BucketFilter(key: sourceKey, modulus: $0.modulus, residues: $0.residues) },
+                filter: table.filter))
+            let t = try target.bucketDigests(into, request: DigestRequest(
+                key: targetKey, columns: targetColumns, modulus: modulus,
+                within: within,
+                filter: table.filter))
+            stats.levels += 1
+            stats.digests += s.count + t.count
+            if stats.levels == 1 {
+                stats.sourceRows = s.reduce(0) { $0 + $1.rows }
+                stats.targetRows = t.reduce(0) { $0 + $1.rows }
+                if stats.sourceRows == 0 && stats.targetRows > 0 && !options.allowEmptySource {
+                    throw FerryError.copyFailed(
+                        table: table.source, endpoint: target.endpoint.redacted,
+                        reason: "the source table is empty, and a mirror would delete all \(stats.targetRows) rows of \(into.name); nothing was changed (pass --allow-empty-source if that is what you want)")
+                }
+            }
+            let theirs = Dictionary(t.map { ($0.bucket, $0) }, uniquingKeysWith: { a, _ in a })
+            let ours = Dictionary(s.map { ($0.bucket, $0) }, uniquingKeysWith: { a, _ in a })
+            differing = Array(Set(ours.keys).union(theirs.keys).filter { ours[$0] != theirs[$0] }).sorted()
+            for d in s where theirs[d.bucket] == d { unchanged += d.rows }
+            if differing.isEmpty { break }
+            let rowsInDiffering = max(
+                differing.reduce(0) { $0 + (ours[$1]?.rows ?? 0) }, differing.reduce(0) { $0 + (theirs[$1]?.rows ?? 0) })
+            // Small enough to read, or as fine as the 32-bit key hash goes.
+            if rowsInDiffering <= 8 * Int64(differing.count) || modulus * Self.mirrorFanout > 1 << 31 || stats.levels >= 6 { break }
+            within = BucketFilter(key: targetKey, modulus: modulus, residues: differing)
+            modulus *= Self.mirrorFanout
+        }
+        guard !differing.isEmpty else { return (0, MergeCounts(unchanged: unchanged), stats) }
+
+        // The source rows of the differing buckets, upserted; their keys kept to find deletes.
+        let merge = MergeWriter(
+            target: target, table: into, columns: table.targetSchema.columns, key: keyNames,
+            collectKeysAt: keyNames.compactMap { n in table.targetSchema.columns.firstIndex { $0.name == n } })
+        let rows = try pump(
+            table, source: source, target: target, into: into, options: options, progress: progress, cancellation: cancellation,
+            writer: merge, buckets: BucketFilter(key: sourceKey, modulus: modulus, residues: differing))
+        stats.sourceRowsRead = rows
+
+        // The target keys of the same buckets that the source did not send: deleted.
+        var doomed: [RowBatch] = []
+        var doomedCount: Int64 = 0
+        let keyTypes = targetKey.map(\.logicalType)
+        let keys = try target.reader(
+            table: into, columns: targetKey,
+            keyRange: KeyRange(key: [], filter: table.filter, buckets: BucketFilter(key: targetKey, modulus: modulus, residues: differing)),
+            batchSize: max(1, options.batchSize))
+        do {
+            while let batch = try keys.next() {
+                stats.targetKeysRead += Int64(batch.count)
+                var gone: [Int] = []
+                for row in 0..<batch.count where !merge.seen.contains(MergeWriter.keyText(batch, row: row, at: Array(keyTypes.indices), types: keyTypes)) {
+                    gone.append(row)
+                }
+                if !gone.isEmpty {
+                    doomed.append(batch.selecting(gone))
+                    doomedCount += Int64(gone.count)
+                }
+            }
+            keys.close()
+        } catch {
+            keys.close()
+            throw error
+        }
+        if let limit = options.maxDelete, doomedCount > limit.allowed(of: stats.targetRows) {
+            throw FerryError.copyFailed(
+                table: table.source, endpoint: target.endpoint.redacted,
+                reason: "a mirror would delete \(doomedCount) of the \(stats.targetRows) rows of \(into.name), more than --max-delete \(limit) allows; nothing was changed")
+        }
+        var counts = merge.counts
+        for batch in doomed {
+            if cancellation?.isCancelled == true { throw FerryError.cancelled }
+            counts.deleted += Int64(try target.deleteRows(from: into, key: targetKey, keys: batch))
+        }
+        counts.unchanged += unchanged
+
+        // Every source row, and nothing else, must now be in the target: a key comparison
+        // that merges keys the source keeps apart (a case-insensitive collation) shows here.
+        let after = try target.bucketDigests(into, request: DigestRequest(key: targetKey, columns: targetKey, modulus: 1, filter: table.filter))
+        let landed = after.reduce(0) { $0 + $1.rows }
+        guard landed == stats.sourceRows else {
+            throw FerryError.copyFailed(
+                table: table.source, endpoint: target.endpoint.redacted,
+                reason: "after the mirror \(into.name) would hold \(landed) rows where the source has \(stats.sourceRows); "
+                    + "the target's key comparison merges keys the source keeps apart (a case-insensitive collation?); nothing was changed")
+        }
+        return (rows, counts, stats)
+    }
+}
