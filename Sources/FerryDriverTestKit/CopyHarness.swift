@@ -11,7 +11,7 @@ public struct CopyHarness {
 
     public func copy(
         _ source: any Connection, _ target: any Connection, mode: WriteMode = .create, tables: [String] = [],
-        jobs: Int = 1, batchSize: Int = 500, casts: [String] = []
+        jobs: Int = 1, batchSize: Int = 500, casts: [String] = [], configure: (inout CopyOptions) -> Void = { _ in }
     ) throws -> CopySummary {
         let engine = CopyEngine(registry: registry)
         var o = CopyOptions()
@@ -20,6 +20,7 @@ public struct CopyHarness {
         o.batchSize = batchSize
         o.jobs = jobs
         o.casts = try CastRuleSet.load(options: casts, files: [])
+        configure(&o)
         let plan = try engine.plan(source: source, target: target, options: o)
         return engine.run(plan, source: source, target: target, options: o, progress: ProgressReporter(style: .quiet) { _ in })
     }

@@ -145,4 +145,100 @@ final class KeyedModesTests: XCTestCase {
             XCTAssertTrue("\(error)".contains("table keyless has no primary key"), "\(error)")
         }
     }
+
+    /// Makes `dst` (a copy of the source's two tables) differ: 10 rows missing, 23 changed
+    /// (labels, NULL ↔ '', 1 µs), 5 rows the source lacks; 3 pair values changed, 2 extra pairs.
+    func diverge(_ dst: any Connection, rows n: Int) throws {
+        try delete((100..<110).map { [.int(Int64($0))] }, from: Self.items, on: dst)
+        var changed = (200..<220).map { i -> [Value] in var r = Self.itemRow(i); r[1] = .text("changed \(i)"); return r }
+        var nullRow = Self.itemRow(700)
+        nullRow[2] = .text("")
+        var emptyRow = Self.itemRow(701)
+        emptyRow[2] = .null
+        var microsecond = Self.itemRow(702)
+        if case .timestamp(let t) = microsecond[3] { microsecond[3] = .timestamp(t + 1) }
+        changed += [nullRow, emptyRow, microsecond]
+        try write(changed, into: Self.items, on: dst, upsert: true)
+        try write((n..<(n + 5)).map(Self.itemRow), into: Self.items, on: dst)
+        try write([[.int(0), .text("x"), .int(-1)], [.int(1), .text("y"), .null], [.int(99), .text("Z"), .int(7)],
+                   [.int(500), .text("new"), .int(1)], [.int(501), .text("new"), .null]], into: Self.pairs, on: dst, upsert: true)
+    }
+
+    /// `--mode mirror` from and into every engine: the counts match the differences exactly
+    /// (deletes included), only the differing buckets are read, a second run reads no row
+    /// and writes nothing, and the guards (--max-delete, empty source, --where) hold.
+    func testMirrorCountsExactlyBetweenEveryEngine() async throws {
+        let harness = CopyHarness(drivers)
+        let folder = try TemporaryFolder()
+        let postgres = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let mysql = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        let n = 2_500
+        let pairRows: [[Value]] = (0..<300).map { i in [.int(Int64(i / 3)), .text(["x", "y", "Z"][i % 3]), .int(Int64(i))] }
+        let routes = [("sqlite", "sqlite:" + folder.path("m-source.db"), "sqlite", "sqlite:" + folder.path("m-target.db")),
+                      ("sqlite", "sqlite:" + folder.path("m-source.db"), "postgres", postgres),
+                      ("sqlite", "sqlite:" + folder.path("m-source.db"), "mysql", mysql),
+                      ("postgres", postgres, "sqlite", "sqlite:" + folder.path("m-target2.db")),
+                      ("mysql", mysql, "postgres", postgres)]
+        for (from, sourceURL, to, targetURL) in routes {
+            let label = "\(from) -> \(to)"
+            let src = try harness.registry.connect(sourceURL, role: .target)
+            let dst = try harness.registry.connect(targetURL, role: .target)
+            defer { src.close(); dst.close() }
+            for t in [Self.items.name, Self.pairs.name] {
+                try src.begin(); try src.dropTable(t); try src.createTable(t == Self.items.name ? Self.items : Self.pairs, named: t); try src.commit()
+            }
+            try write((0..<n).map(Self.itemRow), into: Self.items, on: src)
+            try write(pairRows, into: Self.pairs, on: src)
+            for t in [Self.items.name, Self.pairs.name] { try dst.begin(); try dst.dropTable(t); try dst.commit() }
+            let tables = ["keyed_items", "keyed_pairs"]
+            // Into a missing table, a mirror is a load.
+            let first = try harness.copy(src, dst, mode: .mirror, tables: tables, batchSize: 1_000)
+            XCTAssertTrue(first.ok, "\(label): \(first.tables.compactMap(\.error))")
+            XCTAssertEqual(first.tables.compactMap(\.counts).reduce(MergeCounts(), +), MergeCounts(inserted: Int64(n + 300)), label)
+
+            try diverge(dst, rows: n)
+            // More deletes than --max-delete allows: the table fails and stays as it was.
+            let before = try DriverConformance.readAll(dst, Self.items.name)
+            let limited = try harness.copy(src, dst, mode: .mirror, tables: ["keyed_items"], batchSize: 1_000) { $0.maxDelete = .rows(4) }
+            XCTAssertFalse(limited.ok, label)
+            XCTAssertTrue(limited.tables.first?.error?.contains("would delete 5 of the 2495 rows") == true, "\(label): \(limited.tables.compactMap(\.error))")
+            XCTAssertEqual(try DriverConformance.readAll(dst, Self.items.name), before, "\(label): a refused mirror changed the target")
+
+            let second = try harness.copy(src, dst, mode: .mirror, tables: tables, batchSize: 1_000) { $0.maxDelete = .percent(1) }
+            XCTAssertTrue(second.ok, "\(label): \(second.tables.compactMap(\.error))")
+            let items = second.tables.first { $0.source == "keyed_items" }
+            XCTAssertEqual(items?.counts, MergeCounts(inserted: 10, updated: 23, unchanged: Int64(n - 10 - 23), deleted: 5), label)
+            XCTAssertEqual(second.tables.first { $0.source == "keyed_pairs" }?.counts, MergeCounts(inserted: 0, updated: 3, unchanged: 297, deleted: 2), label)
+            // Only the differing buckets were read: a small part of each side.
+            let stats = try XCTUnwrap(items?.mirror, label)
+            XCTAssertGreaterThanOrEqual(stats.sourceRowsRead, 33, label)
+            XCTAssertLessThan(stats.sourceRowsRead, Int64(n / 4), "\(label): \(stats)")
+            XCTAssertLessThan(stats.targetKeysRead, Int64(n / 4), "\(label): \(stats)")
+            XCTAssertEqual(try harness.differences(src, dst, tables: [Self.items.name, Self.pairs.name]), [], label)
+
+            // Equal: one level of digests, no row read, nothing written.
+            let third = try harness.copy(src, dst, mode: .mirror, tables: tables, batchSize: 1_000)
+            XCTAssertEqual(third.tables.compactMap(\.counts).reduce(MergeCounts(), +), MergeCounts(unchanged: Int64(n + 300)), label)
+            XCTAssertEqual(third.tables.compactMap(\.mirror).map(\.sourceRowsRead), [0, 0], label)
+            XCTAssertEqual(third.tables.compactMap(\.mirror).map(\.levels), [1, 1], label)
+
+            // With --where, the condition runs on both sides and deletes stay inside it.
+            try write((n..<(n + 3)).map(Self.itemRow), into: Self.items, on: dst)
+            try delete([[.int(5)], [.int(6)]], from: Self.items, on: src)
+            let filtered = try harness.copy(src, dst, mode: .mirror, tables: ["keyed_items"], batchSize: 1_000) { $0.filters = ["id < 1000"] }
+            XCTAssertTrue(filtered.ok, "\(label): \(filtered.tables.compactMap(\.error))")
+            XCTAssertEqual(filtered.tables.first?.counts, MergeCounts(unchanged: 998, deleted: 2), label)
+            XCTAssertEqual(try dst.countRows(Self.items.name), Int64(n - 2 + 3), "\(label): rows outside --where were touched")
+
+            // An empty source table empties nothing unless asked.
+            try src.begin(); try src.dropTable(Self.pairs.name); try src.createTable(Self.pairs, named: Self.pairs.name); try src.commit()
+            let empty = try harness.copy(src, dst, mode: .mirror, tables: ["keyed_pairs"], batchSize: 1_000)
+            XCTAssertFalse(empty.ok, label)
+            XCTAssertTrue(empty.tables.first?.error?.contains("--allow-empty-source") == true, "\(label): \(empty.tables.compactMap(\.error))")
+            XCTAssertEqual(try dst.countRows(Self.pairs.name), 300, label)
+            let emptied = try harness.copy(src, dst, mode: .mirror, tables: ["keyed_pairs"], batchSize: 1_000) { $0.allowEmptySource = true }
+            XCTAssertEqual(emptied.tables.first?.counts, MergeCounts(deleted: 300), "\(label): \(emptied.tables.compactMap(\.error))")
+            for t in [Self.items.name, Self.pairs.name] { try dst.begin(); try dst.dropTable(t); try dst.commit() }
+        }
+    }
 }
