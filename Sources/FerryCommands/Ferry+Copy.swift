@@ -155,6 +155,7 @@ extension Ferry {
                 options.maxDelete = limit
             }
             options.allowEmptySource = allowEmptySource
+            options.keepSourceSnapshot = verify
             if mode != .mirror && (maxDelete != nil || allowEmptySource) {
                 throw ValidationError("--max-delete and --allow-empty-source are for --mode mirror")
             }
@@ -214,7 +215,9 @@ extension Ferry {
                 v.tables = plan.tables.map(\.source)
                 v.keys = options.keys
                 v.casts = options.casts
+                // The source side reads the copy's own snapshot (still open on this connection).
                 let report = try Verifier().verify(source: src, target: dst, options: v)
+                try? src.rollback()
                 if !output.json { try Verify.print(report, json: false) }
                 try Verify.exit(for: report)
             }

@@ -35,6 +35,8 @@ public final class PostgresConnection: Connection {
     var pgDialect: PostgresDialect { PostgresDialect() }
     let conn: OpaquePointer
     private var closed = false
+    /// Inside `beginSnapshot`'s read-only transaction (reads take savepoints; see `guardedRead`).
+    var inReadSnapshot = false
 
     /// URL query parameters that are Ferry's, not libpq's.
     static let ferryParameters: Set<String> = ["schema", "zero-dates", "token-file"]
@@ -156,13 +158,42 @@ public final class PostgresConnection: Connection {
     // MARK: Transactions
 
     public func begin() throws { try execute("BEGIN") }
-    public func beginSnapshot() throws { try execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY") }
+    public func beginSnapshot() throws {
+        try execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        inReadSnapshot = true
+    }
+    public func exportSnapshot() throws -> String? { try rows("SELECT pg_export_snapshot()").first?.first ?? nil }
+    public func beginSnapshot(importing id: String) throws {
+        try execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
+        inReadSnapshot = true
+        try execute("SET TRANSACTION SNAPSHOT " + pgDialect.literal(id))
+    }
+
+    /// Runs `body` so that a failure inside a copy's read snapshot (a table the role may not
+    /// read) does not abort the snapshot for the tables after it: a savepoint, rolled back to
+    /// on failure.
+    func guardedRead<T>(_ body: () throws -> T) throws -> T {
+        guard inReadSnapshot else { return try body() }
+        try execute("SAVEPOINT ferry_read")
+        do {
+            let result = try body()
+            try execute("RELEASE SAVEPOINT ferry_read")
+            return result
+        } catch {
+            try? execute("ROLLBACK TO SAVEPOINT ferry_read")
+            throw error
+        }
+    }
 
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
-        try DigestSQL.digests(try rows(DigestSQL.query(table.name, request, pgDialect)), table: table.name)
+        try guardedRead { try DigestSQL.digests(try rows(DigestSQL.query(table.name, request, pgDialect)), table: table.name) }
     }
-    public func commit() throws { try execute("COMMIT") }
+    public func commit() throws {
+        inReadSnapshot = false
+        try execute("COMMIT")
+    }
     public func rollback() throws {
+        inReadSnapshot = false
         if PQtransactionStatus(conn) != PQTRANS_IDLE { try execute("ROLLBACK") }
     }
 

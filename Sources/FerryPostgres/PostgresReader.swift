@@ -19,6 +19,9 @@ final class PostgresReader: BatchReader {
     private var rowsDecoded = 0
     private var done = false
     private var active = false
+    /// A savepoint taken inside a read snapshot (released after a whole read, else rolled back to).
+    private var savepoint = false
+    private var whole = false
 
     enum Kind {
         case bool, int, float, numeric, bytes, uuid, date, time, timestamp
@@ -74,9 +77,16 @@ final class PostgresReader: BatchReader {
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + only + d.quote(table.name)
         if let range = keyRange { sql += try range.sqlSuffix(dialect: d) { try PostgresValueCodec.literals($0, connection) } }
         let copy = "COPY (\(sql)) TO STDOUT (FORMAT binary)"
+        // Inside a copy's read snapshot, a failed read must not abort the snapshot for the next table.
+        if connection.inReadSnapshot {
+            try connection.execute("SAVEPOINT ferry_read")
+            savepoint = true
+        }
         let res = try connection.exec(copy)
         guard res.status == PGRES_COPY_OUT else {
             let e = connection.error(res.handle, sql: copy)
+            if savepoint { try? connection.execute("ROLLBACK TO SAVEPOINT ferry_read") }
+            savepoint = false
             if e.sqlState == "42501" {
                 throw FerryError.copyFailed(table: table.name, endpoint: connection.endpoint.redacted,
                                             reason: "permission denied: the role may not read \(table.name); GRANT SELECT on it or connect as another role")
@@ -87,6 +97,12 @@ final class PostgresReader: BatchReader {
     }
 
     func close() {
+        defer {
+            if savepoint {
+                savepoint = false
+                try? connection.execute(whole ? "RELEASE SAVEPOINT ferry_read" : "ROLLBACK TO SAVEPOINT ferry_read")
+            }
+        }
         // An unfinished COPY (the copy failed elsewhere): ask the server to stop sending, then
         // drain what is in flight so the connection is usable again.
         guard active else { return }
@@ -112,6 +128,7 @@ final class PostgresReader: BatchReader {
                 done = true
                 active = false
                 try finishCopy()
+                whole = true
                 break
             }
             guard len > 0, let buf else {

@@ -213,8 +213,9 @@ public final class SQLiteConnection: Connection {
             return try SQLiteReader(connection: self, table: table, columns: columns, keyRange: keyRange, batchSize: batchSize)
         }
         plain.buckets = nil
+        plain.limit = nil  // a limit counts the rows that pass the filter
         let inner = try SQLiteReader(connection: self, table: table, columns: columns, keyRange: plain, batchSize: batchSize)
-        return try BucketFilteringReader(inner, columns: columns, filter: buckets, table: table.name)
+        return try BucketFilteringReader(inner, columns: columns, filter: buckets, table: table.name, limit: keyRange?.limit)
     }
 
     public func writer(into table: TableSchema, columns: [Column]) throws -> any BatchWriter {

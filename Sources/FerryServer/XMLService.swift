@@ -154,6 +154,26 @@ public struct XMLService: Sendable {
         return Data(out)
     }
 
+    /// Parses `MODULUS:r1,r2,…` (a bucket filter; `key` names its key columns, or the table's
+    /// key when empty). At most 10,000 buckets per request.
+    static func bucketParameter(_ text: String?, key: [String], table: TableName) throws -> (key: [String], modulus: Int64, residues: [Int64])? {
+        guard let text else { return nil }
+        let parts = text.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2, let modulus = Int64(parts[0]), modulus >= 1, modulus <= 1 << 31 else {
+            throw ServiceError.badRequest("a bucket filter is MODULUS:r1,r2,… with a modulus from 1 to 2147483648", table: table.description)
+        }
+        let residues = try parts[1].split(separator: ",").map { r -> Int64 in
+            guard let v = Int64(r), v >= 0, v < modulus else {
+                throw ServiceError.badRequest("bucket '\(r.prefix(20))' is not a whole number below the modulus \(modulus)", table: table.description)
+            }
+            return v
+        }
+        guard residues.count <= 10_000 else {
+            throw ServiceError.badRequest("at most 10000 buckets per request (\(residues.count) asked)", table: table.description)
+        }
+        return (key, modulus, residues)
+    }
+
     // MARK: Routes
 
     func addRoutes(_ router: Router<BasicRequestContext>) {
@@ -197,6 +217,7 @@ public struct XMLService: Sendable {
             let after = query[values: "after"].map { String($0) }
             let upTo = query[values: "upto"].map { String($0) }
             let wanted = query[values: "columns"].map { String($0) }
+            let buckets = try Self.bucketParameter(query["buckets"].map(String.init), key: query[values: "bucketkey"].map(String.init), table: name)
             var hints: [String: ReadHints] = [:]
             for (parameter, hint) in [("text", ReadHints.textForm), ("json", .jsonForm), ("zerodates", .zeroDatesAsNull), ("native", .nativeForm)] {
                 for c in query[values: Substring(parameter)] { hints[String(c), default: []].insert(hint) }
@@ -209,7 +230,8 @@ public struct XMLService: Sendable {
             case let other?: throw ServiceError.badRequest("order must be asc or desc, not '\(other.prefix(20))'", table: name.description)
             }
             let stream = try await Offload.run {
-                try RowStream(service: service, table: name, after: after, upTo: upTo, columns: wanted, hints: readHints, limit: limit, descending: descending)
+                try RowStream(service: service, table: name, after: after, upTo: upTo, columns: wanted, hints: readHints, limit: limit, descending: descending,
+                              buckets: buckets)
             }
             // gzip when the client asks for it (streamed, chunk by chunk).
             let gzip = request.headers[.acceptEncoding].map { $0.lowercased().contains("gzip") } ?? false
@@ -243,6 +265,40 @@ public struct XMLService: Sendable {
                 }
                 try await writer.finish(nil)
             })
+        }
+
+        // Range digests of key-hash buckets, computed here next to the data (see docs/xml-protocol.md).
+        router.get("/v1/tables/:table/digests") { request, context -> Response in
+            let name = try service.tableParameter(context)
+            let query = request.uri.queryParameters
+            guard let modulus = query["modulus"].flatMap({ Int64($0) }), modulus >= 1, modulus <= 1 << 31 else {
+                throw ServiceError.badRequest("modulus must be a whole number from 1 to 2147483648", table: name.description)
+            }
+            let columnNames = query[values: "columns"].map(String.init)
+            let keyNames = query[values: "key"].map(String.init)
+            let within = try Self.bucketParameter(query["within"].map(String.init), key: keyNames, table: name)
+            let data = try await Offload.run { () -> Data in
+                let c = try service.open(write: false)
+                defer { c.close() }
+                let schema = try c.describe(try service.served(name, in: c))
+                func columns(_ names: [String]) throws -> [Column] {
+                    try names.map { n in
+                        guard let col = schema.column(named: n), col.logicalType.isSupported else { throw FerryError.columnNotFound(table: schema.name, column: n) }
+                        return col
+                    }
+                }
+                let key = try columns(keyNames.isEmpty ? schema.preferredKey?.columns ?? [] : keyNames)
+                guard !key.isEmpty else { throw ServiceError.badRequest("table \(schema.name) has no key: digests need one (key=…)", table: schema.name.description) }
+                let request = DigestRequest(
+                    key: key, columns: try columns(columnNames.isEmpty ? schema.columns.filter(\.logicalType.isSupported).map(\.name) : columnNames),
+                    modulus: modulus, within: try within.map { BucketFilter(key: key, modulus: $0.modulus, residues: $0.residues) })
+                var out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<digests modulus=\"\(modulus)\">\n"
+                for d in try c.bucketDigests(schema, request: request) {
+                    out += "<b n=\"\(d.bucket)\" rows=\"\(d.rows)\" s0=\"\(d.sum0)\" s1=\"\(d.sum1)\"/>\n"
+                }
+                return Data((out + "</digests>\n").utf8)
+            }
+            return service.xml(data)
         }
 
         router.post("/v1/tables") { request, _ -> Response in
@@ -501,7 +557,7 @@ final class RowStream {
     /// `hints`: columns a client's cast rule reads in the engine's own text or JSON form, or with
     /// zero dates as NULL (named columns only: the driver builds the expression, never the request).
     init(service: XMLService, table name: TableName, after: [String], upTo: [String] = [], columns wanted: [String], hints: [String: ReadHints] = [:],
-         limit: Int, descending: Bool = false) throws {
+         limit: Int, descending: Bool = false, buckets: (key: [String], modulus: Int64, residues: [Int64])? = nil) throws {
         pageBytes = service.configuration.pageBytes
         let c = try service.open(write: false)
         do {
@@ -549,8 +605,15 @@ final class RowStream {
                     }
                 }
                 range = KeyRange(key: key, after: try bound(after, "after"), upTo: try bound(upTo, "upto"), limit: limit, descending: descending)
-            } else if !after.isEmpty || !upTo.isEmpty || descending {
-                throw ServiceError.badRequest("table \(table) has no key: after, upto and order=desc need one", table: table.description)
+                if let buckets {
+                    let bucketKey = try (buckets.key.isEmpty ? key : buckets.key).map { n in
+                        guard let col = schema.column(named: n) else { throw FerryError.columnNotFound(table: table, column: n) }
+                        return col
+                    }
+                    range?.buckets = BucketFilter(key: bucketKey, modulus: buckets.modulus, residues: buckets.residues)
+                }
+            } else if !after.isEmpty || !upTo.isEmpty || descending || buckets != nil {
+                throw ServiceError.badRequest("table \(table) has no key: after, upto, order=desc and buckets need one", table: table.description)
             }
             self.reader = try c.reader(table: schema, columns: columns, keyRange: range, batchSize: min(limit, 10_000))
             self.connection = c

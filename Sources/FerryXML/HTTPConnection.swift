@@ -62,8 +62,57 @@ public final class HTTPConnection: Connection {
         if keyRange?.descending == true {
             throw FerryError.invalidOption("the http driver walks key ranges in ascending order only")
         }
-        return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
-                              after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit)
+        guard let buckets = keyRange?.buckets else {
+            return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
+                                  after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit)
+        }
+        // Bucket filters travel as query parameters, a bounded number of buckets per walk: the
+        // service filters next to its data, one walk after the other.
+        let parts = Self.bucketParameters(buckets)
+        var index = 0
+        return ChainedReader {
+            guard index < parts.count else { return nil }
+            defer { index += 1 }
+            return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
+                                  after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit, buckets: parts[index])
+        }
+    }
+
+    /// Buckets per request, so that a URL stays well under servers' request-line limits.
+    static let bucketsPerRequest = 1_000
+
+    /// `bucketkey=` and `buckets=MODULUS:r1,r2,…` parameters, split into requests of at most
+    /// `bucketsPerRequest` buckets.
+    static func bucketParameters(_ filter: BucketFilter) -> [[(String, String)]] {
+        let key = filter.key.map { ("bucketkey", $0.name) }
+        guard !filter.residues.isEmpty else { return [key + [("buckets", "\(filter.modulus):")]] }
+        return stride(from: 0, to: filter.residues.count, by: bucketsPerRequest).map { start in
+            let slice = filter.residues[start..<min(start + bucketsPerRequest, filter.residues.count)]
+            return key + [("buckets", "\(filter.modulus):" + slice.map(String.init).joined(separator: ","))]
+        }
+    }
+
+    /// Range digests computed by the service next to its data (`GET …/digests`).
+    public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
+        if request.filter != nil {
+            throw FerryError.invalidOption(
+                "--where is SQL, which the XML service does not take (it has no structured filter yet): mirror \(table.name) without --where, or from the database itself")
+        }
+        let base = [("modulus", String(request.modulus))] + request.columns.map { ("columns", $0.name) } + request.key.map { ("key", $0.name) }
+        let withins: [[(String, String)]] = request.within.map { w in
+            Self.bucketParameters(w).map { $0.filter { $0.0 == "buckets" }.map { ("within", $0.1) } }
+        } ?? [[]]
+        var out: [BucketDigest] = []
+        for within in withins {
+            let root = try XMLTree.parse(client.expect("GET", path(table.name, "/digests") + HTTPClient.query(base + within), table: table.name))
+            for b in root.children where b.name == "b" {
+                guard let n = b.attributes["n"].flatMap({ Int64($0) }), let rows = b.attributes["rows"].flatMap({ Int64($0) }),
+                    let s0 = b.attributes["s0"].flatMap({ Int64($0) }), let s1 = b.attributes["s1"].flatMap({ Int64($0) })
+                else { throw FerryError.copyFailed(table: table.name, endpoint: endpoint.redacted, reason: "the service sent a malformed digest") }
+                out.append(BucketDigest(bucket: n, rows: rows, sum0: s0, sum1: s1))
+            }
+        }
+        return out
     }
 
     public func planTable(_ schema: TableSchema, named name: TableName) throws -> PlannedTable {
@@ -240,8 +289,15 @@ final class HTTPReader: BatchReader {
     /// Attempts at the current page (a GET that broke off before any of it was used is retried).
     private var pageAttempts = 0
 
-    init(connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int, after: [Value]?, upTo: [Value]?, limit: Int?) throws {
+    /// `bucketkey=`/`buckets=` parameters of a bucket-filtered walk, on every request.
+    let buckets: [(String, String)]
+
+    init(
+        connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int, after: [Value]?, upTo: [Value]?, limit: Int?,
+        buckets: [(String, String)] = []
+    ) throws {
         self.connection = connection
+        self.buckets = buckets
         self.table = table.name
         var requested = columns
         let key = table.preferredKey?.columns ?? []
@@ -338,6 +394,7 @@ final class HTTPReader: BatchReader {
         items += requested.filter { $0.readHints.contains(.nativeForm) }.map { ("native", $0.name) }
         items += (after ?? []).map { ("after", $0) }
         items += (upTo ?? []).map { ("upto", $0) }
+        items += buckets
         return connection.path(table, "/rows") + HTTPClient.query(items)
     }
 
@@ -402,7 +459,7 @@ final class HTTPReader: BatchReader {
         let keyColumns = keyIndexes.map { requested[$0] }
         let path = connection.path(table, "/rows") + HTTPClient.query(
             [("limit", "1"), ("order", "desc")] + keyColumns.map { ("columns", $0.name) }
-                + (rangeAfter ?? []).map { ("after", $0) } + (upTo ?? []).map { ("upto", $0) })
+                + (rangeAfter ?? []).map { ("after", $0) } + (upTo ?? []).map { ("upto", $0) } + buckets)
         let body = try connection.client.expect("GET", path, table: table)
         var last: [String]?
         let types = keyTypes
@@ -445,4 +502,29 @@ final class HTTPWriter: BatchWriter {
 
     /// Each request has been answered before `write` returns: nothing is in flight.
     func abort() {}
+}
+
+
+/// Reads the readers `next` hands out, one after the other.
+final class ChainedReader: BatchReader {
+    let make: () throws -> (any BatchReader)?
+    var current: (any BatchReader)?
+    init(_ make: @escaping () throws -> (any BatchReader)?) { self.make = make }
+
+    func next() throws -> RowBatch? {
+        while true {
+            if current == nil {
+                guard let r = try make() else { return nil }
+                current = r
+            }
+            if let b = try current?.next() { return b }
+            current?.close()
+            current = nil
+        }
+    }
+
+    func close() {
+        current?.close()
+        current = nil
+    }
 }

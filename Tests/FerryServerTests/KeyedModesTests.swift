@@ -174,16 +174,22 @@ final class KeyedModesTests: XCTestCase {
         let mysql = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
         let n = 2_500
         let pairRows: [[Value]] = (0..<300).map { i in [.int(Int64(i / 3)), .text(["x", "y", "Z"][i % 3]), .int(Int64(i))] }
-        let routes = [("sqlite", "sqlite:" + folder.path("m-source.db"), "sqlite", "sqlite:" + folder.path("m-target.db")),
-                      ("sqlite", "sqlite:" + folder.path("m-source.db"), "postgres", postgres),
-                      ("sqlite", "sqlite:" + folder.path("m-source.db"), "mysql", mysql),
-                      ("postgres", postgres, "sqlite", "sqlite:" + folder.path("m-target2.db")),
-                      ("mysql", mysql, "postgres", postgres)]
-        for (from, sourceURL, to, targetURL) in routes {
+        let served = "sqlite:" + folder.path("m-served.db")
+        let service = try await RunningService(database: served, drivers: drivers)
+        defer { service.stop() }
+        // (label, where the rows are written, where the copy reads them, target)
+        let routes = [("sqlite", "sqlite:" + folder.path("m-source.db"), nil, "sqlite", "sqlite:" + folder.path("m-target.db")),
+                      ("sqlite", "sqlite:" + folder.path("m-source.db"), nil, "postgres", postgres),
+                      ("sqlite", "sqlite:" + folder.path("m-source.db"), nil, "mysql", mysql),
+                      ("postgres", postgres, nil, "sqlite", "sqlite:" + folder.path("m-target2.db")),
+                      ("mysql", mysql, nil, "postgres", postgres),
+                      ("http(sqlite)", served, service.url(), "postgres", postgres)]
+        for (from, sourceURL, readURL, to, targetURL) in routes {
             let label = "\(from) -> \(to)"
             let src = try harness.registry.connect(sourceURL, role: .target)
+            let reads = try readURL.map { try harness.registry.connect($0, role: .source) }
             let dst = try harness.registry.connect(targetURL, role: .target)
-            defer { src.close(); dst.close() }
+            defer { src.close(); dst.close(); reads?.close() }
             for t in [Self.items.name, Self.pairs.name] {
                 try src.begin(); try src.dropTable(t); try src.createTable(t == Self.items.name ? Self.items : Self.pairs, named: t); try src.commit()
             }
@@ -192,19 +198,19 @@ final class KeyedModesTests: XCTestCase {
             for t in [Self.items.name, Self.pairs.name] { try dst.begin(); try dst.dropTable(t); try dst.commit() }
             let tables = ["keyed_items", "keyed_pairs"]
             // Into a missing table, a mirror is a load.
-            let first = try harness.copy(src, dst, mode: .mirror, tables: tables, batchSize: 1_000)
+            let first = try harness.copy(reads ?? src, dst, mode: .mirror, tables: tables, batchSize: 1_000)
             XCTAssertTrue(first.ok, "\(label): \(first.tables.compactMap(\.error))")
             XCTAssertEqual(first.tables.compactMap(\.counts).reduce(MergeCounts(), +), MergeCounts(inserted: Int64(n + 300)), label)
 
             try diverge(dst, rows: n)
             // More deletes than --max-delete allows: the table fails and stays as it was.
             let before = try DriverConformance.readAll(dst, Self.items.name)
-            let limited = try harness.copy(src, dst, mode: .mirror, tables: ["keyed_items"], batchSize: 1_000) { $0.maxDelete = .rows(4) }
+            let limited = try harness.copy(reads ?? src, dst, mode: .mirror, tables: ["keyed_items"], batchSize: 1_000) { $0.maxDelete = .rows(4) }
             XCTAssertFalse(limited.ok, label)
             XCTAssertTrue(limited.tables.first?.error?.contains("would delete 5 of the 2495 rows") == true, "\(label): \(limited.tables.compactMap(\.error))")
             XCTAssertEqual(try DriverConformance.readAll(dst, Self.items.name), before, "\(label): a refused mirror changed the target")
 
-            let second = try harness.copy(src, dst, mode: .mirror, tables: tables, batchSize: 1_000) { $0.maxDelete = .percent(1) }
+            let second = try harness.copy(reads ?? src, dst, mode: .mirror, tables: tables, batchSize: 1_000) { $0.maxDelete = .percent(1) }
             XCTAssertTrue(second.ok, "\(label): \(second.tables.compactMap(\.error))")
             let items = second.tables.first { $0.source == "keyed_items" }
             XCTAssertEqual(items?.counts, MergeCounts(inserted: 10, updated: 23, unchanged: Int64(n - 10 - 23), deleted: 5), label)
@@ -217,7 +223,7 @@ final class KeyedModesTests: XCTestCase {
             XCTAssertEqual(try harness.differences(src, dst, tables: [Self.items.name, Self.pairs.name]), [], label)
 
             // Equal: one level of digests, no row read, nothing written.
-            let third = try harness.copy(src, dst, mode: .mirror, tables: tables, batchSize: 1_000)
+            let third = try harness.copy(reads ?? src, dst, mode: .mirror, tables: tables, batchSize: 1_000)
             XCTAssertEqual(third.tables.compactMap(\.counts).reduce(MergeCounts(), +), MergeCounts(unchanged: Int64(n + 300)), label)
             XCTAssertEqual(third.tables.compactMap(\.mirror).map(\.sourceRowsRead), [0, 0], label)
             XCTAssertEqual(third.tables.compactMap(\.mirror).map(\.levels), [1, 1], label)
@@ -225,18 +231,31 @@ final class KeyedModesTests: XCTestCase {
             // With --where, the condition runs on both sides and deletes stay inside it.
             try write((n..<(n + 3)).map(Self.itemRow), into: Self.items, on: dst)
             try delete([[.int(5)], [.int(6)]], from: Self.items, on: src)
-            let filtered = try harness.copy(src, dst, mode: .mirror, tables: ["keyed_items"], batchSize: 1_000) { $0.filters = ["id < 1000"] }
-            XCTAssertTrue(filtered.ok, "\(label): \(filtered.tables.compactMap(\.error))")
-            XCTAssertEqual(filtered.tables.first?.counts, MergeCounts(unchanged: 998, deleted: 2), label)
-            XCTAssertEqual(try dst.countRows(Self.items.name), Int64(n - 2 + 3), "\(label): rows outside --where were touched")
+            if let reads {
+                // The service takes no SQL: --where is refused with one line.
+                do {
+                    let refused = try harness.copy(reads, dst, mode: .mirror, tables: ["keyed_items"]) { $0.filters = ["id < 1000"] }
+                    XCTAssertFalse(refused.ok, label)
+                    XCTAssertTrue(refused.tables.first?.error?.contains("does not take") == true, "\(label): \(refused.tables.compactMap(\.error))")
+                } catch {
+                    XCTAssertTrue("\(error)".contains("does not take"), "\(label): \(error)")
+                }
+                try delete((n..<(n + 3)).map { [.int(Int64($0))] }, from: Self.items, on: dst)
+                try write([Self.itemRow(5), Self.itemRow(6)], into: Self.items, on: src)
+            } else {
+                let filtered = try harness.copy(src, dst, mode: .mirror, tables: ["keyed_items"], batchSize: 1_000) { $0.filters = ["id < 1000"] }
+                XCTAssertTrue(filtered.ok, "\(label): \(filtered.tables.compactMap(\.error))")
+                XCTAssertEqual(filtered.tables.first?.counts, MergeCounts(unchanged: 998, deleted: 2), label)
+                XCTAssertEqual(try dst.countRows(Self.items.name), Int64(n - 2 + 3), "\(label): rows outside --where were touched")
+            }
 
             // An empty source table empties nothing unless asked.
             try src.begin(); try src.dropTable(Self.pairs.name); try src.createTable(Self.pairs, named: Self.pairs.name); try src.commit()
-            let empty = try harness.copy(src, dst, mode: .mirror, tables: ["keyed_pairs"], batchSize: 1_000)
+            let empty = try harness.copy(reads ?? src, dst, mode: .mirror, tables: ["keyed_pairs"], batchSize: 1_000)
             XCTAssertFalse(empty.ok, label)
             XCTAssertTrue(empty.tables.first?.error?.contains("--allow-empty-source") == true, "\(label): \(empty.tables.compactMap(\.error))")
             XCTAssertEqual(try dst.countRows(Self.pairs.name), 300, label)
-            let emptied = try harness.copy(src, dst, mode: .mirror, tables: ["keyed_pairs"], batchSize: 1_000) { $0.allowEmptySource = true }
+            let emptied = try harness.copy(reads ?? src, dst, mode: .mirror, tables: ["keyed_pairs"], batchSize: 1_000) { $0.allowEmptySource = true }
             XCTAssertEqual(emptied.tables.first?.counts, MergeCounts(deleted: 300), "\(label): \(emptied.tables.compactMap(\.error))")
             for t in [Self.items.name, Self.pairs.name] { try dst.begin(); try dst.dropTable(t); try dst.commit() }
         }

@@ -224,8 +224,12 @@ public final class BucketFilteringReader: BatchReader {
     let modulus: Int64
     let residues: Set<Int64>
 
-    public init(_ inner: any BatchReader, columns: [Column], filter: BucketFilter, table: TableName) throws {
+    /// Rows still to pass when the range asked for at most so many.
+    var remaining: Int?
+
+    public init(_ inner: any BatchReader, columns: [Column], filter: BucketFilter, table: TableName, limit: Int? = nil) throws {
         self.inner = inner
+        self.remaining = limit
         self.types = columns.map(\.logicalType)
         self.keyIndexes = try DigestComputer.keyIndexes(filter.key, in: columns, table: table)
         self.modulus = filter.modulus
@@ -233,13 +237,16 @@ public final class BucketFilteringReader: BatchReader {
     }
 
     public func next() throws -> RowBatch? {
+        if remaining == 0 { return nil }
         while let batch = try inner.next() {
             var keep: [Int] = []
             for row in 0..<batch.count {
                 let h = DigestComputer.hashes(batch, row: row, types: types, keyIndexes: keyIndexes, rowText: false)
                 if residues.contains(h.key % modulus) { keep.append(row) }
+                if let r = remaining, keep.count == r { break }
             }
             if keep.isEmpty { continue }
+            if let r = remaining { remaining = r - keep.count }
             if keep.count == batch.count { return batch }
             return batch.selecting(keep)
         }

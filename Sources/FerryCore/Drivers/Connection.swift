@@ -90,6 +90,13 @@ public protocol Connection: AnyObject {
     /// (PostgreSQL REPEATABLE READ, MySQL WITH CONSISTENT SNAPSHOT, SQLite a read
     /// transaction); ended with `commit` or `rollback`.
     func beginSnapshot() throws
+    /// Inside `beginSnapshot`'s transaction: an id other connections to the same database
+    /// can start their snapshot from (PostgreSQL `pg_export_snapshot()`), or nil when the
+    /// engine cannot share one.
+    func exportSnapshot() throws -> String?
+    /// Starts a read-only transaction that sees the snapshot `id` exported by another
+    /// connection.
+    func beginSnapshot(importing id: String) throws
     func commit() throws
     func rollback() throws
 
@@ -106,6 +113,8 @@ extension Connection {
     }
 
     public func beginSnapshot() throws { try begin() }
+    public func exportSnapshot() throws -> String? { nil }
+    public func beginSnapshot(importing id: String) throws { try beginSnapshot() }
 
     /// Plans and creates a table of `schema` named `name`; returns the table as created.
     @discardableResult

@@ -356,6 +356,21 @@ public struct CopyEngine: Sendable {
         let sourceEndpoint = source.endpoint
         let targetEndpoint = target.endpoint
 
+        // One snapshot of the source for the whole copy, as pg_dump takes: job 0's connection
+        // begins it, and the other jobs start theirs from it where the engine can share one.
+        var snapshot: String?
+        do {
+            try source.beginSnapshot()
+            snapshot = try source.exportSnapshot()
+        } catch {
+            progress.note("warning: the source could not start a read snapshot (\(error)); each table is read as of its own moment")
+        }
+        if jobs > 1 && snapshot == nil {
+            progress.note(
+                "warning: \(jobs) jobs read the source in \(jobs) snapshots (\(source.dialect.engine.rawValue) cannot share one between connections): "
+                    + "rows added while the copy runs may be in one table and not in another; --jobs 1 reads every table from one snapshot")
+        }
+        let sharedSnapshot = snapshot
         let first = Handoff((source, target))
         let swaps = Locked(())
         var workers: [Worker] = []
@@ -371,6 +386,7 @@ public struct CopyEngine: Sendable {
                         do {
                             let s = try engine.registry.connect(sourceEndpoint, role: .source)
                             let t = try engine.registry.connect(targetEndpoint, role: .target)
+                            if let sharedSnapshot { try s.beginSnapshot(importing: sharedSnapshot) } else { try? s.beginSnapshot() }
                             connections = (s, t)
                         } catch {
                             openError = "\(error)"
@@ -398,12 +414,14 @@ public struct CopyEngine: Sendable {
                         results.withLock { $0[i] = r }
                     }
                     if j != 0, let (s, t) = connections {
+                        try? s.rollback()
                         s.close()
                         t.close()
                     }
                 })
         }
         for w in workers { w.join() }
+        if !options.keepSourceSnapshot { try? source.rollback() }
         var tables = results.withLock { $0 }
         if cancellation?.isCancelled != true {
             addForeignKeys(plan, results: &tables, target: target, progress: progress)

@@ -112,6 +112,9 @@ public struct CopyOptions: Sendable {
     public var casts = CastRuleSet()
     /// `--max-delete`: a mirror that would delete more rows from a table fails it, changing nothing.
     public var maxDelete: DeleteLimit?
+    /// Leave the source connection's read snapshot open after `run` (ended by the caller with
+    /// `rollback`), so that `copy --verify` compares against the rows the copy read.
+    public var keepSourceSnapshot = false
     /// `--allow-empty-source`: let a mirror empty a target table whose source table is empty.
     public var allowEmptySource = false
 

@@ -9,7 +9,8 @@ extension CopyEngine {
     /// `--mode mirror` into an existing table, in the caller's target transaction: compares
     /// range digests level by level (each side computes its own, next to its data), reads
     /// only the source rows of buckets that differ and upserts them, then deletes the target
-    /// rows of those buckets whose key the source lacks. Source reads share one snapshot.
+    /// rows of those buckets whose key the source lacks. The source is read inside the copy's
+    /// snapshot (`run`), so digests and rows agree.
     func mirrorTable(
         _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema, options: CopyOptions,
         progress: ProgressReporter, cancellation: Cancellation?
@@ -26,8 +27,6 @@ extension CopyEngine {
             return c
         }
         var stats = CopySummary.MirrorStats()
-        try source.beginSnapshot()
-        defer { try? source.rollback() }
 
         // Level by level: digests of every bucket, then finer buckets inside those that differ.
         var modulus: Int64 = 1
