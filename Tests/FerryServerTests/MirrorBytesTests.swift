@@ -23,7 +23,7 @@ final class MirrorBytesTests: XCTestCase {
             DROP TABLE IF EXISTS mirror_million;
             CREATE TABLE mirror_million (id bigint PRIMARY KEY, customer_id integer NOT NULL, amount numeric(12,2),
               weight double precision, sku varchar(64) NOT NULL, note text, created_at timestamp(6), ext_ref uuid);
-            INSERT INTO mirror_million SELECT g, (g * 7919) % 1000003, CASE WHEN g % 10 = 0 THEN NULL ELSE round(g * 1.37, 2) END,
+            INSERT INTO mirror_million SELECT g, (g::bigint * 7919) % 1000003, CASE WHEN g % 10 = 0 THEN NULL ELSE round(g * 1.37, 2) END,
               g::float8 / 7, 'SKU-' || lpad(g::text, 10, '0'), CASE WHEN g % 5 = 0 THEN NULL ELSE 'order note ' || md5(g::text) END,
               timestamp '2000-01-01' + g * interval '1.000001 second', md5(g::text || 'u')::uuid
             FROM generate_series(1, 1000000) g;
