@@ -186,7 +186,10 @@ public final class PostgresConnection: Connection {
     }
 
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
-        try guardedRead { try DigestSQL.digests(try rows(DigestSQL.query(table.name, request, pgDialect)), table: table.name) }
+        try guardedRead {
+            let from = (try readsWithOnly(table.name) ? "ONLY " : "") + pgDialect.quote(table.name)
+            return try DigestSQL.digests(try rows(DigestSQL.query(table.name, request, pgDialect, from: from)), table: table.name)
+        }
     }
     public func commit() throws {
         inReadSnapshot = false

@@ -50,8 +50,8 @@ extension PostgresDialect: DigestSQLDialect {
         default: return "\(q)::text"
         }
     }
-    public func byteLengthSQL(_ text: String) -> String { "octet_length(\(text))" }
+    public func byteLengthSQL(_ text: String) -> String { "octet_length(convert_to(\(text), 'UTF8'))" }
     public func concatSQL(_ parts: [String]) -> String { parts.count == 1 ? parts[0] : "(" + parts.joined(separator: " || ") + ")" }
-    public func md5HexSQL(_ text: String) -> String { "md5(\(text))" }
+    public func md5HexSQL(_ text: String) -> String { "md5(convert_to(\(text), 'UTF8'))" }
     public func hex32SQL(_ hex: String) -> String { "('x' || \(hex))::bit(32)::bigint" }
 }

@@ -277,6 +277,10 @@ public struct XMLService: Sendable {
             let columnNames = query[values: "columns"].map(String.init)
             let keyNames = query[values: "key"].map(String.init)
             let within = try Self.bucketParameter(query["within"].map(String.init), key: keyNames, table: name)
+            // One answer line per bucket: without `within`, at most 2^20 buckets.
+            guard within != nil || modulus <= 1 << 20 else {
+                throw ServiceError.badRequest("modulus above 1048576 needs within= (buckets of a coarser level)", table: name.description)
+            }
             let data = try await Offload.run { () -> Data in
                 let c = try service.open(write: false)
                 defer { c.close() }

@@ -69,6 +69,9 @@ public final class HTTPConnection: Connection {
         // Bucket filters travel as query parameters, a bounded number of buckets per walk: the
         // service filters next to its data, one walk after the other.
         let parts = Self.bucketParameters(buckets)
+        if parts.count > 1 && (keyRange?.limit != nil || keyRange?.after != nil || keyRange?.upTo != nil) {
+            throw FerryError.invalidOption("a bucket filter of more than \(Self.bucketsPerRequest) buckets reads whole walks one after the other: it takes no limit or key bounds")
+        }
         var index = 0
         return ChainedReader {
             guard index < parts.count else { return nil }

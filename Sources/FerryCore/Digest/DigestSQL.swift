@@ -36,12 +36,14 @@ public enum DigestSQL {
     }
 
     /// A query whose rows are `bucket, rows, sum0, sum1` (integers) for `request` over `table`.
-    public static func query(_ table: TableName, _ request: DigestRequest, _ d: any DigestSQLDialect) -> String {
+    /// `from` is the table as the engine's readers name it (PostgreSQL's `ONLY "t"` for a table
+    /// whose inheritance children are tables of their own); default: the quoted name.
+    public static func query(_ table: TableName, _ request: DigestRequest, _ d: any DigestSQLDialect, from: String? = nil) -> String {
         var conditions: [String] = []
         if let f = request.filter { conditions.append("(" + f + ")") }
         if let w = request.within { conditions.append(condition(w, d)) }
         let inner = "SELECT \(d.md5HexSQL(rowText(request.key, d))) AS km, \(d.md5HexSQL(rowText(request.columns, d))) AS rm FROM "
-            + d.quote(table) + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
+            + (from ?? d.quote(table)) + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
         let hashes = "SELECT \(d.hex32SQL("substr(km, 1, 8)")) AS kh, \(d.hex32SQL("substr(rm, 1, 8)")) AS r0, "
             + "\(d.hex32SQL("substr(rm, 9, 8)")) AS r1 FROM (\(inner)) ferry_rows"
         return "SELECT kh % \(request.modulus) AS b, COUNT(*), SUM(r0), SUM(r1) FROM (\(hashes)) ferry_hashes GROUP BY b ORDER BY b"

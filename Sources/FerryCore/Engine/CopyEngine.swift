@@ -363,6 +363,8 @@ public struct CopyEngine: Sendable {
             try source.beginSnapshot()
             snapshot = try source.exportSnapshot()
         } catch {
+            try? source.rollback()
+            snapshot = nil
             progress.note("warning: the source could not start a read snapshot (\(error)); each table is read as of its own moment")
         }
         if jobs > 1 && snapshot == nil {
@@ -386,7 +388,12 @@ public struct CopyEngine: Sendable {
                         do {
                             let s = try engine.registry.connect(sourceEndpoint, role: .source)
                             let t = try engine.registry.connect(targetEndpoint, role: .target)
-                            if let sharedSnapshot { try s.beginSnapshot(importing: sharedSnapshot) } else { try? s.beginSnapshot() }
+                            do {
+                                if let sharedSnapshot { try s.beginSnapshot(importing: sharedSnapshot) } else { try s.beginSnapshot() }
+                            } catch {
+                                try? s.rollback()
+                                progress.note("warning: job \(j) could not join the source's snapshot (\(error)); its tables are read as of their own moment")
+                            }
                             connections = (s, t)
                         } catch {
                             openError = "\(error)"

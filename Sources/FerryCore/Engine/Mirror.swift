@@ -5,6 +5,9 @@ extension CopyEngine {
     /// each further level splits a differing bucket in `fanout`.
     static let mirrorRowsPerBucket: Int64 = 256
     static let mirrorFanout: Int64 = 16
+    /// At most this many buckets in one filter (an `IN` list of ~140 kB, well under MySQL's
+    /// max_allowed_packet; 20 requests through the service).
+    static let mirrorMaxBuckets = 20_000
 
     /// `--mode mirror` into an existing table, in the caller's target transaction: compares
     /// range digests level by level (each side computes its own, next to its data), reads
@@ -35,6 +38,8 @@ extension CopyEngine {
         var within: BucketFilter?
         var unchanged: Int64 = 0
         var differing: [Int64] = []
+        /// The buckets to read (modulus, residues); nil: the whole table.
+        var final: (modulus: Int64, residues: [Int64])?
         while true {
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
             let s = try source.bucketDigests(table.sourceSchema, request: DigestRequest(
@@ -59,16 +64,32 @@ extension CopyEngine {
             let theirs = Dictionary(t.map { ($0.bucket, $0) }, uniquingKeysWith: { a, _ in a })
             let ours = Dictionary(s.map { ($0.bucket, $0) }, uniquingKeysWith: { a, _ in a })
             differing = Array(Set(ours.keys).union(theirs.keys).filter { ours[$0] != theirs[$0] }).sorted()
-            for d in s where theirs[d.bucket] == d { unchanged += d.rows }
-            if differing.isEmpty { break }
+            let levelUnchanged = s.reduce(0) { $0 + (theirs[$1.bucket] == $1 ? $1.rows : 0) }
+            if differing.count > Self.mirrorMaxBuckets {
+                // Too many buckets to name in one filter: read the previous level's buckets
+                // (fewer, larger), or everything at the first level. Rows of this level's equal
+                // buckets are read again, and counted by the keyed write.
+                final = within.map { ($0.modulus, $0.residues) }
+                break
+            }
+            unchanged += levelUnchanged
+            if differing.isEmpty {
+                final = (modulus, [])
+                break
+            }
             let rowsInDiffering = max(
                 differing.reduce(0) { $0 + (ours[$1]?.rows ?? 0) }, differing.reduce(0) { $0 + (theirs[$1]?.rows ?? 0) })
             // Small enough to read, or as fine as the 32-bit key hash goes.
-            if rowsInDiffering <= 8 * Int64(differing.count) || modulus * Self.mirrorFanout > 1 << 31 || stats.levels >= 6 { break }
+            if rowsInDiffering <= 8 * Int64(differing.count) || modulus * Self.mirrorFanout > 1 << 31 || stats.levels >= 6 {
+                final = (modulus, differing)
+                break
+            }
             within = BucketFilter(key: targetKey, modulus: modulus, residues: differing)
             modulus *= Self.mirrorFanout
         }
-        guard !differing.isEmpty else { return (0, MergeCounts(unchanged: unchanged), stats) }
+        if let final, final.residues.isEmpty { return (0, MergeCounts(unchanged: unchanged), stats) }
+        let sourceBuckets = final.map { BucketFilter(key: sourceKey, modulus: $0.modulus, residues: $0.residues) }
+        let targetBuckets = final.map { BucketFilter(key: targetKey, modulus: $0.modulus, residues: $0.residues) }
 
         // The source rows of the differing buckets, upserted; their keys kept to find deletes.
         let merge = MergeWriter(
@@ -76,7 +97,7 @@ extension CopyEngine {
             collectKeysAt: keyNames.compactMap { n in table.targetSchema.columns.firstIndex { $0.name == n } })
         let rows = try pump(
             table, source: source, target: target, into: into, options: options, progress: progress, cancellation: cancellation,
-            writer: merge, buckets: BucketFilter(key: sourceKey, modulus: modulus, residues: differing))
+            writer: merge, buckets: sourceBuckets)
         stats.sourceRowsRead = rows
 
         // The target keys of the same buckets that the source did not send: deleted.
@@ -85,7 +106,7 @@ extension CopyEngine {
         let keyTypes = targetKey.map(\.logicalType)
         let keys = try target.reader(
             table: into, columns: targetKey,
-            keyRange: KeyRange(key: [], filter: table.filter, buckets: BucketFilter(key: targetKey, modulus: modulus, residues: differing)),
+            keyRange: table.filter == nil && targetBuckets == nil ? nil : KeyRange(key: [], filter: table.filter, buckets: targetBuckets),
             batchSize: max(1, options.batchSize))
         do {
             while let batch = try keys.next() {
