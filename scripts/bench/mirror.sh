@@ -18,14 +18,23 @@ ROOT=$(cd "$HERE/../.." && pwd)
 FERRY=${FERRY:-$ROOT/.build/release/ferry}
 [ -x "$FERRY" ] || { echo "mirror.sh: $FERRY is missing: build it with swift build -c release" >&2; exit 1; }
 WORK=$(mktemp -d)
-trap 'kill $(jobs -p) 2>/dev/null || true; rm -rf "$WORK"' EXIT
+trap 'stop_relays; rm -rf "$WORK"' EXIT
 
 hostport() { echo "$1" | sed -E 's#^[a-z]+://([^@/]*@)?([^/?]*).*#\2#'; }
 free_port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
-relay() {  # relay URL NAME -> prints the URL through a new relay
+RELAY_URL=""
+relay() {  # relay URL NAME: sets RELAY_URL to the URL through a new relay
   local hp; hp=$(hostport "$1"); local port; port=$(free_port)
-  python3 "$HERE/relay.py" "$port" "${hp%:*}" "${hp#*:}" "$WORK/$2.count" & sleep 0.5
-  echo "$1" | sed "s#$hp#127.0.0.1:$port#"
+  python3 "$HERE/relay.py" "$port" "${hp%:*}" "${hp#*:}" "$WORK/$2.count" >/dev/null 2>&1 &
+  echo $! >> "$WORK/relays"
+  sleep 0.5
+  RELAY_URL=$(echo "$1" | sed "s#$hp#127.0.0.1:$port#")
+}
+stop_relays() {
+  [ -f "$WORK/relays" ] || return 0
+  while read -r pid; do kill "$pid" 2>/dev/null || true; done < "$WORK/relays"
+  sleep 0.3
+  rm -f "$WORK/relays"
 }
 bytes() { cut -d' ' -f1 "$WORK/$1.count" 2>/dev/null || echo -; }
 
@@ -57,10 +66,10 @@ SQL
 run() {  # run LABEL ferry-args…
   local label=$1; shift
   local s d
-  s=$(relay "$SRC" src); d=$DST
-  case "$DST" in sqlite:*) ;; *) d=$(relay "$DST" dst);; esac
+  relay "$SRC" src; s=$RELAY_URL; d=$DST
+  case "$DST" in sqlite:*) ;; *) relay "$DST" dst; d=$RELAY_URL;; esac
   /usr/bin/time -f "%e %M" -o "$WORK/time" "$FERRY" copy "$s" "$d" --tables bench_orders -q "$@"
-  kill $(jobs -p) 2>/dev/null || true; wait 2>/dev/null || true
+  stop_relays
   read -r secs rss < "$WORK/time"
   printf "| %-28s | %8.2f | %9.1f | %14s | %14s |\n" "$label" "$secs" "$((rss / 1024))" "$(bytes src)" "$(bytes dst)"
   rm -f "$WORK"/*.count

@@ -2,8 +2,10 @@ import Foundation
 
 extension CopyEngine {
     /// Bucket counts are powers of two; the first level aims at this many rows per bucket and
-    /// each further level splits a differing bucket in `fanout`.
-    static let mirrorRowsPerBucket: Int64 = 256
+    /// each further level splits a differing bucket in `fanout`. Every level scans both tables
+    /// (the digest SQL hashes every row), so the first level is already fine-grained: its
+    /// answer (a short line per bucket) costs far less than another scan.
+    static let mirrorRowsPerBucket: Int64 = 16
     static let mirrorFanout: Int64 = 16
     /// At most this many buckets in one filter (an `IN` list of ~140 kB, well under MySQL's
     /// max_allowed_packet; 20 requests through the service).
@@ -79,8 +81,12 @@ extension CopyEngine {
             }
             let rowsInDiffering = max(
                 differing.reduce(0) { $0 + (ours[$1]?.rows ?? 0) }, differing.reduce(0) { $0 + (theirs[$1]?.rows ?? 0) })
-            // Small enough to read, or as fine as the 32-bit key hash goes.
-            if rowsInDiffering <= 8 * Int64(differing.count) || modulus * Self.mirrorFanout > 1 << 31 || stats.levels >= 6 {
+            // Small enough to read (a few rows per bucket, or a twentieth of the table), or as
+            // fine as the 32-bit key hash goes.
+            let total = max(stats.sourceRows, stats.targetRows)
+            if rowsInDiffering <= 8 * Int64(differing.count) || rowsInDiffering <= total / 20 || modulus * Self.mirrorFanout > 1 << 31
+                || stats.levels >= 6
+            {
                 final = (modulus, differing)
                 break
             }
