@@ -141,8 +141,9 @@ public enum CanonicalText {
         while digits.last == "0" && digits.count > 1 { digits.removeLast() }
         let x = scale - 1  // d1.d2… × 10^x
         var out = negative ? "-" : ""
+        guard let first = digits.first else { return shortest }
         if x < -4 || x >= (float32 ? 6 : 15) {
-            out += String(digits.first!)
+            out += String(first)
             if digits.count > 1 { out += "." + digits.dropFirst() }
             out += x < 0 ? "e-" : "e+"
             let e = String(abs(x))
