@@ -25,6 +25,8 @@ final class DigestTests: XCTestCase {
                 m.update(Array(Array(text.utf8)[chunk..<min(chunk + 7, text.utf8.count)]))
             }
             XCTAssertEqual(hex(m.finalize()), expected, "\(text.count) bytes in pieces")
+            // The allocation-free prefix the digests use: the first 16 hex digits.
+            XCTAssertEqual(String(MD5.prefix(Array(text.utf8)), radix: 16).leftPadded(16), String(expected.prefix(16)), "\(text.count) bytes, prefix")
         }
     }
 
@@ -39,4 +41,8 @@ final class DigestTests: XCTestCase {
             XCTAssertEqual(CanonicalText.float(value, float32: false), expected, "\(value)")
         }
     }
+}
+
+extension String {
+    func leftPadded(_ n: Int) -> String { String(repeating: "0", count: max(0, n - count)) + self }
 }

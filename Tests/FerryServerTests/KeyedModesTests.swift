@@ -82,21 +82,8 @@ final class KeyedModesTests: XCTestCase {
             XCTAssertTrue(first.ok, "\(label): \(first.tables.compactMap(\.error))")
             XCTAssertEqual(first.tables.compactMap(\.counts).reduce(MergeCounts(), +), MergeCounts(inserted: Int64(n + 300)), label)
 
-            // Make the target differ: 10 rows missing, 20 labels changed, a NULL that is '' at
-            // the source (and an '' that is NULL), a timestamp 1 µs off, 3 pair values; and 5
-            // rows the source does not have (upsert leaves them).
-            try delete((100..<110).map { [.int(Int64($0))] }, from: Self.items, on: dst)
-            var changed = (200..<220).map { i -> [Value] in var r = Self.itemRow(i); r[1] = .text("changed \(i)"); return r }
-            var nullRow = Self.itemRow(700)  // note NULL (700 % 7 == 0) at the source: '' on the target
-            nullRow[2] = .text("")
-            var emptyRow = Self.itemRow(701)
-            emptyRow[2] = .null
-            var microsecond = Self.itemRow(702)
-            if case .timestamp(let t) = microsecond[3] { microsecond[3] = .timestamp(t + 1) }
-            changed += [nullRow, emptyRow, microsecond]
-            try write(changed, into: Self.items, on: dst, upsert: true)
-            try write((n..<(n + 5)).map(Self.itemRow), into: Self.items, on: dst)
-            try write([[.int(0), .text("x"), .int(-1)], [.int(1), .text("y"), .null], [.int(99), .text("Z"), .int(7)]], into: Self.pairs, on: dst, upsert: true)
+            // Make the target differ (see `diverge`); upsert leaves the rows the source lacks.
+            try diverge(dst, rows: n)
 
             let second = try harness.copy(src, dst, mode: .upsert, tables: ["keyed_items", "keyed_pairs"], batchSize: 1_000)
             XCTAssertTrue(second.ok, "\(label): \(second.tables.compactMap(\.error))")
@@ -105,6 +92,7 @@ final class KeyedModesTests: XCTestCase {
             XCTAssertEqual(second.tables.first { $0.source == "keyed_pairs" }?.counts, MergeCounts(inserted: 0, updated: 3, unchanged: 297), label)
             // The target now holds the source's rows, value for value (less its own 5 extra rows).
             try delete((n..<(n + 5)).map { [.int(Int64($0))] }, from: Self.items, on: dst)
+            try delete([[.int(500), .text("new")], [.int(501), .text("new")]], from: Self.pairs, on: dst)
             XCTAssertEqual(try harness.differences(src, dst, tables: [Self.items.name, Self.pairs.name]), [], label)
 
             // Nothing differs: nothing is written.

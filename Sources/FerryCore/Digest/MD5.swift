@@ -12,7 +12,7 @@ public struct MD5: Sendable {
     private var pending: [UInt8] = []
     private var length: UInt64 = 0
 
-    public init() { pending.reserveCapacity(64) }
+    public init() {}
 
     private static let shifts: [UInt32] = [
         7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22, 7, 12, 17, 22,
@@ -58,6 +58,32 @@ public struct MD5: Sendable {
             for i in 0..<4 { out.append(UInt8(truncatingIfNeeded: word >> (8 * UInt32(i)))) }
         }
         return out
+    }
+
+    /// The first 8 bytes of the digest of `bytes`, big-endian (what `substr(md5(x), 1, 16)`
+    /// reads as hex): the full blocks hashed in place and the padded tail on the stack, so a
+    /// hash per row allocates nothing.
+    public static func prefix(_ bytes: [UInt8]) -> UInt64 {
+        var m = MD5()
+        bytes.withUnsafeBytes { whole in
+            let full = whole.count / 64 * 64
+            var i = 0
+            while i < full {
+                m.block(whole.baseAddress! + i)
+                i += 64
+            }
+            let rest = whole.count - full
+            let blocks = rest < 56 ? 1 : 2
+            withUnsafeTemporaryAllocation(byteCount: 128, alignment: 8) { tail in
+                tail.initializeMemory(as: UInt8.self, repeating: 0)
+                if rest > 0 { tail.copyMemory(from: UnsafeRawBufferPointer(rebasing: whole[full...])) }
+                tail[rest] = 0x80
+                let bits = UInt64(whole.count) &* 8
+                for b in 0..<8 { tail[blocks * 64 - 8 + b] = UInt8(truncatingIfNeeded: bits >> (8 * UInt64(b))) }
+                for b in 0..<blocks { m.block(UnsafeRawPointer(tail.baseAddress! + 64 * b)) }
+            }
+        }
+        return UInt64(m.a0.byteSwapped) << 32 | UInt64(m.b0.byteSwapped)
     }
 
     public static func digest(_ bytes: [UInt8]) -> [UInt8] {

@@ -71,18 +71,30 @@ public struct BucketDigest: Sendable, Hashable, Codable {
 public enum CanonicalText {
     static let hex: [UInt8] = Array("0123456789abcdef".utf8)
 
-    /// Appends the field (`n` or `v<len>:<text>`) of row `row` of `column` typed `type`.
+    /// Appends the field (`n` or `v<len>:<text>`) of row `row` of `column` typed `type`. The
+    /// text is written in place and its length put in front of it (no buffer per field).
     public static func appendField(_ column: ColumnBuffer, row: Int, type: LogicalType, into out: inout [UInt8]) {
         if column.isNull(row) {
             out.append(UInt8(ascii: "n"))
             return
         }
-        var text: [UInt8] = []
-        append(column, row: row, type: type, into: &text)
         out.append(UInt8(ascii: "v"))
-        out.append(contentsOf: String(text.count).utf8)
-        out.append(UInt8(ascii: ":"))
-        out.append(contentsOf: text)
+        let start = out.count
+        append(column, row: row, type: type, into: &out)
+        var length = out.count - start
+        var digits = 1
+        while length >= 10 { length /= 10; digits += 1 }
+        out.insert(contentsOf: repeatElement(UInt8(ascii: ":"), count: digits + 1), at: start)
+        length = out.count - start - digits - 1
+        for i in stride(from: start + digits - 1, through: start, by: -1) {
+            out[i] = UInt8(ascii: "0") + UInt8(length % 10)
+            length /= 10
+        }
+    }
+
+    /// Appends the fields of the columns at `at` of row `row` (a key's or a row's text).
+    public static func appendFields(_ batch: RowBatch, row: Int, at: [Int], types: [LogicalType], into out: inout [UInt8]) {
+        for i in at { appendField(batch.columns[i], row: row, type: types[i], into: &out) }
     }
 
     /// Appends the canonical text of a non-NULL value.
@@ -165,20 +177,19 @@ public enum CanonicalText {
 /// Ferry runs beside (SQLite, in the same process) and as the reference the SQL of the
 /// others must agree with.
 public enum DigestComputer {
-    /// The 32-bit key hash and two 32-bit row hashes of row `row` (columns as typed).
-    static func hashes(_ batch: RowBatch, row: Int, types: [LogicalType], keyIndexes: [Int], rowText: Bool) -> (key: Int64, r0: Int64, r1: Int64) {
-        var text: [UInt8] = []
-        for i in keyIndexes { CanonicalText.appendField(batch.columns[i], row: row, type: types[i], into: &text) }
-        let k = MD5.digest(text)
-        guard rowText else { return (word(k, 0), 0, 0) }
-        text.removeAll(keepingCapacity: true)
-        for i in types.indices { CanonicalText.appendField(batch.columns[i], row: row, type: types[i], into: &text) }
-        let r = MD5.digest(text)
-        return (word(k, 0), word(r, 0), word(r, 4))
-    }
-
-    static func word(_ d: [UInt8], _ at: Int) -> Int64 {
-        Int64(d[at]) << 24 | Int64(d[at + 1]) << 16 | Int64(d[at + 2]) << 8 | Int64(d[at + 3])
+    /// The 32-bit key hash and two 32-bit row hashes of row `row` (columns as typed);
+    /// `scratch` is reused from row to row.
+    static func hashes(
+        _ batch: RowBatch, row: Int, types: [LogicalType], keyIndexes: [Int], allIndexes: [Int], rowText: Bool, scratch: inout [UInt8]
+    ) -> (key: Int64, r0: Int64, r1: Int64) {
+        scratch.removeAll(keepingCapacity: true)
+        CanonicalText.appendFields(batch, row: row, at: keyIndexes, types: types, into: &scratch)
+        let k = MD5.prefix(scratch)
+        guard rowText else { return (Int64(k >> 32), 0, 0) }
+        scratch.removeAll(keepingCapacity: true)
+        CanonicalText.appendFields(batch, row: row, at: allIndexes, types: types, into: &scratch)
+        let r = MD5.prefix(scratch)
+        return (Int64(k >> 32), Int64(r >> 32), Int64(r & 0xFFFF_FFFF))
     }
 
     /// Positions of `key` among `columns`; throws when one is missing.
@@ -200,9 +211,11 @@ public enum DigestComputer {
         defer { reader.close() }
         let within = request.within.map { (modulus: $0.modulus, residues: Set($0.residues)) }
         var sums: [Int64: BucketDigest] = [:]
+        var scratch: [UInt8] = []
+        let all = Array(types.indices)
         while let batch = try reader.next() {
             for row in 0..<batch.count {
-                let h = hashes(batch, row: row, types: types, keyIndexes: keyIndexes, rowText: true)
+                let h = hashes(batch, row: row, types: types, keyIndexes: keyIndexes, allIndexes: all, rowText: true, scratch: &scratch)
                 if let within, !within.residues.contains(h.key % within.modulus) { continue }
                 let b = h.key % request.modulus
                 var d = sums[b] ?? BucketDigest(bucket: b, rows: 0, sum0: 0, sum1: 0)
@@ -224,6 +237,7 @@ public final class BucketFilteringReader: BatchReader {
     let keyIndexes: [Int]
     let modulus: Int64
     let residues: Set<Int64>
+    var scratch: [UInt8] = []
 
     /// Rows still to pass when the range asked for at most so many.
     var remaining: Int?
@@ -242,7 +256,7 @@ public final class BucketFilteringReader: BatchReader {
         while let batch = try inner.next() {
             var keep: [Int] = []
             for row in 0..<batch.count {
-                let h = DigestComputer.hashes(batch, row: row, types: types, keyIndexes: keyIndexes, rowText: false)
+                let h = DigestComputer.hashes(batch, row: row, types: types, keyIndexes: keyIndexes, allIndexes: [], rowText: false, scratch: &scratch)
                 if residues.contains(h.key % modulus) { keep.append(row) }
                 if let r = remaining, keep.count == r { break }
             }

@@ -119,3 +119,16 @@ final class Worker: Sendable {
 
     func join() { done.wait() }
 }
+
+extension Worker {
+    /// Runs `a` on a new thread and `b` on this one, and returns both results (each closure
+    /// uses its own connection: a connection is used by one thread at a time).
+    static func both<A, B>(_ a: @escaping () throws -> A, _ b: () throws -> B) throws -> (A, B) {
+        let box = Handoff<(Result<A, any Error>?, () throws -> A)>((nil, a))
+        let worker = Worker(name: "ferry-both") { box.value.0 = Result { try box.value.1() } }
+        let right = Result { try b() }
+        worker.join()
+        guard let left = box.value.0 else { throw FerryError.invalidOption("a concurrent read did not run") }
+        return (try left.get(), try right.get())
+    }
+}

@@ -680,7 +680,7 @@ public struct CopyEngine: Sendable {
         /// The canonical text of a row's key: equal for equal keys whatever engine read them.
         static func keyText(_ batch: RowBatch, row: Int, at: [Int], types: [LogicalType]) -> [UInt8] {
             var out: [UInt8] = []
-            for i in at { CanonicalText.appendField(batch.columns[i], row: row, type: types[i], into: &out) }
+            CanonicalText.appendFields(batch, row: row, at: at, types: types, into: &out)
             return out
         }
         func finish() throws {}

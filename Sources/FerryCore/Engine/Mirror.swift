@@ -44,14 +44,14 @@ extension CopyEngine {
         var final: (modulus: Int64, residues: [Int64])?
         while true {
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
-            let s = try source.bucketDigests(table.sourceSchema, request: DigestRequest(
+            // Both sides at once: each computes next to its own data.
+            let sourceRequest = DigestRequest(
                 key: sourceKey, columns: sourceColumns, modulus: modulus,
-                within: within.map { BucketFilter(key: sourceKey, modulus: $0.modulus, residues: $0.residues) },
-                filter: table.filter))
-            let t = try target.bucketDigests(into, request: DigestRequest(
-                key: targetKey, columns: targetColumns, modulus: modulus,
-                within: within,
-                filter: table.filter))
+                within: within.map { BucketFilter(key: sourceKey, modulus: $0.modulus, residues: $0.residues) }, filter: table.filter)
+            let sourceSchema = table.sourceSchema
+            let (s, t) = try Worker.both(
+                { try source.bucketDigests(sourceSchema, request: sourceRequest) },
+                { try target.bucketDigests(into, request: DigestRequest(key: targetKey, columns: targetColumns, modulus: modulus, within: within, filter: table.filter)) })
             stats.levels += 1
             stats.digests += s.count + t.count
             if stats.levels == 1 {

@@ -144,7 +144,7 @@ public struct Verifier: Sendable {
             }
             return d
         }
-        let (a, b) = try both(
+        let (a, b) = try Worker.both(
             { try digest(source, sourceSchema, columns, converting: true) }, { try digest(target, targetSchema, targetColumns, converting: false) })
         let differing = Set((0..<buckets).filter { a.sums[$0] != b.sums[$0] || a.counts[$0] != b.counts[$0] })
         var report = TableReport(
@@ -170,7 +170,7 @@ public struct Verifier: Sendable {
             }
             return rows
         }
-        let (left, right) = try both(
+        let (left, right) = try Worker.both(
             { try collect(source, sourceSchema, columns, converting: true) }, { try collect(target, targetSchema, targetColumns, converting: false) })
         func keyText(_ k: [Value]) -> String {
             "(" + zip(key, k).map { "\($0)=\($1)" }.joined(separator: ", ") + ")"
@@ -216,15 +216,6 @@ public struct Verifier: Sendable {
         return h.value
     }
 
-    /// Runs two reads at once (each on its own connection and thread).
-    private func both<A, B>(_ a: @escaping () throws -> A, _ b: @escaping () throws -> B) throws -> (A, B) {
-        let box = Handoff<(Result<A, any Error>?, () throws -> A)>((nil, a))
-        let worker = Worker(name: "ferry-verify") { box.value.0 = Result { try box.value.1() } }
-        let right = Result { try b() }
-        worker.join()
-        guard let left = box.value.0 else { throw FerryError.invalidOption("verification did not run") }
-        return (try left.get(), try right.get())
-    }
 }
 
 /// FNV-1a over each value's type tag and canonical bytes: the same on both sides and across
