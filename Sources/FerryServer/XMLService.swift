@@ -468,6 +468,102 @@ public struct XMLService: Sendable {
             return service.xml(Self.applied([("inserted", moved)]))
         }
 
+        // Keyed writes staged by the http driver, applied in one transaction: the keys of
+        // `deletes` deleted, the rows of `upserts` inserted or (where they differ) updated by
+        // `key`, serial counters moved, and the row count checked against `expect`; both
+        // staging tables dropped. Any failure applies nothing.
+        router.post("/v1/tables/:table/apply") { request, context -> Response in
+            let name = try service.tableParameter(context)
+            let params = request.uri.queryParameters
+            let keyNames = params[values: "key"].map { String($0) }
+            let upserts = params["upserts"].map { TableName(parsing: String($0)) }
+            let deletes = params["deletes"].map { TableName(parsing: String($0)) }
+            let expect = try params["expect"].map { text -> Int64 in
+                guard let n = Int64(text), n >= 0 else { throw ServiceError.badRequest("expect= is a row count", table: name.description) }
+                return n
+            }
+            let resetSerial = params["reset-serial"] == "1"
+            guard upserts != nil || deletes != nil else {
+                throw ServiceError.badRequest("apply needs ?upserts=STAGING and/or ?deletes=STAGING", table: name.description)
+            }
+            let counts = try await Offload.run { () -> [(String, Int)] in
+                let c = try service.open(write: true)
+                defer { c.close() }
+                // A second connection reads the (committed) staging tables while the first writes.
+                let r = try service.open(write: false)
+                defer { r.close() }
+                let t = try service.served(name, in: c)
+                let schema = try c.describe(t)
+                let key = keyNames.isEmpty ? (schema.preferredKey?.columns ?? []) : keyNames
+                guard !key.isEmpty else { throw FerryError.noKey(table: t) }
+                for k in key where schema.column(named: k) == nil { throw FerryError.columnNotFound(table: t, column: k) }
+                let staged = try [deletes, upserts].map { try $0.map { s -> TableSchema in
+                    let staging = try service.served(s, in: c)
+                    guard staging.name.hasPrefix(CopyEngine.internalPrefix) else {
+                        throw ServiceError.badRequest("\(staging) is not a staging table (\(CopyEngine.internalPrefix)…)", table: name.description)
+                    }
+                    return try c.describe(staging)
+                } }
+                /// Every batch of a staging table, read on `r`; a refused row named by its key.
+                func each(_ staging: TableSchema, _ body: (RowBatch, [Column]) throws -> Void) throws {
+                    let columns = try staging.columns.map { s in
+                        guard let col = schema.column(named: s.name) else { throw FerryError.columnNotFound(table: t, column: s.name) }
+                        return Column(name: col.name, nativeType: col.nativeType, logicalType: s.logicalType, isNullable: true)
+                    }
+                    let reader = try r.reader(table: staging, columns: staging.columns, keyRange: nil, batchSize: 10_000)
+                    defer { reader.close() }
+                    while let batch = try reader.next() {
+                        do {
+                            try body(batch, columns)
+                        } catch let e as BatchRowError {
+                            let b = e.batch ?? batch
+                            let shown = key.compactMap { k -> String? in
+                                guard let i = columns.firstIndex(where: { $0.name == k }), e.row < b.count else { return nil }
+                                return "\(k)=\(Value(column: b.columns[i], row: e.row, type: columns[i].logicalType))"
+                            }
+                            var column: String?
+                            var message = e.error.description
+                            if case let .invalidValue(_, col, _, m) = e.error {
+                                column = col
+                                message = m
+                            }
+                            throw ServiceError(
+                                status: 422, code: "invalid", table: t.description,
+                                message: "\(message) (key (\(shown.joined(separator: ", "))))", column: column)
+                        }
+                    }
+                }
+                return try Self.transaction(c) {
+                    var counts = MergeCounts()
+                    // Deletes first: a row going away may free a unique value an upsert takes.
+                    if let d = staged[0] {
+                        try each(d) { batch, columns in
+                            counts.deleted += Int64(try c.deleteRows(from: schema, key: columns, keys: batch))
+                        }
+                        try c.dropTable(d.name)
+                    }
+                    if let u = staged[1] {
+                        try each(u) { batch, columns in
+                            counts = counts + (try c.mergeRows(into: schema, columns: columns, key: key, rows: batch))
+                        }
+                        try c.dropTable(u.name)
+                    }
+                    if resetSerial, schema.columns.contains(where: \.isSerial) { try c.resetSerial(t, schema: schema) }
+                    if let expect {
+                        let n = try c.countRows(t)
+                        guard n == expect else {
+                            throw ServiceError(
+                                status: 409, code: "conflict", table: t.description,
+                                message: "after applying, \(t) would hold \(n) rows where \(expect) were expected; this table's key comparison merges keys the source keeps apart (a case-insensitive collation?); nothing was applied")
+                        }
+                    }
+                    return [("inserted", Int(counts.inserted)), ("updated", Int(counts.updated)),
+                            ("unchanged", Int(counts.unchanged)), ("deleted", Int(counts.deleted))]
+                }
+            }
+            return service.xml(Self.applied(counts))
+        }
+
         router.post("/v1/tables/:table/swap") { request, context -> Response in
             let staging = try service.tableParameter(context)
             let into = try Self.into(request, for: "swap")

@@ -13,7 +13,19 @@ public final class HTTPConnection: Connection {
     /// Tables created since `begin`, and appends waiting to be merged (staging → target).
     private var created: Set<TableName> = []
     private var pendingMerges: [(staging: TableName, target: TableName)] = []
+    /// Keyed writes waiting for `commit`, by target table: staged upserts and deletes, applied
+    /// by one `POST …/apply` each.
+    private var pendingApplies: [TableName: PendingApply] = [:]
     private var inTransaction = false
+    public private(set) var committedCounts: MergeCounts?
+
+    struct PendingApply {
+        var upserts: TableName?
+        var deletes: TableName?
+        var key: [String]
+        var expect: Int64?
+        var resetSerial = false
+    }
     /// Rows asked for per page when reading (the service may cap it at its own maximum).
     public var pageRows = 50_000
 
@@ -209,10 +221,73 @@ public final class HTTPConnection: Connection {
                           table: into, columns: columns)
     }
 
-    /// Keyed modes through the service need a server-side apply in one transaction (not yet in
-    /// the protocol): refused, so no copy half-applies a table.
+    /// Keyed writes through the service: each request is its own transaction, so rows are
+    /// staged (`_ferry_upsert_…`, shaped like the written columns) and applied to the table by
+    /// one server-side request at `commit` (`POST …/apply`), which counts inserted, updated
+    /// and unchanged rows. Until then they count as nothing (`committedCounts` has them).
     public func mergeRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> MergeCounts {
-        throw FerryError.invalidOption("keyed writes into the XML service are not available yet (each request is its own transaction); write to the database itself")
+        guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
+        guard !rows.isEmpty else { return MergeCounts() }
+        guard inTransaction else {
+            // Alone: staged and applied at once, still all or nothing.
+            try begin()
+            do {
+                _ = try mergeRows(into: table, columns: columns, key: key, rows: rows)
+                try commit()
+            } catch {
+                try? rollback()
+                throw error
+            }
+            return committedCounts ?? MergeCounts()
+        }
+        var pending = pendingApplies[table.name] ?? PendingApply(key: key)
+        guard pending.key == key else { throw FerryError.invalidOption("one transaction writes \(table.name) by one key") }
+        let staging = TableName(schema: table.name.schema, CopyEngine.internalPrefix + "upsert_" + table.name.name)
+        if pending.upserts == nil {
+            try stage(staging, shapedLike: table, columns: columns)
+            pending.upserts = staging
+            pendingApplies[table.name] = pending
+        }
+        try HTTPWriter(client: client, path: path(staging, "/rows") + HTTPClient.query(columns.map { ("columns", $0.name) }),
+                       table: staging, columns: columns).write(rows)
+        return MergeCounts()
+    }
+
+    /// A staging table of `columns` typed as in `table`, without keys (a failed load drops it).
+    private func stage(_ staging: TableName, shapedLike table: TableSchema, columns: [Column]) throws {
+        if try tableExists(staging) { try dropTable(staging) }
+        var schema = table
+        for c in columns where schema.column(named: c.name) == nil {
+            throw FerryError.columnNotFound(table: table.name, column: c.name)
+        }
+        schema.columns = columns.compactMap { c in table.column(named: c.name) }.map { c in
+            var c = c
+            c.serial = nil
+            c.defaultValue = nil
+            c.defaultExpression = nil
+            c.updateExpression = nil
+            return c
+        }
+        schema.primaryKey = []
+        schema.uniqueKeys = []
+        schema.indexes = []
+        schema.foreignKeys = []
+        schema.checks = []
+        try createTable(schema, named: staging)
+    }
+
+    public func expectRows(_ table: TableSchema, key: [Column], rows: Int64, filter: String?) throws {
+        guard inTransaction, var pending = pendingApplies[table.name] else {
+            let n = try countRows(table.name)
+            guard n == rows else {
+                throw FerryError.copyFailed(
+                    table: table.name, endpoint: endpoint.redacted,
+                    reason: "after the write \(table.name) would hold \(n) rows where the source has \(rows); the service's key comparison merges keys the source keeps apart (a case-insensitive collation?)")
+            }
+            return
+        }
+        pending.expect = rows
+        pendingApplies[table.name] = pending
     }
 
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
@@ -220,10 +295,25 @@ public final class HTTPConnection: Connection {
         return try changes(table.name, columns: columns, key: key, ChangeSet.encode(inserts: nil, upserts: rows, deletes: nil, columns: columns, key: keyColumns)).upserted
     }
 
-    /// Deletes by key; the request names only the key columns.
+    /// Deletes by key. In a transaction the keys are staged (`_ferry_delete_…`) and deleted by
+    /// the commit's apply; alone, one change set.
     public func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int {
-        try changes(table.name, columns: key, key: key.map(\.name),
-                    ChangeSet.encode(inserts: nil, upserts: nil, deletes: keys, columns: key, key: key)).deleted
+        guard !keys.isEmpty else { return 0 }
+        guard inTransaction else {
+            return try changes(table.name, columns: key, key: key.map(\.name),
+                               ChangeSet.encode(inserts: nil, upserts: nil, deletes: keys, columns: key, key: key)).deleted
+        }
+        var pending = pendingApplies[table.name] ?? PendingApply(key: key.map(\.name))
+        guard pending.key == key.map(\.name) else { throw FerryError.invalidOption("one transaction writes \(table.name) by one key") }
+        let staging = TableName(schema: table.name.schema, CopyEngine.internalPrefix + "delete_" + table.name.name)
+        if pending.deletes == nil {
+            try stage(staging, shapedLike: table, columns: key)
+            pending.deletes = staging
+            pendingApplies[table.name] = pending
+        }
+        try HTTPWriter(client: client, path: path(staging, "/rows") + HTTPClient.query(key.map { ("columns", $0.name) }),
+                       table: staging, columns: key).write(keys)
+        return 0
     }
 
     /// Posts a change set; the service applies it in one transaction.
@@ -238,6 +328,8 @@ public final class HTTPConnection: Connection {
         inTransaction = true
         created = []
         pendingMerges = []
+        pendingApplies = [:]
+        committedCounts = nil
     }
 
     public func commit() throws {
@@ -245,19 +337,43 @@ public final class HTTPConnection: Connection {
             _ = try client.expect("POST", path(merge.staging, "/merge") + HTTPClient.query([("into", merge.target.description)]), table: merge.target)
         }
         pendingMerges = []
+        var counts: MergeCounts?
+        for (table, apply) in pendingApplies.sorted(by: { $0.key.description < $1.key.description }) {
+            var query = apply.key.map { ("key", $0) }
+            if let u = apply.upserts { query.append(("upserts", u.description)) }
+            if let d = apply.deletes { query.append(("deletes", d.description)) }
+            if let e = apply.expect { query.append(("expect", String(e))) }
+            if apply.resetSerial { query.append(("reset-serial", "1")) }
+            let root = try XMLTree.parse(client.expect("POST", path(table, "/apply") + HTTPClient.query(query), table: table))
+            func n(_ k: String) -> Int64 { root.attributes[k].flatMap { Int64($0) } ?? 0 }
+            counts = (counts ?? MergeCounts()) + MergeCounts(inserted: n("inserted"), updated: n("updated"), unchanged: n("unchanged"), deleted: n("deleted"))
+            // Applied: the staging tables are gone.
+            pendingApplies[table] = nil
+        }
+        committedCounts = counts
         created = []
         inTransaction = false
     }
 
     public func rollback() throws {
         for merge in pendingMerges { try? dropTable(merge.staging) }
+        for apply in pendingApplies.values {
+            if let u = apply.upserts { try? dropTable(u) }
+            if let d = apply.deletes { try? dropTable(d) }
+        }
         for t in created { try? dropTable(t) }
         pendingMerges = []
+        pendingApplies = [:]
         created = []
         inTransaction = false
     }
 
     public func resetSerial(_ table: TableName, schema: TableSchema) throws {
+        if inTransaction, pendingApplies[table] != nil {
+            // After the staged rows are in: the apply moves the counters in its transaction.
+            pendingApplies[table]?.resetSerial = true
+            return
+        }
         _ = try client.expect("POST", path(table, "/reset-serial"), table: table)
     }
 }

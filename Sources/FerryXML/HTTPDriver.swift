@@ -419,7 +419,6 @@ public struct HTTPDialect: Dialect {
     /// The engine behind the service may be MySQL, which needs them: widening an integer end of
     /// a foreign key loses nothing anywhere.
     public var foreignKeysNeedEqualTypes: Bool { true }
-    public var mergesInOneTransaction: Bool { false }
 }
 
 extension Engine {

@@ -85,6 +85,18 @@ public protocol Connection: AnyObject {
     /// the rows (the default; right for engines in the same process, such as SQLite).
     func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest]
 
+    /// Keyed writes into `table` must leave it holding exactly `rows` rows (inside `filter`):
+    /// a key comparison that merged keys the source keeps apart shows here. Checked at once
+    /// (the default) where writes apply as they are made, at `commit` where they are staged
+    /// and applied by the commit (the XML service: a failed check applies nothing).
+    func expectRows(_ table: TableSchema, key: [Column], rows: Int64, filter: String?) throws
+
+    /// The counts of keyed writes that the last `commit` applied, where `mergeRows` and
+    /// `deleteRows` could only stage them (the XML service applies a table's staged rows in
+    /// one server-side transaction at commit; until then they count as nothing). Nil where
+    /// writes apply as they are made.
+    var committedCounts: MergeCounts? { get }
+
     func begin() throws
     /// Starts a read-only transaction whose reads all see one snapshot of the database
     /// (PostgreSQL REPEATABLE READ, MySQL WITH CONSISTENT SNAPSHOT, SQLite a read
@@ -111,6 +123,19 @@ extension Connection {
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
         try DigestComputer.digests(self, table: table, request: request)
     }
+
+    public func expectRows(_ table: TableSchema, key: [Column], rows: Int64, filter: String?) throws {
+        let after = try bucketDigests(table, request: DigestRequest(key: key, columns: key, modulus: 1, filter: filter))
+        let landed = after.reduce(0) { $0 + $1.rows }
+        guard landed == rows else {
+            throw FerryError.copyFailed(
+                table: table.name, endpoint: endpoint.redacted,
+                reason: "after the write \(table.name) would hold \(landed) rows where the source has \(rows); "
+                    + "the target's key comparison merges keys the source keeps apart (a case-insensitive collation?); nothing was changed")
+        }
+    }
+
+    public var committedCounts: MergeCounts? { nil }
 
     public func beginSnapshot() throws { try begin() }
     public func exportSnapshot() throws -> String? { nil }

@@ -43,9 +43,6 @@ public protocol Dialect: Sendable {
     var indexNamesArePerTable: Bool { get }
     /// The longest identifier the engine keeps (PostgreSQL truncates at 63 bytes, MySQL refuses past 64).
     var maxIdentifierLength: Int { get }
-    /// True when `mergeRows` applies a table's batches in the caller's one transaction (false for
-    /// the XML service, where each request is its own transaction).
-    var mergesInOneTransaction: Bool { get }
     /// True when a foreign key's columns must have exactly the referenced columns' types
     /// (MySQL: `int` cannot reference `bigint`); the copy then widens the narrower integer end.
     var foreignKeysNeedEqualTypes: Bool { get }
@@ -109,7 +106,6 @@ extension Dialect {
     public var indexNamesArePerTable: Bool { false }
     public var maxIdentifierLength: Int { 63 }
     public var foreignKeysNeedEqualTypes: Bool { false }
-    public var mergesInOneTransaction: Bool { true }
     public var referentialActions: Set<ReferentialAction> { Set(ReferentialAction.allCases) }
 
     /// Literals as literals (booleans as `TRUE`/`FALSE`, or `1`/`0` for an integer column);

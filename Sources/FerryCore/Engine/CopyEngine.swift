@@ -137,10 +137,6 @@ public struct CopyEngine: Sendable {
             case .append, .upsert, .mirror: existing == nil ? try target.planTable(targetSchema, named: targetName) : nil
             }
             if options.mode.isKeyed {
-                guard target.dialect.mergesInOneTransaction else {
-                    throw FerryError.invalidOption(
-                        "--mode \(options.mode.rawValue) into the XML service is not available yet (each request is its own transaction); write to the database itself")
-                }
                 guard let key, key.columns.allSatisfy(carriedNames.contains) else { throw FerryError.noKey(table: name) }
                 if let existing, let missing = key.columns.first(where: { existing.column(named: $0) == nil }) {
                     throw FerryError.columnNotFound(table: targetName, column: missing)
@@ -567,6 +563,8 @@ public struct CopyEngine: Sendable {
                 rowsPerSecond: seconds > 0 ? Double(rows) / seconds : 0, skippedColumns: table.skipped,
                 status: .ok, error: nil)
             result.counts = mirrored?.counts ?? merge?.counts
+            // Staged keyed writes (the XML service) count when the commit applied them.
+            if let applied = target.committedCounts, mode.isKeyed { result.counts = (result.counts ?? MergeCounts()) + applied }
             result.mirror = mirrored?.stats
             result.indexes = (table.objects?.indexes.count ?? 0) - declined.count
             result.skippedObjects = table.skippedObjects + declined
