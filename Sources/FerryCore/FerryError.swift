@@ -23,6 +23,9 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     case keyNotUnique(table: TableName, key: [String], value: String)
     /// A column named by the user that the table does not have.
     case columnNotFound(table: TableName, column: String)
+    /// A keyed write found the target comparing two different keys as one (a case- or
+    /// accent-insensitive collation, trailing spaces ignored): `source` would land on `target`.
+    case keysMerged(table: TableName, source: String, target: String)
     /// A value that cannot travel as it is (narrowing, wrong storage class, bad text form).
     case invalidValue(table: TableName?, column: String?, key: String?, message: String)
     /// The target has no type for a column's logical type.
@@ -64,6 +67,10 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
             return "--key \(table)=\(key.joined(separator: ",")) is not unique: two rows have \(value); name columns that identify one row"
         case let .columnNotFound(table, column):
             return "table \(table) has no column \(column)"
+        case let .keysMerged(table, source, target):
+            return "table \(table): the source key \(source) would land on the row with key \(target), because the target compares keys "
+                + "without regard to case, accents or trailing spaces (its collation); nothing was changed. Give the key columns a binary "
+                + "or case-sensitive collation on the target (MySQL: ALTER TABLE … MODIFY … COLLATE utf8mb4_bin; SQLite: no COLLATE NOCASE)"
         case let .invalidValue(table, column, key, message):
             var place: [String] = []
             if let table { place.append("table \(table)") }

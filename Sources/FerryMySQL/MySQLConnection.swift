@@ -336,9 +336,61 @@ public final class MySQLConnection: Connection {
             start = end
         }
         let affected = try upsert(into: table, columns: columns, key: key, rows: rows)
+        try checkKeysKeptApart(table, columns: columns, key: key, keyIndexes: keyIndexes, rows: rows)
         let inserted = Int64(rows.count) - present
         let updated = (Int64(affected) - inserted) / 2
         return MergeCounts(inserted: inserted, updated: updated, unchanged: present - updated)
+    }
+
+    /// After an upsert: every key written must be a row of its own, stored byte for byte. A
+    /// text key under a case-insensitive (or PAD SPACE) collation merges 'a' into 'A' silently;
+    /// that is found here, both keys named, and the caller's transaction rolled back.
+    private func checkKeysKeptApart(_ table: TableSchema, columns: [Column], key: [String], keyIndexes: [Int], rows: RowBatch) throws {
+        let textual = keyIndexes.map { i -> Bool in
+            switch columns[i].logicalType {
+            case .text, .uuid, .enumeration, .json: return true
+            default: return false
+            }
+        }
+        guard textual.contains(true) else { return }
+        let types = columns.map(\.logicalType)
+        let keyList = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
+        let exactList = "(" + zip(key, textual).map { k, t in t ? "CAST(\(dialect.quote(k)) AS BINARY)" : dialect.quote(k) }.joined(separator: ", ") + ")"
+        func tuple(_ r: Int, exact: Bool) -> String {
+            let row = rows.row(r, types: types)
+            let parts = zip(keyIndexes, textual).map { i, t -> String in
+                let literal = MySQLValueCodec.literals([row[i]], self)
+                return exact && t ? "CAST(\(literal) AS BINARY)" : literal
+            }
+            return "(" + parts.joined(separator: ", ") + ")"
+        }
+        func shown(_ values: [String?]) -> String {
+            "(" + zip(key, values).map { "\($0)=\($1.map { "'\($0)'" } ?? "NULL")" }.joined(separator: ", ") + ")"
+        }
+        var start = 0
+        while start < rows.count {
+            let end = min(start + 1_000, rows.count)
+            let slice = start..<end
+            let found = try query(
+                "SELECT \(key.map { dialect.quote($0) }.joined(separator: ", ")), \(exactList) IN (" + slice.map { tuple($0, exact: true) }.joined(separator: ", ")
+                    + ") FROM \(dialect.quote(table.name)) WHERE \(keyList) IN (" + slice.map { tuple($0, exact: false) }.joined(separator: ", ") + ")")
+            if found.count != slice.count || found.contains(where: { $0.last.flatMap { $0 } != "1" }) {
+                // Which source key landed on which row: asked key by key (a failure, so rare).
+                for r in slice {
+                    let match = try query(
+                        "SELECT \(key.map { dialect.quote($0) }.joined(separator: ", ")), \(exactList) = \(tuple(r, exact: true)) FROM \(dialect.quote(table.name)) WHERE \(keyList) = \(tuple(r, exact: false)) LIMIT 1")
+                    if let m = match.first, m.last.flatMap({ $0 }) != "1" {
+                        let row = rows.row(r, types: types)
+                        throw FerryError.keysMerged(
+                            table: table.name, source: shown(keyIndexes.map { row[$0].canonicalText }), target: shown(Array(m.dropLast())))
+                    }
+                }
+                throw FerryError.copyFailed(
+                    table: table.name, endpoint: endpoint.redacted,
+                    reason: "\(slice.count) keys were written but \(found.count) rows hold them: the target's key comparison merges keys the source keeps apart (a case-insensitive collation?)")
+            }
+            start = end
+        }
     }
 
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {

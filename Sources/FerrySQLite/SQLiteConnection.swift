@@ -252,6 +252,22 @@ public final class SQLiteConnection: Connection {
                     + " WHERE " + others.map { "\(q($0)) IS NOT excluded.\(q($0))" }.joined(separator: " OR "))
         try execute("INSERT INTO \(target) (\(list)) SELECT \(list) FROM \(scratch) WHERE true" + conflict)
         let changed = Int64(sqlite3_changes(db))
+        // Every key written must be a row of its own, stored byte for byte: a key column
+        // declared COLLATE NOCASE (or RTRIM) merges 'a' into 'A' silently. The target's column
+        // on the left of `=` gives its collation; COLLATE BINARY asks for the bytes.
+        let merged = try prepare(
+            "SELECT " + key.map { "quote(m.\(q($0)))" }.joined(separator: ", ") + ", " + key.map { "quote(t.\(q($0)))" }.joined(separator: ", ")
+                + " FROM \(scratch) m JOIN \(target) t ON " + key.map { "t.\(q($0)) = m.\(q($0))" }.joined(separator: " AND ")
+                + " WHERE NOT (" + key.map { "t.\(q($0)) = m.\(q($0)) COLLATE BINARY" }.joined(separator: " AND ") + ") LIMIT 1")
+        if try merged.step() {
+            func shown(_ from: Int) -> String {
+                "(" + key.indices.map { "\(key[$0])=\(merged.columnText(Int32(from + $0)) ?? "NULL")" }.joined(separator: ", ") + ")"
+            }
+            let error = FerryError.keysMerged(table: table.name, source: shown(0), target: shown(key.count))
+            merged.reset()
+            throw error
+        }
+        merged.reset()
         let inserted = Int64(rows.count) - present
         let updated = changed - inserted
         return MergeCounts(inserted: inserted, updated: updated, unchanged: present - updated)

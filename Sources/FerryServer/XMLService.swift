@@ -483,6 +483,7 @@ public struct XMLService: Sendable {
                 return n
             }
             let resetSerial = params["reset-serial"] == "1"
+            let logger = context.logger
             guard upserts != nil || deletes != nil else {
                 throw ServiceError.badRequest("apply needs ?upserts=STAGING and/or ?deletes=STAGING", table: name.description)
             }
@@ -533,22 +534,19 @@ public struct XMLService: Sendable {
                         }
                     }
                 }
-                return try Self.transaction(c) {
+                let applied = try Self.transaction(c) { () -> MergeCounts in
                     var counts = MergeCounts()
                     // Deletes first: a row going away may free a unique value an upsert takes.
                     if let d = staged[0] {
                         try each(d) { batch, columns in
                             counts.deleted += Int64(try c.deleteRows(from: schema, key: columns, keys: batch))
                         }
-                        try c.dropTable(d.name)
                     }
                     if let u = staged[1] {
                         try each(u) { batch, columns in
                             counts = counts + (try c.mergeRows(into: schema, columns: columns, key: key, rows: batch))
                         }
-                        try c.dropTable(u.name)
                     }
-                    if resetSerial, schema.columns.contains(where: \.isSerial) { try c.resetSerial(t, schema: schema) }
                     if let expect {
                         let n = try c.countRows(t)
                         guard n == expect else {
@@ -557,9 +555,19 @@ public struct XMLService: Sendable {
                                 message: "after applying, \(t) would hold \(n) rows where \(expect) were expected; this table's key comparison merges keys the source keeps apart (a case-insensitive collation?); nothing was applied")
                         }
                     }
-                    return [("inserted", Int(counts.inserted)), ("updated", Int(counts.updated)),
-                            ("unchanged", Int(counts.unchanged)), ("deleted", Int(counts.deleted))]
+                    // Last: on MySQL moving a counter is DDL, which commits.
+                    if resetSerial, schema.columns.contains(where: \.isSerial) { try c.resetSerial(t, schema: schema) }
+                    return counts
                 }
+                // Outside the transaction: dropping a table commits on MySQL. A staging table
+                // left behind by a failure here is dropped by the next load that stages.
+                for s in staged.compactMap({ $0 }) {
+                    do { try Self.transaction(c) { try c.dropTable(s.name) } } catch {
+                        logger.warning("could not drop staging table \(s.name): \(error)")
+                    }
+                }
+                return [("inserted", Int(applied.inserted)), ("updated", Int(applied.updated)),
+                        ("unchanged", Int(applied.unchanged)), ("deleted", Int(applied.deleted))]
             }
             return service.xml(Self.applied(counts))
         }

@@ -252,4 +252,51 @@ final class KeyedModesTests: XCTestCase {
             for t in [Self.items.name, Self.pairs.name] { try dst.begin(); try dst.dropTable(t); try dst.commit() }
         }
     }
+
+    /// A target whose key compares text without regard to case (MySQL `_ci`, SQLite `NOCASE`)
+    /// would merge the source's 'K1500' and 'k1500' into one row: upsert and mirror fail naming
+    /// both keys, and the target keeps what it had — directly and through the service.
+    func testKeysACaseInsensitiveTargetWouldMergeAreRefusedNamingBoth() async throws {
+        let harness = CopyHarness(drivers)
+        let folder = try TemporaryFolder()
+        let mysql = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        let src = try harness.registry.connect("sqlite:" + folder.path("ci-source.db"), role: .target)
+        defer { src.close() }
+        let codes = TableSchema(
+            name: TableName("ci_codes"), engine: .sqlite,
+            columns: [Column(name: "code", nativeType: "", logicalType: .text(maxLength: 20, fixed: false), isNullable: false),
+                      Column(name: "v", nativeType: "", logicalType: .int64)],
+            primaryKey: ["code"])
+        try src.begin(); try src.createTable(codes, named: codes.name); try src.commit()
+        // 'K1500' reads in the first batch (upper case sorts first), 'k1500' in the second.
+        try write((0..<2_500).map { [.text("k\($0)"), .int(Int64($0))] } + [[.text("K1500"), .int(-1)]], into: codes, on: src)
+
+        let mysqlService = try await RunningService(database: mysql, drivers: drivers)
+        defer { mysqlService.stop() }
+        let targets: [(String, String, String)] = [
+            ("mysql", mysql, "CREATE TABLE ci_codes (code varchar(20) COLLATE utf8mb4_general_ci NOT NULL PRIMARY KEY, v bigint) DEFAULT CHARSET=utf8mb4"),
+            ("sqlite", "sqlite:" + folder.path("ci-target.db"), "CREATE TABLE ci_codes (code text COLLATE NOCASE NOT NULL PRIMARY KEY, v integer)"),
+            ("http(mysql)", mysqlService.url(), ""),
+        ]
+        for (label, url, ddl) in targets {
+            if !ddl.isEmpty {
+                let direct = try harness.registry.connect(url, role: .target)
+                try direct.begin(); try direct.dropTable(codes.name); try direct.commit()
+                if let m = direct as? MySQLConnection { try m.run(ddl) }
+                if let l = direct as? SQLiteConnection { try l.run(ddl) }
+                try write([[.text("other"), .int(7)]], into: codes, on: direct)
+                direct.close()
+            }
+            let dst = try harness.registry.connect(url, role: .target)
+            defer { dst.close() }
+            for mode in [WriteMode.upsert, .mirror] {
+                let result = try harness.copy(src, dst, mode: mode, tables: ["ci_codes"], batchSize: 1_000)
+                XCTAssertFalse(result.ok, "\(label) \(mode)")
+                let message = result.tables.first?.error ?? ""
+                XCTAssertTrue(message.contains("'k1500'") && message.contains("'K1500'") && message.contains("nothing was changed"),
+                              "\(label) \(mode): \(message)")
+                XCTAssertEqual(try DriverConformance.readAll(dst, codes.name).count, 1, "\(label) \(mode): the target changed")
+            }
+        }
+    }
 }

@@ -72,6 +72,7 @@ extension CopyEngine {
                 // (fewer, larger), or everything at the first level. Rows of this level's equal
                 // buckets are read again, and counted by the keyed write.
                 final = within.map { ($0.modulus, $0.residues) }
+                if final == nil { progress.reestimate(table.source.description, rows: stats.sourceRows) }
                 break
             }
             unchanged += levelUnchanged
@@ -84,6 +85,7 @@ extension CopyEngine {
             // Small enough to read (a few rows per bucket, or a twentieth of the table), or as
             // fine as the 32-bit key hash goes.
             let total = max(stats.sourceRows, stats.targetRows)
+            progress.reestimate(table.source.description, rows: differing.reduce(0) { $0 + (ours[$1]?.rows ?? 0) })
             if rowsInDiffering <= 8 * Int64(differing.count) || rowsInDiffering <= total / 20 || modulus * Self.mirrorFanout > 1 << 31
                 || stats.levels >= 6
             {

@@ -81,6 +81,13 @@ public final class ProgressReporter: Sendable {
         }
     }
 
+    /// A better estimate of the rows `table` will move, once known (a mirror knows it after
+    /// comparing digests: the rows of the buckets that differ).
+    public func reestimate(_ table: String, rows: Int64?) {
+        guard style != .quiet else { return }
+        screen.withLock { screen in screen.active[table]?.estimate = rows }
+    }
+
     public func advanced(_ table: String, by rows: Int) {
         observer?(.advanced(table: table, rows: rows))
         guard style != .quiet else { return }
