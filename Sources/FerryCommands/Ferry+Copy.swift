@@ -255,26 +255,35 @@ extension Ferry {
                 }
                 for s in t.skipped { lines.append("  skip \(s.column): \(s.reason)") }
                 for o in t.skippedObjects { lines.append("  skip \(o.kind) \(o.name): \(o.reason)") }
-                // Exactly the statements the load runs, in order.
-                func show(_ sql: String) { lines.append(sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n")) }
-                for sql in t.creates?.statements ?? [] { show(sql) }
-                let indexes = t.objects?.indexStatements ?? []
-                if !t.indexesAfterSwap { for sql in indexes { show(sql) } }
-                if plan.mode == .replace, let staging = t.creates?.schema.name {
-                    lines.append("  (rows load into \(staging), which then replaces \(t.target) in the same transaction)")
-                }
-                if t.indexesAfterSwap { for sql in indexes { show(sql) } }
+                lines += Self.statements(t, mode: plan.mode)
             }
-            let foreignKeys = plan.foreignKeyStatements
-            if !foreignKeys.isEmpty {
-                lines.append("\nonce every table is loaded:")
-                for sql in foreignKeys { lines.append(sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n")) }
-            }
+            lines += Self.foreignKeyStatements(plan)
             if !plan.otherObjects.isEmpty {
                 lines.append("\nnot copied (Ferry copies tables):")
                 for line in OtherObject.summary(plan.otherObjects) { lines.append("  " + line) }
             }
             return lines.joined(separator: "\n")
+        }
+
+        /// Exactly the statements a table's load runs, in order, indented.
+        static func statements(_ t: TablePlan, mode: WriteMode) -> [String] {
+            var lines: [String] = []
+            func show(_ sql: String) { lines.append(sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n")) }
+            for sql in t.creates?.statements ?? [] { show(sql) }
+            let indexes = t.objects?.indexStatements ?? []
+            if !t.indexesAfterSwap { for sql in indexes { show(sql) } }
+            if mode == .replace, let staging = t.creates?.schema.name {
+                lines.append("  (rows load into \(staging), which then replaces \(t.target) in the same transaction)")
+            }
+            if t.indexesAfterSwap { for sql in indexes { show(sql) } }
+            return lines
+        }
+
+        /// The foreign keys added once every table is loaded.
+        static func foreignKeyStatements(_ plan: CopyPlan) -> [String] {
+            let foreignKeys = plan.foreignKeyStatements
+            guard !foreignKeys.isEmpty else { return [] }
+            return ["\nonce every table is loaded:"] + foreignKeys.map { sql in sql.split(separator: "\n").map { "  " + $0 }.joined(separator: "\n") }
         }
     }
 }

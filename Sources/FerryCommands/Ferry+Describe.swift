@@ -17,7 +17,9 @@ extension Ferry {
 
                 With --cast/--casts (as in ferry copy), the DECIDED BY column shows which rule, or the
                 engine's type map, decides each column's type; with --target, what that target
-                makes of each column (native types a rule names, types kept in a same-engine copy).
+                makes of each column (native types a rule names, types kept in a same-engine copy),
+                and every statement a copy of this table alone would run there, in order (the target
+                is only read; `ferry copy --dry-run` shows a whole copy).
                 """)
 
         @Argument(help: "The database URL.")
@@ -86,6 +88,22 @@ extension Ferry {
                 for s in skipped { Console.out("skipped column \(s.column): \(s.reason)") }
             }
             for w in unused { Console.out("warning: \(w)") }
+            if let target {
+                // Planned as `ferry copy --tables TABLE` would plan it: the catalog is read, nothing written.
+                let (_, targetEndpoint) = try driverSettings.endpoints(source: url, target: target, registry: Ferry.registry)
+                let dst = try Ferry.registry.connect(targetEndpoint, role: .target)
+                defer { dst.close() }
+                var options = CopyOptions()
+                options.tables = [schema.name]
+                options.casts = rules
+                let plan = try CopyEngine(registry: Ferry.registry).plan(source: connection, target: dst, options: options)
+                Console.out("\nstatements a copy of this table alone would run on \(dst.endpoint), in order:")
+                for t in plan.tables {
+                    for o in t.skippedObjects { Console.out("  skip \(o.kind) \(o.name): \(o.reason)") }
+                    for line in Copy.statements(t, mode: plan.mode) { Console.out(line) }
+                }
+                for line in Copy.foreignKeyStatements(plan) { Console.out(line) }
+            }
         }
     }
 }
