@@ -255,6 +255,7 @@ extension Ferry {
                 }
                 for s in t.skipped { lines.append("  skip \(s.column): \(s.reason)") }
                 for o in t.skippedObjects { lines.append("  skip \(o.kind) \(o.name): \(o.reason)") }
+                for w in t.sourceSchema.readWarnings { lines.append("  warning: \(w)") }
                 lines += Self.statements(t, mode: plan.mode)
             }
             lines += Self.foreignKeyStatements(plan)

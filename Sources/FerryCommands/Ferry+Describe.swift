@@ -87,7 +87,7 @@ extension Ferry {
             } else {
                 for s in skipped { Console.out("skipped column \(s.column): \(s.reason)") }
             }
-            for w in unused { Console.out("warning: \(w)") }
+            for w in unused + schema.readWarnings { Console.out("warning: \(w)") }
             if let target {
                 // Planned as `ferry copy --tables TABLE` would plan it: the catalog is read, nothing written.
                 let (_, targetEndpoint) = try driverSettings.endpoints(source: url, target: target, registry: Ferry.registry)

@@ -11,7 +11,8 @@ public struct CopyHarness {
 
     public func copy(
         _ source: any Connection, _ target: any Connection, mode: WriteMode = .create, tables: [String] = [],
-        jobs: Int = 1, batchSize: Int = 500, casts: [String] = [], configure: (inout CopyOptions) -> Void = { _ in }
+        jobs: Int = 1, batchSize: Int = 500, casts: [String] = [], configure: (inout CopyOptions) -> Void = { _ in },
+        observer: (@Sendable (ProgressReporter.Event) -> Void)? = nil
     ) throws -> CopySummary {
         let engine = CopyEngine(registry: registry)
         var o = CopyOptions()
@@ -22,7 +23,8 @@ public struct CopyHarness {
         o.casts = try CastRuleSet.load(options: casts, files: [])
         configure(&o)
         let plan = try engine.plan(source: source, target: target, options: o)
-        return engine.run(plan, source: source, target: target, options: o, progress: ProgressReporter(style: .quiet) { _ in })
+        let progress = observer.map { ProgressReporter(observer: $0) } ?? ProgressReporter(style: .quiet) { _ in }
+        return engine.run(plan, source: source, target: target, options: o, progress: progress)
     }
 
     /// Differences between every table of `a` (or those named) and its copy in `b`.

@@ -40,7 +40,7 @@ extension MySQLConnection {
     public func describe(_ table: TableName) throws -> TableSchema {
         let schema = schemaOf(table)
         let meta = try query(
-            "SELECT TABLE_ROWS FROM information_schema.TABLES WHERE TABLE_SCHEMA = \(lit(schema)) AND TABLE_NAME = \(lit(table.name))")
+            "SELECT TABLE_ROWS, ENGINE FROM information_schema.TABLES WHERE TABLE_SCHEMA = \(lit(schema)) AND TABLE_NAME = \(lit(table.name))")
         guard let first = meta.first else { throw FerryError.tableNotFound(table: table, endpoint: endpoint.redacted) }
         let cols = try query(
             """
@@ -105,6 +105,13 @@ extension MySQLConnection {
         described.checks = checkRows.compactMap { r in
             guard let clause = r[1], !clause.hasPrefix("json_valid(") else { return nil }
             return CheckConstraint(name: r[0], expression: "(" + clause + ")")
+        }
+        // InnoDB (and XtraDB, RocksDB, Aria's transactional mode aside) keep snapshots; MyISAM,
+        // MEMORY, ARCHIVE, CSV and Aria do not.
+        if let engine = first.count > 1 ? first[1] : nil, ["MyISAM", "MEMORY", "ARCHIVE", "CSV", "Aria", "MRG_MyISAM"].contains(engine) {
+            described.readWarnings.append(
+                "\(table) uses the \(engine) storage engine, which has no transactions: it is read as it is while the copy runs, "
+                    + "not from the copy's snapshot (rows written meanwhile may or may not arrive; convert it with ALTER TABLE … ENGINE=InnoDB, or copy it while nothing writes)")
         }
         return described
     }

@@ -172,6 +172,20 @@ public final class MySQLConnection: Connection {
         try execute("START TRANSACTION WITH CONSISTENT SNAPSHOT, READ ONLY")
         inTransaction = true
     }
+    /// `FLUSH TABLES WITH READ LOCK` (needs the RELOAD privilege; waits at most 30 s for running
+    /// statements): while it is held, snapshots begun on other connections see one moment.
+    public func freezeWrites() throws -> Bool {
+        do {
+            try execute("SET SESSION lock_wait_timeout = 30")
+            try execute("FLUSH TABLES WITH READ LOCK")
+            return true
+        } catch let e as FerryError {
+            // ER_SPECIFIC_ACCESS_DENIED_ERROR (1227), ER_DBACCESS_DENIED_ERROR (1044): not allowed.
+            if "\(e)".contains("RELOAD") || "\(e)".contains("denied") { return false }
+            throw e
+        }
+    }
+    public func unfreezeWrites() throws { try execute("UNLOCK TABLES") }
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
         try DigestSQL.digests(try query(DigestSQL.query(table.name, request, myDialect)), table: table.name)
     }

@@ -18,6 +18,9 @@ public struct TableSchema: Hashable, Sendable, Codable {
     /// Parts of the table's schema the describing side knows it does not deliver (the XML
     /// service never sends SQL text), each with its reason.
     public var withheld: [SkippedObject] = []
+    /// What reading the table cannot promise, in a line each (a MySQL MyISAM table has no
+    /// transactions: it is read as it is at each moment, not from the copy's snapshot).
+    public var readWarnings: [String] = []
 
     public init(
         name: TableName, engine: Engine, columns: [Column], primaryKey: [String] = [],

@@ -109,6 +109,12 @@ public protocol Connection: AnyObject {
     /// Starts a read-only transaction that sees the snapshot `id` exported by another
     /// connection.
     func beginSnapshot(importing id: String) throws
+    /// Where snapshots cannot be shared: briefly blocks writes to the whole database so that
+    /// several connections can begin their snapshots at one moment (MySQL `FLUSH TABLES WITH
+    /// READ LOCK`, as mydumper does), until `unfreezeWrites`. Returns false where the engine
+    /// has no such lock (the default) or the user may not take it.
+    func freezeWrites() throws -> Bool
+    func unfreezeWrites() throws
     func commit() throws
     func rollback() throws
 
@@ -140,6 +146,8 @@ extension Connection {
     public func beginSnapshot() throws { try begin() }
     public func exportSnapshot() throws -> String? { nil }
     public func beginSnapshot(importing id: String) throws { try beginSnapshot() }
+    public func freezeWrites() throws -> Bool { false }
+    public func unfreezeWrites() throws {}
 
     /// Plans and creates a table of `schema` named `name`; returns the table as created.
     @discardableResult

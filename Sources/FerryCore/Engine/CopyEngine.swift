@@ -342,6 +342,7 @@ public struct CopyEngine: Sendable {
         for t in plan.tables {
             for s in t.skipped { progress.note("warning: \(t.source): skipping column \(s.column): \(s.reason)") }
             for o in t.skippedObjects { progress.note("warning: \(o)") }
+            for w in t.sourceSchema.readWarnings { progress.note("warning: \(w)") }
         }
         for line in OtherObject.summary(plan.otherObjects) { progress.note("warning: not copied (Ferry copies tables): \(line)") }
         let jobs = target.dialect.supportsConcurrentWriters ? max(1, min(options.jobs, plan.tables.count)) : 1
@@ -363,11 +364,39 @@ public struct CopyEngine: Sendable {
             snapshot = nil
             progress.note("warning: the source could not start a read snapshot (\(error)); each table is read as of its own moment")
         }
+        // Where the engine cannot share a snapshot, the jobs' connections begin theirs while
+        // writes are briefly blocked (MySQL: FLUSH TABLES WITH READ LOCK, as mydumper does), so
+        // that every snapshot sees the same moment.
+        var frozenJobs: [Int: any Connection] = [:]
         if jobs > 1 && snapshot == nil {
-            progress.note(
-                "warning: \(jobs) jobs read the source in \(jobs) snapshots (\(source.dialect.engine.rawValue) cannot share one between connections): "
-                    + "rows added while the copy runs may be in one table and not in another; --jobs 1 reads every table from one snapshot")
+            do {
+                try? source.rollback()
+                if try source.freezeWrites() {
+                    defer { try? source.unfreezeWrites() }
+                    try source.beginSnapshot()
+                    for j in 1..<jobs {
+                        let s = try registry.connect(sourceEndpoint, role: .source)
+                        frozenJobs[j] = s
+                        try s.beginSnapshot()
+                    }
+                } else {
+                    try source.beginSnapshot()
+                }
+            } catch {
+                for s in frozenJobs.values { s.close() }
+                frozenJobs = [:]
+                try? source.rollback()
+                try? source.beginSnapshot()
+                progress.note("warning: the jobs could not begin their snapshots together (\(error))")
+            }
+            if frozenJobs.isEmpty {
+                progress.note(
+                    "warning: \(jobs) jobs read the source in \(jobs) snapshots (\(source.dialect.engine.rawValue) cannot share one between connections, "
+                        + "and blocking writes for a moment was not allowed): rows added while the copy runs may be in one table and not in another; "
+                        + "--jobs 1 reads every table from one snapshot")
+            }
         }
+        let preopened = Locked(frozenJobs)
         let sharedSnapshot = snapshot
         let first = Handoff((source, target))
         let swaps = Locked(())
@@ -382,15 +411,25 @@ public struct CopyEngine: Sendable {
                         connections = first.value
                     } else {
                         do {
-                            let s = try engine.registry.connect(sourceEndpoint, role: .source)
-                            let t = try engine.registry.connect(targetEndpoint, role: .target)
-                            do {
-                                if let sharedSnapshot { try s.beginSnapshot(importing: sharedSnapshot) } else { try s.beginSnapshot() }
-                            } catch {
-                                try? s.rollback()
-                                progress.note("warning: job \(j) could not join the source's snapshot (\(error)); its tables are read as of their own moment")
+                            // Begun already, at the same moment as job 0's, while writes were blocked.
+                            if let s = preopened.withLock({ $0.removeValue(forKey: j) }) {
+                                do {
+                                    connections = (s, try engine.registry.connect(targetEndpoint, role: .target))
+                                } catch {
+                                    s.close()
+                                    throw error
+                                }
+                            } else {
+                                let s = try engine.registry.connect(sourceEndpoint, role: .source)
+                                let t = try engine.registry.connect(targetEndpoint, role: .target)
+                                do {
+                                    if let sharedSnapshot { try s.beginSnapshot(importing: sharedSnapshot) } else { try s.beginSnapshot() }
+                                } catch {
+                                    try? s.rollback()
+                                    progress.note("warning: job \(j) could not join the source's snapshot (\(error)); its tables are read as of their own moment")
+                                }
+                                connections = (s, t)
                             }
-                            connections = (s, t)
                         } catch {
                             openError = "\(error)"
                         }
@@ -429,9 +468,11 @@ public struct CopyEngine: Sendable {
         if cancellation?.isCancelled != true {
             addForeignKeys(plan, results: &tables, target: target, progress: progress)
         }
-        return CopySummary(
+        var summary = CopySummary(
             source: plan.source, target: plan.target, mode: plan.mode, tables: tables.compactMap { $0 },
             seconds: Date().timeIntervalSince(started), warnings: plan.warnings)
+        summary.jobs = jobs
+        return summary
     }
 
     /// Once every table is loaded: each table's foreign keys, in one target transaction per

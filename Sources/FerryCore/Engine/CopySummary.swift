@@ -50,6 +50,8 @@ public struct CopySummary: Sendable, Codable {
     public var tables: [Table]
     public var seconds: Double
     public var warnings: [String]
+    /// Tables copied at once (`--jobs`, limited by the tables and by what the target takes).
+    public var jobs: Int = 1
 
     public var ok: Bool { tables.allSatisfy { $0.status == .ok } }
     public var totalRows: Int64 { tables.reduce(0) { $0 + $1.rows } }
