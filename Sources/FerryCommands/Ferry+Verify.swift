@@ -15,6 +15,12 @@ extension Ferry {
                 copy converted them before they are compared.
                 Exit code 0 when every table is equal, 3 when any differs, 1 when a table could not be compared.
 
+                Each side is read from one snapshot (PostgreSQL REPEATABLE READ, MySQL a consistent
+                snapshot, SQLite one read transaction), so the tables of a live database are compared
+                as of one moment — the moment verify starts, not the moment a copy read. To compare a
+                live source with a copy of it, use `ferry copy --verify`, which compares against the
+                snapshot the copy read.
+
                 Examples:
                   ferry verify sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db
                   ferry verify mysql://app@db/shop sqlite:shop.db --zero-dates null
@@ -52,8 +58,21 @@ extension Ferry {
             defer { src.close() }
             let dst = try Ferry.registry.connect(t, role: .source)
             defer { dst.close() }
+            // One snapshot per side, for every table (each side's own moment).
+            for c in [src, dst] {
+                do { try c.beginSnapshot() } catch {
+                    try? c.rollback()
+                    Console.error("warning: \(c.endpoint) could not start a read snapshot (\(error)); each table is read as of its own moment")
+                }
+            }
             let report = try Verifier().verify(source: src, target: dst, options: options)
+            try? src.rollback()
+            try? dst.rollback()
             try Self.print(report, json: output.json)
+            if report.tables.contains(where: { $0.status == .different }) && !output.json {
+                Console.error(
+                    "note: verify reads the source as it is now; if it changed since the copy, `ferry copy --verify` compares against the snapshot the copy read")
+            }
             try Self.exit(for: report)
         }
 
