@@ -127,7 +127,12 @@ public final class SQLiteConnection: Connection {
     public func begin() throws { try execute("BEGIN IMMEDIATE") }
     /// A deferred transaction: its first read takes the snapshot that every later read sees
     /// (in WAL mode; in rollback-journal mode its shared lock keeps writers out meanwhile).
-    public func beginSnapshot() throws { try execute("BEGIN DEFERRED") }
+    /// A read transaction, pinned now (a deferred transaction would see the database as of
+    /// its first read): every read until it ends sees this moment.
+    public func beginSnapshot() throws {
+        try execute("BEGIN DEFERRED")
+        try execute("SELECT count(*) FROM sqlite_schema")
+    }
     public func commit() throws { try execute("COMMIT") }
     public func rollback() throws {
         if sqlite3_get_autocommit(db) == 0 { try execute("ROLLBACK") }

@@ -24,6 +24,10 @@ public struct ServerConfiguration: Sendable {
     /// Bytes of rows after which a page ends early (with `<next>`), whatever its row limit, so
     /// that neither side holds more than about this much plus one row per request.
     public var pageBytes: Int
+    /// Read snapshots held for clients at once, and when an unused or old one ends.
+    public var maxSnapshots = 16
+    public var snapshotIdleSeconds: Double = 300
+    public var snapshotLifetimeSeconds: Double = 3_600
 
     public init(
         database: Endpoint, registry: DriverRegistry, readWriteTokens: [String], readOnlyTokens: [String] = [],

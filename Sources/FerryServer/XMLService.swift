@@ -16,9 +16,14 @@ public struct XMLService: Sendable {
     /// Index and foreign key requests one at a time: each picks names free in the catalog, and
     /// two at once (a copy with --jobs) would pick the same one.
     let objectRequests = Locked(())
+    /// Read snapshots held for clients (`POST /v1/snapshots`).
+    let snapshots: SnapshotStore
 
     public init(configuration: ServerConfiguration) {
         self.configuration = configuration
+        snapshots = SnapshotStore(
+            maxSnapshots: configuration.maxSnapshots, idleSeconds: configuration.snapshotIdleSeconds,
+            lifetimeSeconds: configuration.snapshotLifetimeSeconds)
     }
 
     static let xmlHeaders: HTTPFields = [.contentType: "application/xml; charset=utf-8"]
@@ -26,6 +31,7 @@ public struct XMLService: Sendable {
     /// Builds the application; `onRunning` receives the bound port (useful with port 0).
     public func application(logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
         let router = Router(context: BasicRequestContext.self)
+        snapshots.startSweeping()
         router.add(middleware: ErrorAndLogMiddleware())
         router.add(middleware: AuthMiddleware(readWrite: configuration.readWriteTokens, readOnly: configuration.readOnlyTokens))
         addRoutes(router)
@@ -60,6 +66,14 @@ public struct XMLService: Sendable {
     func open(write: Bool) throws -> any Connection {
         let writable = write || !configuration.readWriteTokens.isEmpty
         return try configuration.registry.connect(configuration.database, role: writable ? .target : .source)
+    }
+
+    /// A connection for one read: inside snapshot `id` when the request names one
+    /// (`snapshot=ID`), else a new one. `release` it when done.
+    func read(snapshot id: String?) throws -> SnapshotStore.Lease {
+        if let id { return try snapshots.lease(id) { try open(write: false) } }
+        let c = try open(write: false)
+        return SnapshotStore.Lease(connection: c, release: { c.close() })
     }
 
     /// The served table `name`, checked against the catalog before any query touches it.
@@ -190,21 +204,42 @@ public struct XMLService: Sendable {
             return service.xml(data)
         }
 
-        router.get("/v1/tables/:table") { _, context -> Response in
+        router.get("/v1/tables/:table") { request, context -> Response in
             let name = try service.tableParameter(context)
+            let snapshot = request.uri.queryParameters["snapshot"].map(String.init)
             let data = try await Offload.run {
-                let c = try service.open(write: false)
-                defer { c.close() }
+                let lease = try service.read(snapshot: snapshot)
+                defer { lease.release() }
+                let c = lease.connection
                 return XMLDocuments.schema(try c.describe(try service.served(name, in: c)))
             }
             return service.xml(data)
         }
 
-        router.get("/v1/tables/:table/count") { _, context -> Response in
+        // A read snapshot for a client's whole copy: every request naming it (`snapshot=ID` on
+        // rows, count, digests and schema reads) sees one state of the database.
+        router.post("/v1/snapshots") { _, _ -> Response in
+            let id = try await Offload.run { try service.snapshots.create { try service.open(write: false) } }
+            let s = service.snapshots
+            return service.xml(
+                Data("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<snapshot id=\"\(id)\" idle-seconds=\"\(Int(s.idleSeconds))\" lifetime-seconds=\"\(Int(s.lifetimeSeconds))\"/>\n".utf8),
+                status: .created)
+        }
+
+        router.delete("/v1/snapshots/:id") { _, context -> Response in
+            guard let id = context.parameters.get("id"), service.snapshots.release(id) else {
+                throw ServiceError(status: 404, code: "not_found", message: "no such snapshot (it may have ended already)")
+            }
+            return service.xml(Self.applied([("released", 1)]))
+        }
+
+        router.get("/v1/tables/:table/count") { request, context -> Response in
             let name = try service.tableParameter(context)
+            let snapshot = request.uri.queryParameters["snapshot"].map(String.init)
             let n = try await Offload.run {
-                let c = try service.open(write: false)
-                defer { c.close() }
+                let lease = try service.read(snapshot: snapshot)
+                defer { lease.release() }
+                let c = lease.connection
                 return try c.countRows(try service.served(name, in: c))
             }
             return service.xml(Data("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<count rows=\"\(n)\"/>\n".utf8))
@@ -229,9 +264,10 @@ public struct XMLService: Sendable {
             case "desc": descending = true
             case let other?: throw ServiceError.badRequest("order must be asc or desc, not '\(other.prefix(20))'", table: name.description)
             }
+            let snapshot = query["snapshot"].map(String.init)
             let stream = try await Offload.run {
                 try RowStream(service: service, table: name, after: after, upTo: upTo, columns: wanted, hints: readHints, limit: limit, descending: descending,
-                              buckets: buckets)
+                              buckets: buckets, snapshot: snapshot)
             }
             // gzip when the client asks for it (streamed, chunk by chunk).
             let gzip = request.headers[.acceptEncoding].map { $0.lowercased().contains("gzip") } ?? false
@@ -281,9 +317,11 @@ public struct XMLService: Sendable {
             guard within != nil || modulus <= 1 << 20 else {
                 throw ServiceError.badRequest("modulus above 1048576 needs within= (buckets of a coarser level)", table: name.description)
             }
+            let snapshot = query["snapshot"].map(String.init)
             let data = try await Offload.run { () -> Data in
-                let c = try service.open(write: false)
-                defer { c.close() }
+                let lease = try service.read(snapshot: snapshot)
+                defer { lease.release() }
+                let c = lease.connection
                 let schema = try c.describe(try service.served(name, in: c))
                 func columns(_ names: [String]) throws -> [Column] {
                     try names.map { n in
@@ -640,7 +678,7 @@ public struct XMLService: Sendable {
 
 /// One streamed page of rows: the connection and reader live across the blocking steps.
 final class RowStream {
-    let connection: any Connection
+    let lease: SnapshotStore.Lease
     let reader: any BatchReader
     let writer: XMLDocuments.RowsWriter
     let table: TableName
@@ -665,9 +703,10 @@ final class RowStream {
     /// `hints`: columns a client's cast rule reads in the engine's own text or JSON form, or with
     /// zero dates as NULL (named columns only: the driver builds the expression, never the request).
     init(service: XMLService, table name: TableName, after: [String], upTo: [String] = [], columns wanted: [String], hints: [String: ReadHints] = [:],
-         limit: Int, descending: Bool = false, buckets: (key: [String], modulus: Int64, residues: [Int64])? = nil) throws {
+         limit: Int, descending: Bool = false, buckets: (key: [String], modulus: Int64, residues: [Int64])? = nil, snapshot: String? = nil) throws {
         pageBytes = service.configuration.pageBytes
-        let c = try service.open(write: false)
+        let lease = try service.read(snapshot: snapshot)
+        let c = lease.connection
         do {
             let table = try service.served(name, in: c)
             let schema = try c.describe(table)
@@ -724,7 +763,7 @@ final class RowStream {
                 throw ServiceError.badRequest("table \(table) has no key: after, upto, order=desc and buckets need one", table: table.description)
             }
             self.reader = try c.reader(table: schema, columns: columns, keyRange: range, batchSize: min(limit, 10_000))
-            self.connection = c
+            self.lease = lease
             self.writer = XMLDocuments.RowsWriter(types: columns.map(\.logicalType))
             self.encoder = RowsEncoder(types: columns.map(\.logicalType))
             self.table = table
@@ -732,7 +771,7 @@ final class RowStream {
             self.limit = range == nil ? nil : limit
             self.descending = descending
         } catch {
-            c.close()
+            lease.release()
             throw error
         }
     }
@@ -784,7 +823,7 @@ final class RowStream {
 
     func close() {
         reader.close()
-        connection.close()
+        lease.release()
     }
 }
 

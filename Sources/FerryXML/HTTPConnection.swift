@@ -18,6 +18,10 @@ public final class HTTPConnection: Connection {
     private var pendingApplies: [TableName: PendingApply] = [:]
     private var inTransaction = false
     public private(set) var committedCounts: MergeCounts?
+    /// The service's read snapshot this connection reads from (`POST /v1/snapshots`), and
+    /// whether this connection began it (and ends it) or joined another's.
+    private(set) var snapshotID: String?
+    private var ownsSnapshot = false
 
     struct PendingApply {
         var upserts: TableName?
@@ -36,7 +40,7 @@ public final class HTTPConnection: Connection {
         _ = try client.expect("GET", "v1/tables")
     }
 
-    public func close() {}
+    public func close() { endSnapshot() }
 
     func path(_ table: TableName, _ rest: String = "") -> String {
         "v1/tables/" + HTTPClient.escape(table.description) + rest
@@ -46,14 +50,17 @@ public final class HTTPConnection: Connection {
         try XMLDocuments.decodeTables(client.expect("GET", "v1/tables"))
     }
 
+    /// `?snapshot=ID` while this connection reads inside the service's snapshot.
+    var snapshotQuery: String { snapshotID.map { HTTPClient.query([("snapshot", $0)]) } ?? "" }
+
     public func countRows(_ table: TableName) throws -> Int64 {
-        let root = try XMLTree.parse(client.expect("GET", path(table, "/count"), table: table))
+        let root = try XMLTree.parse(client.expect("GET", path(table, "/count") + snapshotQuery, table: table))
         guard let n = root.attributes["rows"].flatMap({ Int64($0) }) else { throw XMLWireError.unexpected("<count> without rows") }
         return n
     }
 
     public func describe(_ table: TableName) throws -> TableSchema {
-        try XMLDocuments.decodeSchema(client.expect("GET", path(table), table: table))
+        try XMLDocuments.decodeSchema(client.expect("GET", path(table) + snapshotQuery, table: table))
     }
 
     public func tableExists(_ table: TableName) throws -> Bool {
@@ -114,6 +121,7 @@ public final class HTTPConnection: Connection {
                 "--where is SQL, which the XML service does not take (it has no structured filter yet): mirror \(table.name) without --where, or from the database itself")
         }
         let base = [("modulus", String(request.modulus))] + request.columns.map { ("columns", $0.name) } + request.key.map { ("key", $0.name) }
+            + (snapshotID.map { [("snapshot", $0)] } ?? [])
         let withins: [[(String, String)]] = request.within.map { w in
             Self.bucketParameters(w).map { $0.filter { $0.0 == "buckets" }.map { ("within", $0.1) } }
         } ?? [[]]
@@ -324,6 +332,30 @@ public final class HTTPConnection: Connection {
         return (n("inserted"), n("upserted"), n("deleted"))
     }
 
+    /// A read snapshot held by the service for this copy (`POST /v1/snapshots`): every page,
+    /// count and digest read until `commit`/`rollback` sees one state of the served database.
+    public func beginSnapshot() throws {
+        let root = try XMLTree.parse(client.expect("POST", "v1/snapshots"))
+        guard let id = root.attributes["id"], !id.isEmpty else { throw XMLWireError.unexpected("<snapshot> without id") }
+        snapshotID = id
+        ownsSnapshot = true
+    }
+
+    /// The service's snapshot id: other connections to the same service read from it too.
+    public func exportSnapshot() throws -> String? { snapshotID }
+
+    public func beginSnapshot(importing id: String) throws {
+        snapshotID = id
+        ownsSnapshot = false
+    }
+
+    /// Ends this connection's use of the service's snapshot (released there if it began it).
+    private func endSnapshot() {
+        if let id = snapshotID, ownsSnapshot { _ = try? client.send("DELETE", "v1/snapshots/" + HTTPClient.escape(id)) }
+        snapshotID = nil
+        ownsSnapshot = false
+    }
+
     public func begin() throws {
         inTransaction = true
         created = []
@@ -333,6 +365,7 @@ public final class HTTPConnection: Connection {
     }
 
     public func commit() throws {
+        guard snapshotID == nil else { return endSnapshot() }
         for merge in pendingMerges {
             _ = try client.expect("POST", path(merge.staging, "/merge") + HTTPClient.query([("into", merge.target.description)]), table: merge.target)
         }
@@ -356,6 +389,7 @@ public final class HTTPConnection: Connection {
     }
 
     public func rollback() throws {
+        guard snapshotID == nil else { return endSnapshot() }
         for merge in pendingMerges { try? dropTable(merge.staging) }
         for apply in pendingApplies.values {
             if let u = apply.upserts { try? dropTable(u) }
@@ -410,6 +444,8 @@ final class HTTPReader: BatchReader {
 
     /// `bucketkey=`/`buckets=` parameters of a bucket-filtered walk, on every request.
     let buckets: [(String, String)]
+    /// The service's read snapshot every page is read from (`snapshot=`), when one is held.
+    let snapshot: String?
 
     init(
         connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int, after: [Value]?, upTo: [Value]?, limit: Int?,
@@ -441,6 +477,7 @@ final class HTTPReader: BatchReader {
         self.upTo = try wire(upTo)
         self.remaining = limit.map { max($0, 0) }
         finished = remaining == 0
+        snapshot = connection.snapshotID
     }
 
     deinit { page?.exchange.cancel() }
@@ -514,6 +551,7 @@ final class HTTPReader: BatchReader {
         items += (after ?? []).map { ("after", $0) }
         items += (upTo ?? []).map { ("upto", $0) }
         items += buckets
+        if let snapshot { items.append(("snapshot", snapshot)) }
         return connection.path(table, "/rows") + HTTPClient.query(items)
     }
 
@@ -578,7 +616,8 @@ final class HTTPReader: BatchReader {
         let keyColumns = keyIndexes.map { requested[$0] }
         let path = connection.path(table, "/rows") + HTTPClient.query(
             [("limit", "1"), ("order", "desc")] + keyColumns.map { ("columns", $0.name) }
-                + (rangeAfter ?? []).map { ("after", $0) } + (upTo ?? []).map { ("upto", $0) } + buckets)
+                + (rangeAfter ?? []).map { ("after", $0) } + (upTo ?? []).map { ("upto", $0) } + buckets
+                + (snapshot.map { [("snapshot", $0)] } ?? []))
         let body = try connection.client.expect("GET", path, table: table)
         var last: [String]?
         let types = keyTypes

@@ -24,6 +24,20 @@ final class SnapshotConsistencyTests: XCTestCase {
         try copyWhileAnApplicationWrites(try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL"), into: try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"))
     }
 
+    /// Through the service: the client asks it for a snapshot (`POST /v1/snapshots`) and every
+    /// page of both tables, from both jobs, names it. PostgreSQL behind the service shares it
+    /// by exported snapshot (a connection per request); MySQL takes turns on the one connection
+    /// holding it.
+    func testCopyOfALiveDatabaseThroughTheServiceReadsOneSnapshot() async throws {
+        let postgres = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let mysql = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        for (served, target) in [(postgres, mysql), (mysql, postgres)] {
+            let service = try await RunningService(database: served, drivers: drivers)
+            defer { service.stop() }
+            try copyWhileAnApplicationWrites(served, into: target, readingThrough: service.url(), rows: 50_000)
+        }
+    }
+
     /// A run of SQL on a PostgreSQL or MySQL connection (tests only).
     static func run(_ c: any Connection, _ sql: String) throws {
         if let p = c as? PostgresConnection { try p.run(sql) } else if let m = c as? MySQLConnection { try m.run(sql) } else {
@@ -32,7 +46,7 @@ final class SnapshotConsistencyTests: XCTestCase {
     }
 
     /// Copies into `targetURL`, a server (a SQLite target takes one writer, so one job).
-    func copyWhileAnApplicationWrites(_ url: String, into targetURL: String) throws {
+    func copyWhileAnApplicationWrites(_ url: String, into targetURL: String, readingThrough readURL: String? = nil, rows: Int = 150_000) throws {
         let harness = CopyHarness(drivers)
         let setup = try harness.registry.connect(url, role: .target)
         defer { setup.close() }
@@ -43,7 +57,7 @@ final class SnapshotConsistencyTests: XCTestCase {
         let parent = try setup.describe(TableName("snap_a_parent"))
         let child = try setup.describe(TableName("snap_b_child"))
         try setup.begin()
-        for start in stride(from: 1, through: 150_000, by: 10_000) {
+        for start in stride(from: 1, through: rows, by: 10_000) {
             let ids = Array(start..<(start + 10_000))
             for (schema, rows) in [(parent, ids.map { [Value.int(Int64($0)), .text("parent \($0)")] }),
                                    (child, ids.map { [Value.int(Int64($0)), .int(Int64($0)), .text(String(repeating: "x", count: 40))] })] {
@@ -84,7 +98,7 @@ final class SnapshotConsistencyTests: XCTestCase {
             defer { target.close() }
             try Self.run(target, "DROP TABLE IF EXISTS snap_b_child")
             try Self.run(target, "DROP TABLE IF EXISTS snap_a_parent")
-            let src = try harness.registry.connect(url, role: .source)
+            let src = try harness.registry.connect(readURL ?? url, role: .source)
             let during = inserted.withLock { $0 }
             let notes = Locked<[String]>([])
             let summary = try harness.copy(src, target, mode: .create, tables: ["snap_a_parent", "snap_b_child"], jobs: jobs, batchSize: 5_000,
@@ -93,19 +107,19 @@ final class SnapshotConsistencyTests: XCTestCase {
             stop.withLock { $0 = true }
             while !writer.isFinished { usleep(1_000) }
             src.close()
-            XCTAssertTrue(summary.ok, "jobs \(jobs): \(summary.tables.compactMap(\.error))")
+            XCTAssertTrue(summary.ok, "\(readURL == nil ? "direct" : "through the service") jobs \(jobs): \(summary.tables.compactMap(\.error))")
             XCTAssertEqual(summary.jobs, jobs, "the copy ran with \(summary.jobs) jobs")
             XCTAssertEqual(notes.withLock { $0 }.filter { $0.contains("snapshot") }, [], "jobs \(jobs)")
             XCTAssertGreaterThan(after - during, 0, "jobs \(jobs): the application inserted nothing while the copy ran; the test proves nothing")
             let parents = Set(try DriverConformance.readAll(target, TableName("snap_a_parent")).map { $0[0] })
             let children = try DriverConformance.readAll(target, TableName("snap_b_child"))
             let orphans = children.filter { !parents.contains($0[1]) }
-            XCTAssertEqual(orphans.count, 0, "jobs \(jobs): \(orphans.count) child rows arrived without their parent (first: \(orphans.first ?? []))")
+            XCTAssertEqual(orphans.count, 0, "\(readURL == nil ? "direct" : "through the service") jobs \(jobs): \(orphans.count) child rows arrived without their parent (first: \(orphans.first ?? []))")
             XCTAssertEqual(children.count, parents.count, "jobs \(jobs): pairs are inserted together, so both tables must hold as many rows")
         }
         for c in [setup, try harness.registry.connect(targetURL, role: .target)] {
-            try Self.run(c, "DROP TABLE snap_b_child")
-            try Self.run(c, "DROP TABLE snap_a_parent")
+            try Self.run(c, "DROP TABLE IF EXISTS snap_b_child")
+            try Self.run(c, "DROP TABLE IF EXISTS snap_a_parent")
         }
     }
 
