@@ -127,6 +127,35 @@ public final class SQLiteConnection: Connection {
     public func begin() throws { try execute("BEGIN IMMEDIATE") }
     /// A deferred transaction: its first read takes the snapshot that every later read sees
     /// (in WAL mode; in rollback-journal mode its shared lock keeps writers out meanwhile).
+    /// Another handle on the file holding `BEGIN IMMEDIATE` (the write lock) while `--jobs`
+    /// connections begin their read transactions: no write commits in between, so they all
+    /// see one state. SQLite has no way to share a read snapshot (Debian builds it without
+    /// SQLITE_ENABLE_SNAPSHOT).
+    private var freezer: OpaquePointer?
+    public func freezeWrites() throws -> Bool {
+        let path = endpoint.path
+        guard freezer == nil, path != ":memory:", FileManager.default.isWritableFile(atPath: path) else { return false }
+        var handle: OpaquePointer?
+        guard sqlite3_open_v2(path, &handle, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nil) == SQLITE_OK, let handle else {
+            sqlite3_close_v2(handle)
+            return false
+        }
+        sqlite3_busy_timeout(handle, 30_000)
+        guard sqlite3_exec(handle, "BEGIN IMMEDIATE", nil, nil, nil) == SQLITE_OK else {
+            let message = String(cString: sqlite3_errmsg(handle))
+            sqlite3_close_v2(handle)
+            throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "could not hold writes while the jobs begin reading: \(message)")
+        }
+        freezer = handle
+        return true
+    }
+    public func unfreezeWrites() throws {
+        guard let handle = freezer else { return }
+        freezer = nil
+        sqlite3_exec(handle, "ROLLBACK", nil, nil, nil)
+        sqlite3_close_v2(handle)
+    }
+
     /// A read transaction, pinned now (a deferred transaction would see the database as of
     /// its first read): every read until it ends sees this moment.
     public func beginSnapshot() throws {

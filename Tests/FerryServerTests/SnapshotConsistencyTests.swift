@@ -38,9 +38,23 @@ final class SnapshotConsistencyTests: XCTestCase {
         }
     }
 
-    /// A run of SQL on a PostgreSQL or MySQL connection (tests only).
+    /// SQLite cannot share a read snapshot: with two jobs, both begin their read transactions
+    /// while another handle holds the write lock (BEGIN IMMEDIATE). In WAL mode, so that the
+    /// application's writes go on while the copy reads.
+    func testCopyOfALiveSQLiteDatabaseReadsOneSnapshot() throws {
+        let folder = try TemporaryFolder()
+        let url = "sqlite:" + folder.path("live.db")
+        let setup = try CopyHarness(drivers).registry.connect(url, role: .target)
+        try Self.run(setup, "PRAGMA journal_mode=WAL")
+        setup.close()
+        try copyWhileAnApplicationWrites(url, into: try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"), rows: 100_000)
+    }
+
+    /// A run of SQL on a PostgreSQL, MySQL or SQLite connection (tests only).
     static func run(_ c: any Connection, _ sql: String) throws {
-        if let p = c as? PostgresConnection { try p.run(sql) } else if let m = c as? MySQLConnection { try m.run(sql) } else {
+        if let p = c as? PostgresConnection { try p.run(sql) } else if let m = c as? MySQLConnection { try m.run(sql) } else if let l = c as? SQLiteConnection {
+            try l.run(sql)
+        } else {
             throw ConformanceFailure("no SQL runner for \(c.endpoint)")
         }
     }
