@@ -298,7 +298,13 @@ public final class HTTPConnection: Connection {
         pendingApplies[table.name] = pending
     }
 
+    /// In a transaction staged like `mergeRows` (applied with the rest at commit); alone, one
+    /// change set.
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+        if inTransaction {
+            _ = try mergeRows(into: table, columns: columns, key: key, rows: rows)
+            return rows.count
+        }
         let keyColumns = columns.filter { key.contains($0.name) }
         return try changes(table.name, columns: columns, key: key, ChangeSet.encode(inserts: nil, upserts: rows, deletes: nil, columns: columns, key: keyColumns)).upserted
     }

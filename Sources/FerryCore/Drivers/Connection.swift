@@ -77,7 +77,8 @@ public protocol Connection: AnyObject {
     func mergeRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> MergeCounts
 
     /// Deletes the rows of `table` whose key equals a row of `keys` (laid out for `key`, in key
-    /// order). Returns how many rows were deleted. Runs in the caller's transaction.
+    /// order). Returns how many rows were deleted — or 0 where deletes are staged for `commit`
+    /// (then `committedCounts` has them). Runs in the caller's transaction.
     func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int
 
     /// Range digests of `request` over `table` (see `BucketDigest`), computed next to the data:
