@@ -34,6 +34,14 @@ extension SQLiteConnection {
     }
 
     public func tableExists(_ table: TableName) throws -> Bool {
+        // A schema that is not an attached database holds no table (and must not reach the SQL).
+        let schema = schemaName(table)
+        if schema != "main" && schema != "temp" {
+            let list = try prepare("SELECT 1 FROM pragma_database_list WHERE name = ?1")
+            try list.bind([.text(schema)])
+            defer { list.reset() }
+            guard try list.step() else { return false }
+        }
         let st = try prepare(
             "SELECT 1 FROM \(dialect.quote(schemaName(table))).sqlite_schema WHERE type = 'table' AND name = ?1")
         try st.bind([.text(table.name)])

@@ -52,6 +52,7 @@ struct ErrorAndLogMiddleware<Context: RequestContext>: RouterMiddleware {
                 if http.status.code == 404 { e.message = "no such endpoint: \(request.method) \(request.uri.path)" }
                 if http.status.code == 413 { e.code = "too_large" }
             }
+            if let detail = e.detail { context.logger.error("\(request.method) \(request.uri.path): \(detail)") }
             response = Response(
                 status: .init(code: e.status), headers: [.contentType: "application/xml; charset=utf-8"],
                 body: .init(byteBuffer: ByteBuffer(bytes: e.document)))

@@ -11,6 +11,16 @@ struct ServiceError: Error, Sendable {
     /// For a value the database refused: its row (1-based) in the request's rows, and its column.
     var row: Int?
     var column: String?
+    /// What the service logs and never sends: the engine's own message, its SQL, file paths.
+    var detail: String?
+
+    /// A failure inside the database or the service: the client learns that it happened, the
+    /// log learns what it was.
+    static func internalFailure(_ detail: String, table: TableName?) -> ServiceError {
+        ServiceError(
+            status: 500, code: "failed", table: table?.description,
+            message: "the service could not complete this request (the details are in the service's log)", detail: detail)
+    }
 
     static func notFound(_ table: TableName) -> ServiceError {
         ServiceError(status: 404, code: "not_found", table: table.description, message: "table \(table) is not served here; GET /v1/tables lists the tables")
@@ -38,7 +48,9 @@ struct ServiceError: Error, Sendable {
             case .invalidValue, .columnNotFound, .unsupportedType, .noKey:
                 return ServiceError(status: 422, code: "invalid", table: table?.description, message: e.description)
             case .readOnlyTarget: return ServiceError(status: 403, code: "read_only", table: table?.description, message: e.description)
-            default: return ServiceError(status: 500, code: "failed", table: table?.description, message: e.description)
+            case .keysMerged: return ServiceError(status: 409, code: "conflict", table: table?.description, message: e.description)
+            case .invalidOption: return .badRequest(e.description, table: table?.description)
+            default: return .internalFailure(e.description, table: table)
             }
         }
         if let e = error as? BatchRowError {
@@ -51,7 +63,7 @@ struct ServiceError: Error, Sendable {
             return ServiceError(
                 status: 422, code: "invalid", table: table?.description, message: message, row: e.row + 1, column: column)
         }
-        return ServiceError(status: 500, code: "failed", table: table?.description, message: "\(error)")
+        return .internalFailure("\(error)", table: table)
     }
 
     var document: Data { XMLDocuments.error(code: code, table: table, message: message, row: row, column: column) }

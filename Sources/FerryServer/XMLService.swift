@@ -293,6 +293,7 @@ public struct XMLService: Sendable {
                 } catch {
                     // The status line is gone: say it inside the document, so the client fails too.
                     let e = ServiceError.from(error, table: name)
+                    if let detail = e.detail { logger.error("rows of \(name): \(detail)") }
                     var out = Array("<error".utf8)
                     out += Array(" code=\"\(e.code)\">".utf8)
                     XMLText.appendEscaped(e.message, into: &out)

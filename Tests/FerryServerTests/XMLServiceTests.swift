@@ -251,6 +251,10 @@ final class XMLServiceTests: XCTestCase {
     }
 
     func testSecurity() async throws {
+        // A copy: this test sends write requests an attacker would (a DELETE among them).
+        let folder = try TemporaryFolder()
+        let chinook = folder.path("chinook.sqlite")
+        try FileManager.default.copyItem(atPath: self.chinook, toPath: chinook)
         let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers, maxBodyBytes: 4096)
         defer { service.stop() }
         var (status, body) = try service.request("GET", "v1/tables", token: nil)
@@ -293,6 +297,18 @@ final class XMLServiceTests: XCTestCase {
         XCTAssertEqual(status, 404)
         XCTAssertTrue(body.contains("<error"), body)
         XCTAssertEqual(try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + chinook), role: .source).countRows(TableName("Artist")), 275)
+
+        // Names that are not served tables (a path, a schema that is no database, quotes) are
+        // 404 on every endpoint, and no error body carries SQL text, file paths or engine internals.
+        for name in ["%2e%2e%2fetc", "..%2F..%2Fetc%2Fpasswd", "x.y.z", "nosuch.Artist", "temp.sqlite_schema", "%00"] {
+            for (method, rest) in [("GET", ""), ("GET", "/rows"), ("GET", "/count"), ("GET", "/digests?modulus=1"), ("DELETE", "")] {
+                let (status, body) = try service.request(method, "v1/tables/" + name + rest, token: service.readWrite)
+                XCTAssertEqual(status, 404, "\(method) \(name)\(rest): \(body)")
+                for leak in ["SELECT", "SQLite error", "while executing", "pragma", folder.path("")] {
+                    XCTAssertFalse(body.contains(leak), "\(method) \(name)\(rest) leaks \(leak): \(body)")
+                }
+            }
+        }
 
         // The client reports a wrong token as one clear line, without the token.
         XCTAssertThrowsError(try HTTPDriver().connect(Endpoint(parsing: service.url(token: "not-a-valid-token-123")), role: .source)) { e in
