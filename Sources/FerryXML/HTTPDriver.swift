@@ -180,7 +180,11 @@ final class HTTPClient: @unchecked Sendable {  // unchecked: immutable after ini
         case 401: return FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "the service refused the token (401): give it as http://:TOKEN@host/, FERRY_TOKEN or --token-file")
         case 403: return FerryError.readOnlyTarget(endpoint: endpoint.redacted, reason: message)
         case 404 where table != nil: return FerryError.tableNotFound(table: table ?? TableName(""), endpoint: endpoint.redacted)
-        case 409: return FerryError.targetTableExists(table: table ?? TableName(""), endpoint: endpoint.redacted)
+        case 409 where decoded == nil || decoded?.code == "exists":
+            return FerryError.targetTableExists(table: table ?? TableName(""), endpoint: endpoint.redacted)
+        case 409:
+            // A conflict the service explains (keys a target would merge, an apply's row count).
+            return FerryError.copyFailed(table: table ?? TableName(""), endpoint: endpoint.redacted, reason: message)
         case 422:
             let e = FerryError.invalidValue(table: table, column: decoded?.column, key: nil, message: message)
             // A value the database refused: the engine names its key from the row.
