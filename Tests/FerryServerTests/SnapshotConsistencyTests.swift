@@ -34,7 +34,7 @@ final class SnapshotConsistencyTests: XCTestCase {
         for (served, target) in [(postgres, mysql), (mysql, postgres)] {
             let service = try await RunningService(database: served, drivers: drivers)
             defer { service.stop() }
-            try copyWhileAnApplicationWrites(served, into: target, readingThrough: service.url(), rows: 50_000)
+            try copyWhileAnApplicationWrites(served, into: target, readingThrough: service.url(), rows: 30_000)
         }
     }
 
@@ -47,7 +47,7 @@ final class SnapshotConsistencyTests: XCTestCase {
         let setup = try CopyHarness(drivers).registry.connect(url, role: .target)
         try Self.run(setup, "PRAGMA journal_mode=WAL")
         setup.close()
-        try copyWhileAnApplicationWrites(url, into: try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"), rows: 100_000)
+        try copyWhileAnApplicationWrites(url, into: try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"), rows: 60_000)
     }
 
     /// A run of SQL on a PostgreSQL, MySQL or SQLite connection (tests only).
