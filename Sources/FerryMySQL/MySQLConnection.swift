@@ -370,13 +370,12 @@ public final class MySQLConnection: Connection {
         let types = columns.map(\.logicalType)
         let keyList = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
         let exactList = "(" + zip(key, textual).map { k, t in t ? "CAST(\(dialect.quote(k)) AS BINARY)" : dialect.quote(k) }.joined(separator: ", ") + ")"
-        func tuple(_ r: Int, exact: Bool) -> String {
+        /// Row `r`'s key as a tuple of literals, and as compared byte for byte.
+        func tuples(_ r: Int) -> (plain: String, exact: String) {
             let row = rows.row(r, types: types)
-            let parts = zip(keyIndexes, textual).map { i, t -> String in
-                let literal = MySQLValueCodec.literals([row[i]], self)
-                return exact && t ? "CAST(\(literal) AS BINARY)" : literal
-            }
-            return "(" + parts.joined(separator: ", ") + ")"
+            let literals = keyIndexes.map { MySQLValueCodec.literals([row[$0]], self) }
+            let exact = zip(literals, textual).map { l, t in t ? "CAST(\(l) AS BINARY)" : l }
+            return ("(" + literals.joined(separator: ", ") + ")", "(" + exact.joined(separator: ", ") + ")")
         }
         func shown(_ values: [String?]) -> String {
             "(" + zip(key, values).map { "\($0)=\($1.map { "'\($0)'" } ?? "NULL")" }.joined(separator: ", ") + ")"
@@ -385,14 +384,15 @@ public final class MySQLConnection: Connection {
         while start < rows.count {
             let end = min(start + 1_000, rows.count)
             let slice = start..<end
+            let keys = slice.map(tuples)
             let found = try query(
-                "SELECT \(key.map { dialect.quote($0) }.joined(separator: ", ")), \(exactList) IN (" + slice.map { tuple($0, exact: true) }.joined(separator: ", ")
-                    + ") FROM \(dialect.quote(table.name)) WHERE \(keyList) IN (" + slice.map { tuple($0, exact: false) }.joined(separator: ", ") + ")")
+                "SELECT \(key.map { dialect.quote($0) }.joined(separator: ", ")), \(exactList) IN (" + keys.map(\.exact).joined(separator: ", ")
+                    + ") FROM \(dialect.quote(table.name)) WHERE \(keyList) IN (" + keys.map(\.plain).joined(separator: ", ") + ")")
             if found.count != slice.count || found.contains(where: { $0.last.flatMap { $0 } != "1" }) {
                 // Which source key landed on which row: asked key by key (a failure, so rare).
-                for r in slice {
+                for (r, k) in zip(slice, keys) {
                     let match = try query(
-                        "SELECT \(key.map { dialect.quote($0) }.joined(separator: ", ")), \(exactList) = \(tuple(r, exact: true)) FROM \(dialect.quote(table.name)) WHERE \(keyList) = \(tuple(r, exact: false)) LIMIT 1")
+                        "SELECT \(key.map { dialect.quote($0) }.joined(separator: ", ")), \(exactList) = \(k.exact) FROM \(dialect.quote(table.name)) WHERE \(keyList) = \(k.plain) LIMIT 1")
                     if let m = match.first, m.last.flatMap({ $0 }) != "1" {
                         let row = rows.row(r, types: types)
                         throw FerryError.keysMerged(

@@ -561,15 +561,11 @@ public struct XMLService: Sendable {
                                 guard let i = columns.firstIndex(where: { $0.name == k }), e.row < b.count else { return nil }
                                 return "\(k)=\(Value(column: b.columns[i], row: e.row, type: columns[i].logicalType))"
                             }
-                            var column: String?
-                            var message = e.error.description
-                            if case let .invalidValue(_, col, _, m) = e.error {
-                                column = col
-                                message = m
-                            }
-                            throw ServiceError(
-                                status: 422, code: "invalid", table: t.description,
-                                message: "\(message) (key (\(shown.joined(separator: ", "))))", column: column)
+                            // Named by its key: the client's row numbers are not the staging table's.
+                            var refused = ServiceError.from(e, table: t)
+                            refused.row = nil
+                            refused.message += " (key (\(shown.joined(separator: ", "))))"
+                            throw refused
                         }
                     }
                 }

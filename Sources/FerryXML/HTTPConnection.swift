@@ -248,17 +248,26 @@ public final class HTTPConnection: Connection {
             }
             return committedCounts ?? MergeCounts()
         }
+        try stageRows(rows, columns: columns, into: table, key: key, as: \.upserts, prefix: "upsert_")
+        return MergeCounts()
+    }
+
+    /// Posts `rows` to the staging table of `table` that `slot` names (created on first use),
+    /// for the commit's apply.
+    private func stageRows(
+        _ rows: RowBatch, columns: [Column], into table: TableSchema, key: [String],
+        as slot: WritableKeyPath<PendingApply, TableName?>, prefix: String
+    ) throws {
         var pending = pendingApplies[table.name] ?? PendingApply(key: key)
         guard pending.key == key else { throw FerryError.invalidOption("one transaction writes \(table.name) by one key") }
-        let staging = TableName(schema: table.name.schema, CopyEngine.internalPrefix + "upsert_" + table.name.name)
-        if pending.upserts == nil {
+        let staging = TableName(schema: table.name.schema, CopyEngine.internalPrefix + prefix + table.name.name)
+        if pending[keyPath: slot] == nil {
             try stage(staging, shapedLike: table, columns: columns)
-            pending.upserts = staging
+            pending[keyPath: slot] = staging
             pendingApplies[table.name] = pending
         }
         try HTTPWriter(client: client, path: path(staging, "/rows") + HTTPClient.query(columns.map { ("columns", $0.name) }),
                        table: staging, columns: columns).write(rows)
-        return MergeCounts()
     }
 
     /// A staging table of `columns` typed as in `table`, without keys (a failed load drops it).
@@ -317,16 +326,7 @@ public final class HTTPConnection: Connection {
             return try changes(table.name, columns: key, key: key.map(\.name),
                                ChangeSet.encode(inserts: nil, upserts: nil, deletes: keys, columns: key, key: key)).deleted
         }
-        var pending = pendingApplies[table.name] ?? PendingApply(key: key.map(\.name))
-        guard pending.key == key.map(\.name) else { throw FerryError.invalidOption("one transaction writes \(table.name) by one key") }
-        let staging = TableName(schema: table.name.schema, CopyEngine.internalPrefix + "delete_" + table.name.name)
-        if pending.deletes == nil {
-            try stage(staging, shapedLike: table, columns: key)
-            pending.deletes = staging
-            pendingApplies[table.name] = pending
-        }
-        try HTTPWriter(client: client, path: path(staging, "/rows") + HTTPClient.query(key.map { ("columns", $0.name) }),
-                       table: staging, columns: key).write(keys)
+        try stageRows(keys, columns: key, into: table, key: key.map(\.name), as: \.deletes, prefix: "delete_")
         return 0
     }
 
