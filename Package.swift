@@ -13,6 +13,7 @@ let package = Package(
         .library(name: "FerryMySQL", targets: ["FerryMySQL"]),
         .library(name: "FerryXML", targets: ["FerryXML"]),
         .library(name: "FerryServer", targets: ["FerryServer"]),
+        .library(name: "FerrySync", targets: ["FerrySync"]),
         .library(name: "FerryCommands", targets: ["FerryCommands"]),
         .library(name: "FerryDriverTestKit", targets: ["FerryDriverTestKit"]),
         .executable(name: "ferry", targets: ["ferry"]),
@@ -58,6 +59,9 @@ let package = Package(
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // Offline snapshots and two-way sync: a SQLite snapshot file against any origin (drivers
+        // come from the caller's registry; never the server).
+        .target(name: "FerrySync", dependencies: ["FerryCore", "FerrySQLite"]),
         // The library façade: SQLite and http everywhere, PostgreSQL and MySQL where libpq and
         // libmariadb exist (not on iOS).
         .target(
@@ -75,7 +79,7 @@ let package = Package(
         .target(
             name: "FerryCommands",
             dependencies: [
-                "FerryCore", "FerryKit", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryServer",
+                "FerryCore", "FerryKit", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryServer", "FerrySync",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),

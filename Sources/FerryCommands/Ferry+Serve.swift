@@ -63,8 +63,13 @@ extension Ferry {
             return host.isEmpty ? nil : (host, port)
         }
 
+        @Option(name: .long, help: ArgumentHelp("File whose first line is the served database's password (else PGPASSWORD/.pgpass, MYSQL_PWD).", valueName: "file"))
+        var passwordFile: String?
+
         func run() throws {
-            let endpoint = try Endpoint(parsing: url)
+            var parsed = try Endpoint(parsing: url)
+            if parsed.password == nil, let passwordFile { parsed.password = try DriverSettings.password(in: passwordFile) }
+            let endpoint = parsed
             let registry = Ferry.registry
             // Open once now: a wrong URL fails before the service starts.
             try registry.connect(endpoint, role: tokenFile == nil ? .source : .target).close()

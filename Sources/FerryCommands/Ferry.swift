@@ -21,7 +21,7 @@ public struct Ferry: ParsableCommand {
             \(ExitStatus.table)
             """,
         version: "0.1.0",
-        subcommands: [Tables.self, Describe.self, Copy.self, Verify.self, Serve.self]
+        subcommands: [Tables.self, Describe.self, Copy.self, Verify.self, Serve.self, Snapshot.self, Status.self, Push.self, Pull.self, SyncCommand.self]
     )
 
     public init() {}
@@ -112,11 +112,22 @@ struct TableOptions: ParsableArguments {
     }
 }
 
-/// Settings the drivers take besides their URLs (copy, verify). They travel as values on the
-/// endpoints (`Endpoint.options`), never in a URL Ferry prints.
+/// Settings the drivers take besides their URLs (every command that connects). They travel
+/// as values on the endpoints (`Endpoint.options`, `Endpoint.password`), never in a URL Ferry prints.
 struct DriverSettings: ParsableArguments {
     @Option(name: .long, help: "Bearer token file for http(s):// endpoints (else the URL's password or FERRY_TOKEN).")
     var tokenFile: String?
+
+    @Option(name: .long, help: ArgumentHelp(
+        "File whose first line is the password for URLs that carry none (else PGPASSWORD/.pgpass, MYSQL_PWD).",
+        valueName: "file"))
+    var passwordFile: String?
+
+    @Option(name: .long, help: ArgumentHelp("The source's password file, when source and target differ (copy, verify).", valueName: "file"))
+    var sourcePasswordFile: String?
+
+    @Option(name: .long, help: ArgumentHelp("The target's password file, when source and target differ (copy, verify).", valueName: "file"))
+    var targetPasswordFile: String?
 
     @Option(name: .long, help: "MySQL zero dates (0000-00-00) as read: error (default) or null.")
     var zeroDates: ZeroDates = .error
@@ -125,18 +136,36 @@ struct DriverSettings: ParsableArguments {
         case error, null
     }
 
-    /// `url`'s endpoint with the settings its driver declares.
-    func endpoint(_ url: String, registry: DriverRegistry) throws -> Endpoint {
+    /// `url`'s endpoint with the settings its driver declares, and the password of `passwordFile`
+    /// (or `--password-file`) when the URL has none.
+    func endpoint(_ url: String, registry: DriverRegistry, passwordFile: String? = nil) throws -> Endpoint {
         var values: [String: String] = [:]
         if let tokenFile { values["token-file"] = tokenFile }
         if zeroDates == .null { values["zero-dates"] = "null" }
-        return try registry.applying(values, to: Endpoint(parsing: url))
+        var endpoint = try registry.applying(values, to: Endpoint(parsing: url))
+        if endpoint.password == nil, let file = passwordFile ?? self.passwordFile {
+            endpoint.password = try Self.password(in: file)
+        }
+        return endpoint
+    }
+
+    /// The first line of `file`: a password kept out of command lines and process lists.
+    static func password(in file: String) throws -> String {
+        guard let data = FileManager.default.contents(atPath: file) else {
+            throw FerryError.invalidOption("--password-file \(file) cannot be read (does it exist, and may Ferry read it?)")
+        }
+        let text = String(decoding: data, as: UTF8.self)
+        let line = text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first.map(String.init) ?? ""
+        let password = line.hasSuffix("\r") ? String(line.dropLast()) : line
+        guard !password.isEmpty else { throw FerryError.invalidOption("--password-file \(file) is empty; its first line is the password") }
+        return password
     }
 
     /// The two endpoints with these settings, each given those its driver declares (as
     /// `Ferry.copy` and `Ferry.verify` do).
     func endpoints(source: String, target: String, registry: DriverRegistry) throws -> (source: Endpoint, target: Endpoint) {
-        (try endpoint(source, registry: registry), try endpoint(target, registry: registry))
+        (try endpoint(source, registry: registry, passwordFile: sourcePasswordFile),
+         try endpoint(target, registry: registry, passwordFile: targetPasswordFile))
     }
 }
 

@@ -110,6 +110,44 @@ public final class SQLiteConnection: Connection {
     /// Runs SQL text written by the caller (tests, tools); never text from a request.
     public func run(_ sql: String) throws { try execute(sql) }
 
+    /// Runs one statement written by the caller (FerrySync's bookkeeping, tests; never text
+    /// from a request) with `parameters` bound to `?1…`, and returns its rows, each value as
+    /// SQLite stores it (INTEGER `.int`, REAL `.double`, TEXT `.text`, BLOB `.binary`).
+    @discardableResult
+    public func query(_ sql: String, _ parameters: [Value] = []) throws -> [[Value]] {
+        for st in statementCache.values { st.reset() }
+        let st = try SQLiteStatement(self, sql)
+        try st.bind(parameters)
+        var rows: [[Value]] = []
+        let n = sqlite3_column_count(st.handle)
+        while try st.step() {
+            rows.append((0..<n).map { i -> Value in
+                switch sqlite3_column_type(st.handle, i) {
+                case SQLITE_INTEGER: return .int(sqlite3_column_int64(st.handle, i))
+                case SQLITE_FLOAT: return .double(sqlite3_column_double(st.handle, i))
+                case SQLITE_TEXT: return .text(st.columnText(i) ?? "")
+                case SQLITE_BLOB:
+                    let count = Int(sqlite3_column_bytes(st.handle, i))
+                    guard count > 0, let p = sqlite3_column_blob(st.handle, i) else { return .binary([]) }
+                    return .binary(Array(UnsafeRawBufferPointer(start: p, count: count)))
+                default: return .null
+                }
+            })
+        }
+        return rows
+    }
+
+    /// The declared type Ferry gives a column of `column`'s logical type in a new SQLite table.
+    public func declaredType(for column: Column) throws -> String {
+        guard let t = SQLiteTypeMap.declaredType(for: column.logicalType) else {
+            throw FerryError.unsupportedType(table: TableName(""), column: column.name, type: column.logicalType.description, target: endpoint.redacted)
+        }
+        return t
+    }
+
+    /// Rows changed by the last INSERT, UPDATE or DELETE.
+    public var changes: Int { Int(sqlite3_changes(db)) }
+
     func execute(_ sql: String) throws {
         // A cached statement left on a row holds a read lock that DDL (DROP, RENAME) trips on.
         for st in statementCache.values { st.reset() }

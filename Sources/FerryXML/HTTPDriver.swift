@@ -412,6 +412,7 @@ final class BoundStreamPump {
 /// The service's naming rules on the client side: Ferry quotes nothing itself (names travel in
 /// URLs and XML); DDL is not transactional across requests, so a failed create is dropped.
 public struct HTTPDialect: Dialect {
+    public var commitsTablesTogether: Bool { false }
     public init() {}
     public var engine: Engine { .http }
     public var supportsTransactionalDDL: Bool { false }

@@ -202,6 +202,14 @@ public enum DigestComputer {
         }
     }
 
+    /// The 32-bit key hash of one key (values typed as `types`): its bucket is this modulo the
+    /// bucket count, on every engine.
+    public static func keyHash(_ key: [Value], types: [LogicalType]) throws -> Int64 {
+        let batch = try RowBatch(rows: [key], types: types)
+        var scratch: [UInt8] = []
+        return hashes(batch, row: 0, types: types, keyIndexes: Array(types.indices), allIndexes: [], rowText: false, scratch: &scratch).key
+    }
+
     /// Digests of `request` over the rows of `table`, read through `connection`'s reader.
     public static func digests(_ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int = 10_000) throws -> [BucketDigest] {
         let keyIndexes = try keyIndexes(request.key, in: request.columns, table: table.name)

@@ -1,0 +1,118 @@
+import Foundation
+
+/// Finds the key-hash buckets in which two copies of a table differ, comparing range digests
+/// level by level (each side computes its own, next to its data) — what a mirror reads and
+/// what a pull reads. Equal buckets are never read.
+public enum RangeDiff {
+    /// One side of the comparison: a connection and the table as that side names and types it.
+    public struct Side {
+        public var connection: any Connection
+        public var schema: TableSchema
+        public var key: [Column]
+        public var columns: [Column]
+        /// A row condition in this side's own SQL (`--where`), never from a request.
+        public var filter: String?
+        public init(connection: any Connection, schema: TableSchema, key: [Column], columns: [Column], filter: String? = nil) {
+            self.connection = connection
+            self.schema = schema
+            self.key = key
+            self.columns = columns
+            self.filter = filter
+        }
+    }
+
+    /// What the comparison found.
+    public struct Outcome: Sendable {
+        /// The buckets to read on each side (modulus, residues); nil: the whole table (too
+        /// many buckets differ to name them). Empty residues: the tables are equal.
+        public var buckets: (modulus: Int64, residues: [Int64])?
+        /// Rows of the source in buckets found equal (not to be read).
+        public var unchanged: Int64 = 0
+        public var sourceRows: Int64 = 0
+        public var targetRows: Int64 = 0
+        public var levels = 0
+        public var digests = 0
+        public var isEqual: Bool { buckets.map { $0.residues.isEmpty } ?? false }
+
+        /// The bucket filter for `key` (one side's key columns); nil for the whole table.
+        public func filter(key: [Column]) -> BucketFilter? {
+            buckets.map { BucketFilter(key: key, modulus: $0.modulus, residues: $0.residues) }
+        }
+    }
+
+    /// Bucket counts are powers of two; the first level aims at this many rows per bucket and
+    /// each further level splits a differing bucket in `fanout`. Every level scans both tables
+    /// (the digest SQL hashes every row), so the first level is already fine-grained: its
+    /// answer (a short line per bucket) costs far less than another scan.
+    public static let rowsPerBucket: Int64 = 16
+    public static let fanout: Int64 = 16
+    /// At most this many buckets in one filter (an `IN` list of ~140 kB, well under MySQL's
+    /// max_allowed_packet; 20 requests through the service).
+    public static let maxBuckets = 20_000
+
+    /// Compares `source` with `target`. `firstLevel` sees the row counts of both sides once
+    /// they are known (and may throw to stop); `differing` the rows of the source in buckets
+    /// that still differ after each level (for progress).
+    public static func find(
+        source: Side, target: Side, estimate: Int64, cancellation: Cancellation? = nil,
+        firstLevel: (_ sourceRows: Int64, _ targetRows: Int64) throws -> Void = { _, _ in },
+        differing report: (_ sourceRows: Int64) -> Void = { _ in }
+    ) throws -> Outcome {
+        var out = Outcome()
+        var modulus: Int64 = 1
+        let estimate = max(estimate, 1)
+        while modulus < 1 << 20 && modulus * rowsPerBucket < estimate { modulus *= 2 }
+        var within: (modulus: Int64, residues: [Int64])?
+        while true {
+            if cancellation?.isCancelled == true { throw FerryError.cancelled }
+            // Both sides at once: each computes next to its own data.
+            let sourceRequest = DigestRequest(
+                key: source.key, columns: source.columns, modulus: modulus,
+                within: within.map { BucketFilter(key: source.key, modulus: $0.modulus, residues: $0.residues) }, filter: source.filter)
+            let targetRequest = DigestRequest(
+                key: target.key, columns: target.columns, modulus: modulus,
+                within: within.map { BucketFilter(key: target.key, modulus: $0.modulus, residues: $0.residues) }, filter: target.filter)
+            let (s, t) = try Worker.both(
+                { try source.connection.bucketDigests(source.schema, request: sourceRequest) },
+                { try target.connection.bucketDigests(target.schema, request: targetRequest) })
+            out.levels += 1
+            out.digests += s.count + t.count
+            if out.levels == 1 {
+                out.sourceRows = s.reduce(0) { $0 + $1.rows }
+                out.targetRows = t.reduce(0) { $0 + $1.rows }
+                try firstLevel(out.sourceRows, out.targetRows)
+            }
+            let theirs = Dictionary(t.map { ($0.bucket, $0) }, uniquingKeysWith: { a, _ in a })
+            let ours = Dictionary(s.map { ($0.bucket, $0) }, uniquingKeysWith: { a, _ in a })
+            let differing = Array(Set(ours.keys).union(theirs.keys).filter { ours[$0] != theirs[$0] }).sorted()
+            let levelUnchanged = s.reduce(0) { $0 + (theirs[$1.bucket] == $1 ? $1.rows : 0) }
+            if differing.count > maxBuckets {
+                // Too many buckets to name in one filter: read the previous level's buckets
+                // (fewer, larger), or everything at the first level. Rows of this level's equal
+                // buckets are read again, and counted by the keyed write.
+                out.buckets = within
+                if within == nil { report(out.sourceRows) }
+                return out
+            }
+            out.unchanged += levelUnchanged
+            if differing.isEmpty {
+                out.buckets = (modulus, [])
+                return out
+            }
+            let rowsInDiffering = max(
+                differing.reduce(0) { $0 + (ours[$1]?.rows ?? 0) }, differing.reduce(0) { $0 + (theirs[$1]?.rows ?? 0) })
+            // Small enough to read (a few rows per bucket, or a twentieth of the table), or as
+            // fine as the 32-bit key hash goes.
+            let total = max(out.sourceRows, out.targetRows)
+            report(differing.reduce(0) { $0 + (ours[$1]?.rows ?? 0) })
+            if rowsInDiffering <= 8 * Int64(differing.count) || rowsInDiffering <= total / 20 || modulus * fanout > 1 << 31
+                || out.levels >= 6
+            {
+                out.buckets = (modulus, differing)
+                return out
+            }
+            within = (modulus, differing)
+            modulus *= fanout
+        }
+    }
+}
