@@ -211,15 +211,23 @@ public final class SyncFile {
         let when = "WHEN (SELECT capture FROM \(q(Self.state)))"
         let base = q(Self.base(t))
         func match(_ cols: [String], _ row: String) -> String {
-            cols.map { "\(q($0)) = \(row).\(q($0))" }.joined(separator: " AND ")
+            cols.map { "o.\(q($0)) = \(row).\(q($0))" }.joined(separator: " AND ")
         }
         var keySets = [table.key]
         for set in try uniqueColumnSets(t) where !keySets.contains(set) { keySets.append(set) }
+        // No conflict clause in the trigger bodies: an outer `INSERT OR REPLACE` would impose its
+        // own on them (SQLite's rule), so each insert checks for an entry itself — the first
+        // image of a row is the one kept.
+        func absent(_ row: String) -> String {
+            "NOT EXISTS (SELECT 1 FROM \(base) x WHERE " + table.key.map { "x.\(q($0)) = \(row).\(q($0))" }.joined(separator: " AND ") + ")"
+        }
         let before = keySets.map {
-            "INSERT OR IGNORE INTO \(base) (\(q(Self.existed)), \(all)) SELECT 1, \(all) FROM \(q(t)) WHERE \(match($0, "NEW"));"
+            "INSERT INTO \(base) (\(q(Self.existed)), \(all)) SELECT 1, \(all) FROM \(q(t)) o WHERE \(match($0, "NEW")) AND \(absent("o"));"
         }.joined(separator: "\n  ")
         let old = columns.map { "OLD.\(q($0))" }.joined(separator: ", ")
         let newKey = table.key.map { "NEW.\(q($0))" }.joined(separator: ", ")
+        let keepOld = "INSERT INTO \(base) (\(q(Self.existed)), \(all)) SELECT 1, \(old) WHERE \(absent("OLD"));"
+        let keepNew = "INSERT INTO \(base) (\(q(Self.existed)), \(keyList)) SELECT 0, \(newKey) WHERE \(absent("NEW"));"
         try dropCapture(t)
         try db.run("""
             CREATE TABLE IF NOT EXISTS \(base) (\(q(Self.existed)) INTEGER NOT NULL, \(defs), \(pk));
@@ -228,17 +236,17 @@ public final class SyncFile {
               \(before)
             END;
             CREATE TRIGGER \(q("_ferry_ai_" + t)) AFTER INSERT ON \(q(t)) \(when) BEGIN
-              INSERT OR IGNORE INTO \(base) (\(q(Self.existed)), \(keyList)) VALUES (0, \(newKey));
+              \(keepNew)
             END;
             CREATE TRIGGER \(q("_ferry_bu_" + t)) BEFORE UPDATE ON \(q(t)) \(when) BEGIN
               \(before)
             END;
             CREATE TRIGGER \(q("_ferry_au_" + t)) AFTER UPDATE ON \(q(t)) \(when) BEGIN
-              INSERT OR IGNORE INTO \(base) (\(q(Self.existed)), \(all)) VALUES (1, \(old));
-              INSERT OR IGNORE INTO \(base) (\(q(Self.existed)), \(keyList)) VALUES (0, \(newKey));
+              \(keepOld)
+              \(keepNew)
             END;
             CREATE TRIGGER \(q("_ferry_ad_" + t)) AFTER DELETE ON \(q(t)) \(when) BEGIN
-              INSERT OR IGNORE INTO \(base) (\(q(Self.existed)), \(all)) VALUES (1, \(old));
+              \(keepOld)
             END;
             """)
     }
