@@ -98,7 +98,7 @@ let package = Package(
         .testTarget(name: "FerryXMLTests", dependencies: ["FerryXML", "FerryCore"]),
         .testTarget(
             name: "FerryServerTests",
-            dependencies: ["FerryServer", "FerryXML", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore"]),
+            dependencies: ["FerryServer", "FerryXML", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore", "FerrySync"]),
         .testTarget(
             name: "FerryCommandsTests",
             dependencies: ["FerryCommands", "FerryKit", "FerryDriverTestKit", "FerrySQLite", "ferry", "ferry-embedding-sample"]),

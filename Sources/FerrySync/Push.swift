@@ -118,9 +118,12 @@ extension Sync {
                 for (name, schema) in serialResets { try origin.resetSerial(name, schema: schema) }
             }
             try origin.commit()
-        } catch {
+        } catch let error as SyncError {
             try? origin.rollback()
             throw error
+        } catch {
+            try? origin.rollback()
+            throw SyncError.pushFailed(origin: endpoint.redacted, reason: "\(error)")
         }
         // Committed at the origin: a counter move that is DDL (MySQL) comes after the commit.
         if !origin.dialect.supportsTransactionalDDL {

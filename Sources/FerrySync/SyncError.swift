@@ -12,6 +12,8 @@ public enum SyncError: Error, CustomStringConvertible, Sendable {
     case schemaDrift(table: TableName, reason: String)
     /// The origin cannot take a push this way.
     case originCannotPush(origin: String, reason: String)
+    /// The origin refused the push (a constraint, a lost connection): it applied none of it.
+    case pushFailed(origin: String, reason: String)
     /// A push or pull stopped before it changed anything: conflicts under `--on-conflict fail`.
     case conflicts(count: Int)
 
@@ -27,6 +29,8 @@ public enum SyncError: Error, CustomStringConvertible, Sendable {
             return "table \(table) changed at the origin since the snapshot: \(reason); nothing was pulled and pending local changes are kept (push them first, then take a new snapshot)"
         case let .originCannotPush(origin, reason):
             return "cannot push to \(origin): \(reason); pending local changes are kept"
+        case let .pushFailed(origin, reason):
+            return "push to \(origin) failed and applied nothing; pending local changes are kept: \(reason)"
         case let .conflicts(count):
             return "\(count) conflict\(count == 1 ? "" : "s"); nothing was applied (see the list above, or choose --on-conflict local|origin|merge)"
         }

@@ -1,0 +1,318 @@
+import FerryCore
+import FerryDriverTestKit
+import FerryMySQL
+import FerryPostgres
+import FerrySQLite
+import FerrySync
+import FerryXML
+import Foundation
+import XCTest
+
+/// An origin database for sync tests: four tables (a serial key, a composite natural key, a
+/// serial parent and its serial child with a foreign key), created with the engine's own DDL.
+struct SyncOrigin {
+    let name: String
+    let url: String
+    let registry: DriverRegistry
+    let dialect: Kind
+    enum Kind { case sqlite, postgres, mysql }
+
+    static let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+
+    static func all(folder: TemporaryFolder) throws -> [SyncOrigin] {
+        let registry = DriverRegistry(drivers)
+        return [
+            SyncOrigin(name: "sqlite", url: "sqlite:" + folder.path("origin.db"), registry: registry, dialect: .sqlite),
+            SyncOrigin(name: "postgres", url: try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"), registry: registry, dialect: .postgres),
+            SyncOrigin(name: "mysql", url: try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL"), registry: registry, dialect: .mysql),
+        ]
+    }
+
+    func connect() throws -> any Connection { try registry.connect(try Endpoint(parsing: url), role: .target) }
+
+    /// Runs SQL at the origin (written for all three engines: lowercase names, no quotes).
+    func run(_ sql: String) throws {
+        let c = try connect()
+        defer { c.close() }
+        switch c {
+        case let s as SQLiteConnection: try s.run(sql)
+        case let p as PostgresConnection: try p.run(sql)
+        case let m as MySQLConnection:
+            for statement in sql.split(separator: ";") where !statement.trimmingCharacters(in: .whitespacesAndNewlines).isEmpty {
+                try m.run(String(statement))
+            }
+        default: XCTFail("no SQL for \(c.endpoint)")
+        }
+    }
+
+    /// Fresh tables with `rows` rows in each.
+    func reset(rows: Int) throws {
+        let serial: String, text = "VARCHAR(40)", tail: String
+        switch dialect {
+        case .sqlite: serial = "INTEGER PRIMARY KEY AUTOINCREMENT"; tail = ""
+        case .postgres: serial = "SERIAL PRIMARY KEY"; tail = ""
+        case .mysql: serial = "INT AUTO_INCREMENT PRIMARY KEY"; tail = " ENGINE=InnoDB"
+        }
+        try run("DROP TABLE IF EXISTS ch; DROP TABLE IF EXISTS p; DROP TABLE IF EXISTS s; DROP TABLE IF EXISTS c; DROP TABLE IF EXISTS _ferry_sync_pushes")
+        try run("""
+            CREATE TABLE s (id \(serial), tag \(text) NOT NULL UNIQUE, v \(text), n INTEGER)\(tail);
+            CREATE TABLE c (a \(text) NOT NULL, b INTEGER NOT NULL, v \(text), n INTEGER, PRIMARY KEY (a, b))\(tail);
+            CREATE TABLE p (id \(serial), tag \(text) NOT NULL UNIQUE, v \(text), n INTEGER)\(tail);
+            CREATE TABLE ch (id \(serial), tag \(text) NOT NULL UNIQUE, p_id INTEGER REFERENCES p (id), v \(text), n INTEGER)\(tail)
+            """)
+        var sql: [String] = []
+        for i in 0..<rows {
+            sql.append("INSERT INTO s (tag, v, n) VALUES ('s\(i)', 'v\(i)', \(i))")
+            sql.append("INSERT INTO c (a, b, v, n) VALUES ('k\(i % 7)', \(i), 'v\(i)', \(i))")
+            sql.append("INSERT INTO p (tag, v, n) VALUES ('p\(i)', 'v\(i)', \(i))")
+        }
+        for i in 0..<rows { sql.append("INSERT INTO ch (tag, p_id, v, n) VALUES ('ch\(i)', \(i % max(rows, 1) + 1), 'v\(i)', \(i))") }
+        if !sql.isEmpty { try run(sql.joined(separator: ";\n")) }
+    }
+
+    /// Every row of `table`, as values by column name.
+    func rows(_ table: String) throws -> [[String: Value]] {
+        let c = try connect()
+        defer { c.close() }
+        return try SyncTestRows.read(c, table)
+    }
+}
+
+enum SyncTestRows {
+    static func read(_ c: any Connection, _ table: String) throws -> [[String: Value]] {
+        let schema = try c.describe(TableName(table))
+        let reader = try c.reader(table: schema, columns: schema.columns, keyRange: nil, batchSize: 1_000)
+        defer { reader.close() }
+        var out: [[String: Value]] = []
+        let types = schema.columns.map(\.logicalType)
+        while let b = try reader.next() {
+            for r in 0..<b.count {
+                let row = b.row(r, types: types)
+                out.append(Dictionary(uniqueKeysWithValues: zip(schema.columns.map(\.name), row)))
+            }
+        }
+        return out
+    }
+}
+
+/// The sqlite3 command-line shell: local edits made by another program than Ferry.
+enum SQLiteShell {
+    static func run(_ file: String, _ sql: String) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        p.arguments = [file, sql]
+        let err = Pipe()
+        p.standardError = err
+        do { try p.run() } catch {
+            throw FerryError.invalidOption("the sqlite3 shell is missing (scripts/test installs it: apt-get install sqlite3): \(error)")
+        }
+        let e = err.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else {
+            throw FerryError.invalidOption("sqlite3 \(file) failed: \(String(decoding: e, as: UTF8.self))")
+        }
+    }
+}
+
+final class SyncTests: XCTestCase {
+    var folder: TemporaryFolder!
+    override func setUpWithError() throws { folder = try TemporaryFolder() }
+
+    func snapshot(_ origin: SyncOrigin, _ name: String) throws -> (Sync, SyncFile, Endpoint) {
+        let sync = Sync(registry: origin.registry)
+        let path = folder.path(name)
+        let endpoint = try Endpoint(parsing: origin.url)
+        _ = try sync.snapshot(origin: endpoint, to: path, options: SnapshotOptions(), progress: ProgressReporter(style: .quiet) { _ in })
+        return (sync, try SyncFile.open(path), endpoint)
+    }
+
+    func localRows(_ file: SyncFile, _ table: String) throws -> [[String: Value]] { try SyncTestRows.read(file.db, table) }
+
+    /// The seed systems' first failure: a row deleted offline came back on the next pull.
+    func testADeleteMadeOfflineIsNeverBroughtBackByAPull() throws {
+        for origin in try SyncOrigin.all(folder: folder) {
+            try origin.reset(rows: 300)
+            let (sync, file, endpoint) = try snapshot(origin, "del-\(origin.name).db")
+            defer { file.close() }
+            try SQLiteShell.run(file.path, "DELETE FROM ch WHERE tag = 'ch7'; DELETE FROM c WHERE a = 'k3' AND b = 3")
+            // The origin changes other rows meanwhile: the pull reads their buckets.
+            try origin.run("UPDATE ch SET v = 'origin' WHERE tag = 'ch8'; UPDATE c SET v = 'origin' WHERE b = 4")
+            let pull = try sync.pull(file, origin: endpoint, policy: .fail)
+            XCTAssertTrue(pull.applied, origin.name)
+            XCTAssertEqual(pull.conflicts.count, 0, origin.name)
+            let ch = try localRows(file, "ch")
+            XCTAssertFalse(ch.contains { $0["tag"] == .text("ch7") }, "\(origin.name): the deleted row came back")
+            XCTAssertEqual(ch.first { $0["tag"] == .text("ch8") }?["v"], .text("origin"), origin.name)
+            XCTAssertFalse(try localRows(file, "c").contains { $0["a"] == .text("k3") && $0["b"] == .int(3) }, origin.name)
+            XCTAssertEqual(try sync.status(file).pending, 2, origin.name)
+            // Pushed, then gone at the origin too; a second pull changes nothing.
+            let push = try sync.push(file, origin: endpoint, policy: .fail)
+            XCTAssertEqual(push.tables.reduce(0) { $0 + $1.deleted }, 2, origin.name)
+            XCTAssertFalse(try origin.rows("ch").contains { $0["tag"] == .text("ch7") }, origin.name)
+            let again = try sync.pull(file, origin: endpoint, policy: .fail)
+            XCTAssertEqual(again.tables.reduce(0) { $0 + $1.inserted + $1.updated + $1.deleted }, 0, origin.name)
+            XCTAssertEqual(try sync.status(file).pending, 0, origin.name)
+        }
+    }
+
+    /// The second: offline rows numbered max + 1 collided with rows the origin added meanwhile.
+    func testOfflineInsertsIntoASerialTableAndOriginInsertsAreAllKept() throws {
+        for origin in try SyncOrigin.all(folder: folder) {
+            try origin.reset(rows: 50)
+            let (sync, file, endpoint) = try snapshot(origin, "serial-\(origin.name).db")
+            defer { file.close() }
+            // Offline: a parent and two children referencing it, through the sqlite3 shell.
+            try SQLiteShell.run(file.path, """
+                INSERT INTO p (tag, v, n) VALUES ('offline-parent', 'x', 1);
+                INSERT INTO ch (tag, p_id, v, n) VALUES ('offline-child-1', (SELECT id FROM p WHERE tag = 'offline-parent'), 'x', 1);
+                INSERT INTO ch (tag, p_id, v, n) VALUES ('offline-child-2', last_insert_rowid() - last_insert_rowid() + (SELECT id FROM p WHERE tag = 'offline-parent'), 'x', 2);
+                """)
+            let localParent = try localRows(file, "p").first { $0["tag"] == .text("offline-parent") }?["id"]
+            guard case .int(let localKey)? = localParent else { return XCTFail("no offline parent") }
+            XCTAssertGreaterThan(localKey, 1 << 31, "\(origin.name): offline keys come from the snapshot's own range")
+            // The origin adds rows too: they take max + 1 there.
+            try origin.run("INSERT INTO p (tag, v, n) VALUES ('origin-parent', 'y', 2)")
+            let push = try sync.push(file, origin: endpoint, policy: .fail)
+            XCTAssertTrue(push.applied, origin.name)
+            XCTAssertEqual(push.rekeyed.count, 3, "\(origin.name): \(push.rekeyed)")
+            let pull = try sync.pull(file, origin: endpoint, policy: .fail)
+            XCTAssertTrue(pull.applied, origin.name)
+            let originParents = try origin.rows("p")
+            XCTAssertEqual(originParents.count, 52, origin.name)
+            guard let pid = originParents.first(where: { $0["tag"] == .text("offline-parent") })?["id"] else { return XCTFail("not pushed") }
+            let children = try origin.rows("ch").filter { ($0["tag"].flatMap { if case .text(let t) = $0 { t } else { nil } } ?? "").hasPrefix("offline-child") }
+            XCTAssertEqual(children.count, 2, origin.name)
+            XCTAssertTrue(children.allSatisfy { $0["p_id"] == pid }, "\(origin.name): children reference the parent's new key")
+            // The snapshot holds the same keys as the origin, and both parents.
+            XCTAssertEqual(try localRows(file, "p").first { $0["tag"] == .text("offline-parent") }?["id"], pid, origin.name)
+            XCTAssertTrue(try localRows(file, "ch").filter { $0["p_id"] == pid }.count == 2, origin.name)
+            XCTAssertTrue(try localRows(file, "p").contains { $0["tag"] == .text("origin-parent") }, origin.name)
+            // The origin's counter moved past the pushed rows: its next insert does not collide.
+            try origin.run("INSERT INTO p (tag, v, n) VALUES ('origin-after', 'z', 3)")
+            XCTAssertEqual(try origin.rows("p").count, 53, origin.name)
+            XCTAssertTrue(try sync.pull(file, origin: endpoint, policy: .fail).applied, origin.name)
+            try assertEqual(origin, file)
+        }
+    }
+
+    /// The third: "the phone is always newest" overwrote the origin's edit of the same row.
+    func testTheSameRowEditedOnBothSidesIsAConflictNotASilentOverwrite() throws {
+        for origin in try SyncOrigin.all(folder: folder) {
+            try origin.reset(rows: 40)
+            let (sync, file, endpoint) = try snapshot(origin, "conflict-\(origin.name).db")
+            defer { file.close() }
+            try SQLiteShell.run(file.path, "UPDATE s SET v = 'local' WHERE tag = 's1'; UPDATE s SET n = 100 WHERE tag = 's2'; UPDATE s SET v = 'mine' WHERE tag = 's3'")
+            try origin.run("UPDATE s SET v = 'origin' WHERE tag = 's1'; UPDATE s SET v = 'theirs' WHERE tag = 's2'")
+            // fail: nothing applied, the conflict listed with all three values.
+            let failed = try sync.push(file, origin: endpoint, policy: .fail)
+            XCTAssertFalse(failed.applied, origin.name)
+            XCTAssertEqual(failed.unresolved, 2, origin.name)
+            let s1 = failed.conflicts.first { $0.key.contains("id=2") }
+            XCTAssertEqual(s1?.columns.first { $0.column == "v" }.map { [$0.local, $0.base, $0.origin] }, ["'local'", "'v1'", "'origin'"], origin.name)
+            XCTAssertEqual(try origin.rows("s").first { $0["tag"] == .text("s3") }?["v"], .text("v3"), "\(origin.name): nothing applied under fail")
+            XCTAssertEqual(try sync.status(file).pending, 3, origin.name)
+            // merge: s2 merges (different columns), s1 stays a conflict: still nothing applied.
+            let merged = try sync.push(file, origin: endpoint, policy: .merge)
+            XCTAssertFalse(merged.applied, origin.name)
+            XCTAssertEqual(merged.unresolved, 1, origin.name)
+            // Settle s1 locally in favour of the origin's row, then merge the rest.
+            let pulled = try sync.pull(file, origin: endpoint, policy: .merge)
+            XCTAssertFalse(pulled.applied, origin.name)
+            try SQLiteShell.run(file.path, "UPDATE s SET v = 'origin' WHERE tag = 's1'")
+            let push = try sync.push(file, origin: endpoint, policy: .merge)
+            XCTAssertTrue(push.applied, "\(origin.name): \(push.conflicts.map(\.line))")
+            let rows = try origin.rows("s")
+            XCTAssertEqual(rows.first { $0["tag"] == .text("s2") }.map { [$0["v"], $0["n"]] }, [.text("theirs"), .int(100)], origin.name)
+            XCTAssertEqual(rows.first { $0["tag"] == .text("s3") }?["v"], .text("mine"), origin.name)
+            _ = try sync.pull(file, origin: endpoint, policy: .fail)
+            try assertEqual(origin, file)
+        }
+    }
+
+    func testBadInputIsOneClearErrorAndKeepsPendingChanges() throws {
+        let notASnapshot = folder.path("plain.db")
+        try SQLiteShell.run(notASnapshot, "CREATE TABLE t (id INTEGER PRIMARY KEY)")
+        XCTAssertThrowsError(try SyncFile.open(notASnapshot)) { XCTAssertTrue("\($0)".contains("is not a Ferry snapshot"), "\($0)") }
+        XCTAssertThrowsError(try SyncFile.open(folder.path("nothing.db"))) { XCTAssertTrue("\($0)".contains("no such file"), "\($0)") }
+
+        let origin = try SyncOrigin.all(folder: folder)[1]  // PostgreSQL
+        try origin.reset(rows: 10)
+        let (sync, file, endpoint) = try snapshot(origin, "bad.db")
+        defer { file.close() }
+        try SQLiteShell.run(file.path, "UPDATE s SET v = 'pending' WHERE tag = 's1'; UPDATE ch SET v = 'pending' WHERE tag = 'ch1'")
+        XCTAssertEqual(try sync.status(file).pending, 2)
+        // An origin that is not there: a clear error, the change still pending.
+        let gone = try Endpoint(parsing: "postgres://ferry@127.0.0.1:1/nowhere")
+        do {
+            let r = try sync.push(file, origin: gone, policy: .fail)
+            XCTFail("pushed to nowhere: \(r)")
+        } catch {
+            XCTAssertTrue("\(error)".contains("127.0.0.1:1"), "\(error)")
+        }
+        XCTAssertEqual(try sync.status(file).pending, 2)
+        // A snapshot refuses a table without a key, naming it.
+        try origin.run("DROP TABLE IF EXISTS nokey; CREATE TABLE nokey (x INTEGER)")
+        XCTAssertThrowsError(try sync.snapshot(origin: endpoint, to: folder.path("nokey.db"), options: SnapshotOptions(), progress: ProgressReporter(style: .quiet) { _ in })) {
+            XCTAssertTrue("\($0)".contains("nokey has no primary key"), "\($0)")
+        }
+        XCTAssertFalse(FileManager.default.fileExists(atPath: folder.path("nokey.db")))
+        try origin.run("DROP TABLE nokey")
+        // A table dropped at the origin: a pull, and a push with changes to it, stop naming it;
+        // nothing pending is lost.
+        try origin.run("DROP TABLE ch")
+        for attempt in [{ _ = try sync.pull(file, origin: endpoint, policy: .fail) }, { _ = try sync.push(file, origin: endpoint, policy: .fail) }] {
+            XCTAssertThrowsError(try attempt()) { XCTAssertTrue("\($0)".contains("no longer exists at the origin"), "\($0)") }
+        }
+        XCTAssertEqual(try sync.status(file).pending, 2)
+        // A column dropped is drift too; a column added is taken.
+        try origin.reset(rows: 10)
+        let (sync2, file2, _) = try snapshot(origin, "drift.db")
+        defer { file2.close() }
+        try origin.run("ALTER TABLE s ADD COLUMN note VARCHAR(20) DEFAULT 'hello'")
+        let pull = try sync2.pull(file2, origin: endpoint, policy: .fail)
+        XCTAssertEqual(pull.tables.first { $0.name == "s" }?.columnsAdded, ["note"])
+        XCTAssertEqual(try localRows(file2, "s").first?["note"], .text("hello"))
+        try SQLiteShell.run(file2.path, "INSERT INTO s (tag, v, n, note) VALUES ('after', 'a', 1, 'local note')")
+        XCTAssertTrue(try sync2.push(file2, origin: endpoint, policy: .fail).applied)
+        XCTAssertEqual(try origin.rows("s").first { $0["tag"] == .text("after") }?["note"], .text("local note"))
+        try origin.run("ALTER TABLE s DROP COLUMN v")
+        XCTAssertThrowsError(try sync2.pull(file2, origin: endpoint, policy: .fail)) { XCTAssertTrue("\($0)".contains("column v was dropped"), "\($0)") }
+    }
+
+    /// Through `ferry serve`: snapshot and pull read through the service (a read-only token
+    /// suffices); a push is refused with its reason until the service commits a push's tables
+    /// together.
+    func testSnapshotAndPullThroughTheService() async throws {
+        let origin = try SyncOrigin.all(folder: folder)[1]
+        try origin.reset(rows: 2_000)
+        let service = try await RunningService(database: origin.url, drivers: SyncOrigin.drivers)
+        defer { service.stop() }
+        let sync = Sync(registry: origin.registry)
+        let endpoint = try Endpoint(parsing: service.url(token: service.readOnly))
+        let path = folder.path("served.db")
+        _ = try sync.snapshot(origin: endpoint, to: path, options: SnapshotOptions(), progress: ProgressReporter(style: .quiet) { _ in })
+        let file = try SyncFile.open(path)
+        defer { file.close() }
+        XCTAssertFalse(try file.origin().contains(service.readOnly), "the token is never stored")
+        try SQLiteShell.run(path, "DELETE FROM ch WHERE tag = 'ch5'; UPDATE s SET v = 'local' WHERE tag = 's9'")
+        try origin.run("UPDATE s SET v = 'origin' WHERE tag = 's10'; DELETE FROM ch WHERE tag = 'ch6'; INSERT INTO p (tag, v, n) VALUES ('new', 'n', 1)")
+        let pull = try sync.pull(file, origin: endpoint, policy: .fail)
+        XCTAssertTrue(pull.applied)
+        XCTAssertEqual(pull.tables.map { $0.inserted + $0.updated + $0.deleted }.reduce(0, +), 3)
+        XCTAssertLessThan(pull.tables.map(\.rowsRead).reduce(0, +), 400, "only differing ranges are read")
+        let ch = try localRows(file, "ch")
+        XCTAssertFalse(ch.contains { $0["tag"] == .text("ch5") || $0["tag"] == .text("ch6") })
+        XCTAssertThrowsError(try sync.push(file, origin: endpoint, policy: .fail)) { XCTAssertTrue("\($0)".contains("cannot push"), "\($0)") }
+        XCTAssertEqual(try sync.status(file).pending, 2)
+    }
+
+    /// Snapshot and origin hold the same rows (every column of every table).
+    func assertEqual(_ origin: SyncOrigin, _ file: SyncFile, file f: StaticString = #filePath, line: UInt = #line) throws {
+        for t in ["s", "c", "p", "ch"] {
+            func canon(_ rows: [[String: Value]]) -> [String] {
+                rows.map { r in r.keys.sorted().map { "\($0)=\(r[$0]!.canonicalText ?? "NULL")" }.joined(separator: ",") }.sorted()
+            }
+            XCTAssertEqual(canon(try origin.rows(t)), canon(try localRows(file, t)), "\(origin.name) table \(t)", file: f, line: line)
+        }
+    }
+}
