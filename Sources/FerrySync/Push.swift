@@ -75,7 +75,7 @@ extension Sync {
                 return report
             }
             // Offline rows of serial tables: the origin's next keys, and every reference to them.
-            let rekeys = try Self.assignKeys(&work, origin: origin)
+            let rekeys = try Self.assignKeys(&work, origin: origin, file: file)
             for (table, map) in rekeys {
                 for (old, new) in map.sorted(by: { $0.key < $1.key }) { report.rekeyed.append(.init(table: table, old: old, new: new)) }
             }
@@ -268,7 +268,7 @@ extension Sync {
     /// Offline rows of serial tables (keys above the table's local base) take the origin's
     /// next keys — read inside the push's transaction — and every row of the push that
     /// references them by a foreign key is rewritten. Returns old → new per table.
-    static func assignKeys(_ work: inout [TableWork], origin: any Connection) throws -> [String: [Int64: Int64]] {
+    static func assignKeys(_ work: inout [TableWork], origin: any Connection, file: SyncFile) throws -> [String: [Int64: Int64]] {
         var rekeys: [String: [Int64: Int64]] = [:]
         for i in work.indices {
             let t = work[i].table
@@ -277,8 +277,10 @@ extension Sync {
             let local = work[i].upserts.filter { t.isLocalKey([$0[k]]) }
             guard !local.isEmpty else { continue }
             let top = try SyncFile.readAll(origin, work[i].originSchema, columns: [col], range: KeyRange(key: [serial], limit: 1, descending: true))
-            var next: Int64 = 1
-            if case .int(let m)? = top.first?.first { next = m + 1 }
+            // Above the origin's largest key, and above every origin key the snapshot still
+            // holds (a row the origin deleted since the last pull keeps its key here).
+            var next = try file.largestOriginKey(t) + 1
+            if case .int(let m)? = top.first?.first { next = max(next, m + 1) }
             var map: [Int64: Int64] = [:]
             for row in local {
                 if case .int(let old) = row[k] {

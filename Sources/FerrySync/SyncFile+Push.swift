@@ -49,6 +49,18 @@ extension SyncFile {
         }
     }
 
+    /// The largest key of serial table `t` that came from the origin (below the offline
+    /// range), in the table and in its bases; 0 when there is none.
+    func largestOriginKey(_ t: SyncedTable) throws -> Int64 {
+        guard let serial = t.serial, let base = t.localKeyBase else { return 0 }
+        let k = q(serial)
+        let rows = try db.query(
+            "SELECT max(m) FROM (SELECT max(\(k)) AS m FROM \(q(t.local)) WHERE \(k) <= ?1 UNION ALL SELECT max(\(k)) FROM \(q(Self.base(t.local))) WHERE \(k) <= ?1)",
+            [.int(base)])
+        if case .int(let m)? = rows.first?.first { return m }
+        return 0
+    }
+
     /// Forgets a push the origin never committed.
     func abandonInflight() throws {
         try quietly {

@@ -316,3 +316,6 @@ final class SyncTests: XCTestCase {
         }
     }
 }
+
+extension PostgresConnection: SQLRunner { func runSQL(_ sql: String) throws { try run(sql) } }
+extension MySQLConnection: SQLRunner { func runSQL(_ sql: String) throws { try run(sql) } }

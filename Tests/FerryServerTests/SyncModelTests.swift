@@ -1,0 +1,358 @@
+import FerryCore
+import FerryDriverTestKit
+import FerrySQLite
+import FerrySync
+import Foundation
+import XCTest
+
+/// The randomized model test: random interleavings of local and origin inserts, updates and
+/// deletes, pushes and pulls under random policies, each step checked against a reference
+/// model that shares no code with FerrySync (dictionaries of rows by identity, and the rules
+/// of issue 15 written out again). No lost edit, no resurrected delete, no duplicated insert,
+/// every conflict reported under `fail` and resolved as its policy says, and the snapshot
+/// equal to the origin after a clean sync. A failure prints its seed:
+/// `FERRY_SYNC_SEED=N FERRY_SYNC_SCENARIOS=1 swift test --filter SyncModelTests` replays it.
+final class SyncModelTests: XCTestCase {
+    /// Scenarios per origin: FERRY_SYNC_SCENARIOS (default: CI's count).
+    static func scenarios(_ defaultCount: Int) -> Int {
+        ProcessInfo.processInfo.environment["FERRY_SYNC_SCENARIOS"].flatMap(Int.init) ?? defaultCount
+    }
+
+    func testRandomScenariosAgainstASQLiteOrigin() throws { try run(origin: 0, count: Self.scenarios(200)) }
+    func testRandomScenariosAgainstPostgreSQL() throws { try run(origin: 1, count: Self.scenarios(8)) }
+    func testRandomScenariosAgainstMySQL() throws { try run(origin: 2, count: Self.scenarios(8)) }
+
+    func run(origin index: Int, count: Int) throws {
+        let folder = try TemporaryFolder()
+        let origin = try SyncOrigin.all(folder: folder)[index]
+        let first = ProcessInfo.processInfo.environment["FERRY_SYNC_SEED"].flatMap(UInt64.init) ?? UInt64(index * 1_000_003 + 17)
+        var stats = Stats()
+        let started = Date()
+        for i in 0..<count {
+            let seed = first &+ UInt64(i)
+            do {
+                var scenario = Scenario(origin: origin, folder: folder, seed: seed)
+                try scenario.run(&stats)
+            } catch {
+                XCTFail("\(origin.name) scenario with seed \(seed) (FERRY_SYNC_SEED=\(seed) FERRY_SYNC_SCENARIOS=1): \(error)")
+                return
+            }
+        }
+        print("sync model \(origin.name): \(count) scenarios, \(stats.steps) steps, \(stats.pushes) pushes, \(stats.pulls) pulls, "
+              + "\(stats.conflicts) conflicts (\(stats.unresolved) left open), \(stats.rekeyed) rows re-keyed, "
+              + String(format: "%.1f s", Date().timeIntervalSince(started)))
+    }
+
+    struct Stats {
+        var steps = 0, pushes = 0, pulls = 0, conflicts = 0, unresolved = 0, rekeyed = 0
+    }
+}
+
+/// A row as the model sees it: its values, and for a child its parent's identity.
+struct ModelRow: Equatable, CustomStringConvertible {
+    var v: String?
+    var n: Int64?
+    var parent: String?
+    var description: String { "(v: \(v ?? "NULL"), n: \(n.map(String.init) ?? "NULL"), parent: \(parent ?? "–"))" }
+}
+
+struct ModelFailure: Error, CustomStringConvertible {
+    var description: String
+}
+
+/// One scenario: tables s (serial key), c (composite natural key), p (serial parent), ch
+/// (serial child of p); rows identified by `tag` (by (a, b) in c).
+struct Scenario {
+    let origin: SyncOrigin
+    let folder: TemporaryFolder
+    var rng: SplitMix
+    let seed: UInt64
+    typealias Tables = [String: [String: ModelRow]]
+    var local: Tables = [:], remote: Tables = [:], synced: Tables = [:]
+    var counter = 0
+    static let tables = ["s", "c", "p", "ch"]
+
+    init(origin: SyncOrigin, folder: TemporaryFolder, seed: UInt64) {
+        self.origin = origin
+        self.folder = folder
+        self.seed = seed
+        self.rng = SplitMix(seed)
+    }
+
+    mutating func run(_ stats: inout SyncModelTests.Stats) throws {
+        try origin.reset(rows: 4)
+        let path = folder.path("model-\(seed).db")
+        defer { for s in ["", "-journal", "-wal"] { try? FileManager.default.removeItem(atPath: path + s) } }
+        let sync = Sync(registry: origin.registry)
+        let endpoint = try Endpoint(parsing: origin.url)
+        _ = try sync.snapshot(origin: endpoint, to: path, options: SnapshotOptions(), progress: ProgressReporter(style: .quiet) { _ in })
+        let file = try SyncFile.open(path)
+        defer { file.close() }
+        // Local edits through a handle of the test's own, as another program would.
+        let app = try SQLiteConnection(endpoint: try Endpoint(parsing: "sqlite:" + path), role: .target)
+        defer { app.close() }
+        let originConnection = try origin.connect()
+        defer { originConnection.close() }
+        remote = try Self.state(originConnection)
+        local = remote
+        synced = remote
+        try check(app, originConnection, "after the snapshot")
+
+        let steps = 6 + rng.next(8)
+        for step in 0..<steps {
+            stats.steps += 1
+            let roll = rng.next(100)
+            let policy = [ConflictPolicy.fail, .fail, .local, .origin, .merge][rng.next(5)]
+            if roll < 40 {
+                try edit(local: true, app: app, origin: originConnection)
+            } else if roll < 70 {
+                try edit(local: false, app: app, origin: originConnection)
+            } else if roll < 85 {
+                stats.pushes += 1
+                let expected = expectPush(policy)
+                let report = try sync.push(file, origin: endpoint, policy: policy)
+                stats.conflicts += report.conflicts.count
+                stats.unresolved += report.unresolved
+                stats.rekeyed += report.rekeyed.count
+                guard report.unresolved == expected.unresolved, report.applied == (expected.unresolved == 0) else {
+                    throw ModelFailure(description: "step \(step) push \(policy): \(report.unresolved) open conflicts, model \(expected.unresolved): \(report.conflicts.map(\.line))")
+                }
+                if report.applied { (local, remote, synced) = (expected.local, expected.remote, expected.synced) }
+                try check(app, originConnection, "step \(step), push \(policy)")
+            } else {
+                stats.pulls += 1
+                let expected = expectPull(policy)
+                let report = try sync.pull(file, origin: endpoint, policy: policy)
+                stats.conflicts += report.conflicts.count
+                stats.unresolved += report.unresolved
+                guard report.unresolved == expected.unresolved, report.applied == (expected.unresolved == 0) else {
+                    throw ModelFailure(description: "step \(step) pull \(policy): \(report.unresolved) open conflicts, model \(expected.unresolved): \(report.conflicts.map(\.line))")
+                }
+                if report.applied { (local, remote, synced) = (expected.local, expected.remote, expected.synced) }
+                try check(app, originConnection, "step \(step), pull \(policy)")
+            }
+        }
+        // A clean sync: local wins what is open; then nothing is pending and both sides agree.
+        let push = try sync.push(file, origin: endpoint, policy: .local)
+        guard push.unresolved == 0 else { throw ModelFailure(description: "final push left \(push.unresolved) conflicts") }
+        stats.rekeyed += push.rekeyed.count
+        let pull = try sync.pull(file, origin: endpoint, policy: .fail)
+        guard pull.unresolved == 0 else { throw ModelFailure(description: "final pull found conflicts: \(pull.conflicts.map(\.line))") }
+        let l = try Self.state(app), r = try Self.state(originConnection)
+        guard l == r else { throw ModelFailure(description: "after a clean sync the snapshot differs from the origin:\n\(Self.diff(l, r))") }
+        guard try sync.status(file).pending == 0 else { throw ModelFailure(description: "changes still pending after a clean sync") }
+    }
+
+    // MARK: Edits
+
+    mutating func edit(local isLocal: Bool, app: SQLiteConnection, origin: any Connection) throws {
+        let table = Self.tables[rng.next(4)]
+        let rows = isLocal ? local[table] ?? [:] : remote[table] ?? [:]
+        let prefix = isLocal ? "L" : "O"
+        counter += 1
+        let value = rng.next(4) == 0 ? nil : "\(prefix)\(counter)"
+        let number: Int64? = rng.next(4) == 0 ? nil : Int64(rng.next(1000))
+        let lit = { (s: String?) in s.map { "'\($0)'" } ?? "NULL" }
+        let num = { (n: Int64?) in n.map(String.init) ?? "NULL" }
+        var sql: String
+        var change: (String, ModelRow?)
+        let kind = rows.isEmpty ? 0 : rng.next(3)
+        switch (table, kind) {
+        case ("c", 0):
+            let a = "k\(rng.next(3))", b = rng.next(8)
+            let id = "\(a)/\(b)"
+            if rows[id] != nil { return }
+            sql = "INSERT INTO c (a, b, v, n) VALUES ('\(a)', \(b), \(lit(value)), \(num(number)))"
+            change = (id, ModelRow(v: value, n: number))
+        case ("ch", 0):
+            let parents = (isLocal ? local["p"] : remote["p"]) ?? [:]
+            guard let parent = parents.keys.sorted().randomElement(using: &rng) else { return }
+            let tag = "\(prefix)t\(counter)"
+            sql = "INSERT INTO ch (tag, p_id, v, n) VALUES ('\(tag)', (SELECT id FROM p WHERE tag = '\(parent)'), \(lit(value)), \(num(number)))"
+            change = (tag, ModelRow(v: value, n: number, parent: parent))
+        case (_, 0):
+            let tag = "\(prefix)t\(counter)"
+            sql = "INSERT INTO \(table) (tag, v, n) VALUES ('\(tag)', \(lit(value)), \(num(number)))"
+            change = (tag, ModelRow(v: value, n: number))
+        case (_, 1), ("p", _):
+            guard let id = rows.keys.sorted().randomElement(using: &rng), var row = rows[id] else { return }
+            let column = rng.next(2) == 0 ? "v" : "n"
+            if column == "v" { row.v = value } else { row.n = number }
+            sql = "UPDATE \(table) SET \(column) = \(column == "v" ? lit(value) : num(number)) WHERE " + Self.match(table, id)
+            change = (id, row)
+        default:
+            guard let id = rows.keys.sorted().randomElement(using: &rng) else { return }
+            sql = "DELETE FROM \(table) WHERE " + Self.match(table, id)
+            change = (id, nil)
+        }
+        if isLocal {
+            try app.run(sql)
+            local[table, default: [:]][change.0] = change.1
+        } else {
+            try Self.run(origin, sql)
+            remote[table, default: [:]][change.0] = change.1
+        }
+    }
+
+    static func match(_ table: String, _ id: String) -> String {
+        if table == "c" {
+            let parts = id.split(separator: "/")
+            return "a = '\(parts[0])' AND b = \(parts[1])"
+        }
+        return "tag = '\(id)'"
+    }
+
+    static func run(_ c: any Connection, _ sql: String) throws {
+        switch c {
+        case let s as SQLiteConnection: try s.run(sql)
+        default:
+            // PostgreSQL and MySQL: the origin helper's connection types.
+            if let p = c as? (any SQLRunner) { try p.runSQL(sql) } else { throw ModelFailure(description: "no SQL runner for \(c.endpoint)") }
+        }
+    }
+
+    // MARK: The model's expectations
+
+    struct Expected {
+        var local: Tables, remote: Tables, synced: Tables
+        var unresolved = 0
+    }
+
+    /// Push: each pending row (local ≠ synced) applies where the origin still has the synced
+    /// row (or already the local one); else a conflict for the policy.
+    func expectPush(_ policy: ConflictPolicy) -> Expected {
+        var e = Expected(local: local, remote: remote, synced: synced)
+        for t in Self.tables {
+            for id in Set((local[t] ?? [:]).keys).union((synced[t] ?? [:]).keys) {
+                let l = local[t]?[id], b = synced[t]?[id], o = remote[t]?[id]
+                if l == b { continue }
+                if o == b || o == l {
+                    e.remote[t, default: [:]][id] = l
+                    e.synced[t, default: [:]][id] = l
+                    continue
+                }
+                switch policy {
+                case .fail: e.unresolved += 1
+                case .local:
+                    e.remote[t, default: [:]][id] = l
+                    e.synced[t, default: [:]][id] = l
+                case .origin:
+                    e.local[t, default: [:]][id] = o
+                    e.synced[t, default: [:]][id] = o
+                case .merge:
+                    if let m = Self.merge(l, b, o) {
+                        e.remote[t, default: [:]][id] = m
+                        e.local[t, default: [:]][id] = m
+                        e.synced[t, default: [:]][id] = m
+                    } else {
+                        e.unresolved += 1
+                    }
+                }
+            }
+        }
+        return e
+    }
+
+    /// Pull: each row the origin changed (origin ≠ synced) comes in where it is not pending
+    /// locally; a pending row is a conflict unless both sides agree.
+    func expectPull(_ policy: ConflictPolicy) -> Expected {
+        var e = Expected(local: local, remote: remote, synced: synced)
+        for t in Self.tables {
+            for id in Set((remote[t] ?? [:]).keys).union((synced[t] ?? [:]).keys) {
+                let l = local[t]?[id], b = synced[t]?[id], o = remote[t]?[id]
+                if o == b { continue }
+                if l == b {
+                    e.local[t, default: [:]][id] = o
+                    e.synced[t, default: [:]][id] = o
+                    continue
+                }
+                if l == o {
+                    e.synced[t, default: [:]][id] = o
+                    continue
+                }
+                switch policy {
+                case .fail: e.unresolved += 1
+                case .local: e.synced[t, default: [:]][id] = o
+                case .origin:
+                    e.local[t, default: [:]][id] = o
+                    e.synced[t, default: [:]][id] = o
+                case .merge:
+                    if let m = Self.merge(l, b, o) {
+                        e.local[t, default: [:]][id] = m
+                        e.synced[t, default: [:]][id] = o
+                    } else {
+                        e.unresolved += 1
+                    }
+                }
+            }
+        }
+        return e
+    }
+
+    /// Column by column; nil when a row is missing on a side or a column changed both ways.
+    static func merge(_ l: ModelRow?, _ b: ModelRow?, _ o: ModelRow?) -> ModelRow? {
+        guard let l, let b, let o else { return nil }
+        func pick<T: Equatable>(_ lv: T, _ bv: T, _ ov: T) -> T? {
+            if lv == bv { return .some(ov) }
+            if ov == bv || ov == lv { return .some(lv) }
+            return .none
+        }
+        guard let v = pick(l.v, b.v, o.v), let n = pick(l.n, b.n, o.n), let p = pick(l.parent, b.parent, o.parent) else { return nil }
+        return ModelRow(v: v, n: n, parent: p)
+    }
+
+    // MARK: Reading the real state
+
+    func check(_ app: SQLiteConnection, _ origin: any Connection, _ when: String) throws {
+        let l = try Self.state(app), r = try Self.state(origin)
+        guard l == local else { throw ModelFailure(description: "\(when): the snapshot is not as the model says:\n\(Self.diff(l, local))") }
+        guard r == remote else { throw ModelFailure(description: "\(when): the origin is not as the model says:\n\(Self.diff(r, remote))") }
+    }
+
+    static func state(_ c: any Connection) throws -> Tables {
+        var out: Tables = [:]
+        let parents = try SyncTestRows.read(c, "p")
+        var tagOf: [Value: String] = [:]
+        for p in parents { if let id = p["id"], case .text(let tag)? = p["tag"] { tagOf[id] = tag } }
+        for t in tables {
+            var rows: [String: ModelRow] = [:]
+            for r in try SyncTestRows.read(c, t) {
+                let v: String? = { if case .text(let s)? = r["v"] { return s } else { return nil } }()
+                let n: Int64? = { if case .int(let i)? = r["n"] { return i } else { return nil } }()
+                let id: String
+                if t == "c", case .text(let a)? = r["a"], case .int(let b)? = r["b"] { id = "\(a)/\(b)" } else if case .text(let tag)? = r["tag"] { id = tag } else { continue }
+                if rows[id] != nil { throw ModelFailure(description: "table \(t) holds \(id) twice") }
+                rows[id] = ModelRow(v: v, n: n, parent: t == "ch" ? r["p_id"].flatMap { tagOf[$0] } ?? "missing" : nil)
+            }
+            out[t] = rows
+        }
+        return out
+    }
+
+    static func diff(_ a: Tables, _ b: Tables) -> String {
+        var lines: [String] = []
+        for t in tables {
+            for id in Set((a[t] ?? [:]).keys).union((b[t] ?? [:]).keys).sorted() where a[t]?[id] != b[t]?[id] {
+                lines.append("  \(t) \(id): is \(a[t]?[id].map(\.description) ?? "absent"), expected \(b[t]?[id].map(\.description) ?? "absent")")
+            }
+        }
+        return lines.prefix(20).joined(separator: "\n")
+    }
+}
+
+/// PostgreSQL and MySQL connections run the model's SQL through this.
+protocol SQLRunner { func runSQL(_ sql: String) throws }
+
+/// A small, seedable generator (SplitMix64), so a seed replays a scenario exactly.
+struct SplitMix: RandomNumberGenerator {
+    var state: UInt64
+    init(_ seed: UInt64) { state = seed }
+    mutating func next() -> UInt64 {
+        state &+= 0x9E37_79B9_7F4A_7C15
+        var z = state
+        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
+        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
+        return z ^ (z >> 31)
+    }
+    mutating func next(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
+}
