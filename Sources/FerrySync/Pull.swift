@@ -37,22 +37,27 @@ extension Sync {
         }
         if !added.isEmpty { try file.addColumns(added) }
 
-        var plans: [PullPlan] = []
-        for t in file.tables {
-            guard let now = current[t.local] else { continue }
-            var plan = try Self.diff(file, t, origin: origin, now: now)
-            plan.stats.columnsAdded = (added[t.local] ?? []).map(\.name)
-            Self.resolve(&plan, policy: policy, conflicts: &report.conflicts)
-            plans.append(plan)
-        }
-        report.tables = plans.map(\.stats)
-        guard report.unresolved == 0 else {
+        // Compared, decided and written inside one local write transaction: an app editing the
+        // file meanwhile waits, so no local edit lands between the comparison and the write.
+        struct Open: Error {}
+        do {
+            try file.quietly {
+                var plans: [PullPlan] = []
+                for t in file.tables {
+                    guard let now = current[t.local] else { continue }
+                    var plan = try Self.diff(file, t, origin: origin, now: now)
+                    plan.stats.columnsAdded = (added[t.local] ?? []).map(\.name)
+                    Self.resolve(&plan, policy: policy, conflicts: &report.conflicts)
+                    plans.append(plan)
+                }
+                report.tables = plans.map(\.stats)
+                if report.unresolved > 0 { throw Open() }
+                for p in plans { try file.apply(p) }
+                try file.setMeta("last_pull", Self.timestamp(started))
+            }
+        } catch is Open {
             report.seconds = Date().timeIntervalSince(started)
             return report
-        }
-        try file.quietly {
-            for p in plans { try file.apply(p) }
-            try file.setMeta("last_pull", Self.timestamp(started))
         }
         report.applied = true
         report.seconds = Date().timeIntervalSince(started)
