@@ -18,9 +18,9 @@ final class SyncModelTests: XCTestCase {
         ProcessInfo.processInfo.environment["FERRY_SYNC_SCENARIOS"].flatMap(Int.init) ?? defaultCount
     }
 
-    func testRandomScenariosAgainstASQLiteOrigin() throws { try run(origin: 0, count: Self.scenarios(150)) }
-    func testRandomScenariosAgainstPostgreSQL() throws { try run(origin: 1, count: Self.scenarios(6)) }
-    func testRandomScenariosAgainstMySQL() throws { try run(origin: 2, count: Self.scenarios(6)) }
+    func testRandomScenariosAgainstASQLiteOrigin() throws { try run(origin: 0, count: Self.scenarios(400)) }
+    func testRandomScenariosAgainstPostgreSQL() throws { try run(origin: 1, count: Self.scenarios(60)) }
+    func testRandomScenariosAgainstMySQL() throws { try run(origin: 2, count: Self.scenarios(60)) }
 
     func run(origin index: Int, count: Int) throws {
         let folder = try TemporaryFolder()
@@ -85,7 +85,7 @@ struct Scenario {
         defer { for s in ["", "-journal", "-wal"] { try? FileManager.default.removeItem(atPath: path + s) } }
         let sync = Sync(registry: origin.registry)
         let endpoint = try Endpoint(parsing: origin.url)
-        _ = try sync.snapshot(origin: endpoint, to: path, options: SnapshotOptions(), progress: ProgressReporter(style: .quiet) { _ in })
+        _ = try sync.snapshot(origin: endpoint, to: path, options: SyncOrigin.options, progress: ProgressReporter(style: .quiet) { _ in })
         let file = try SyncFile.open(path)
         defer { file.close() }
         // Local edits through a handle of the test's own, as another program would.
