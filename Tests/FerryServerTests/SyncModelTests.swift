@@ -18,9 +18,9 @@ final class SyncModelTests: XCTestCase {
         ProcessInfo.processInfo.environment["FERRY_SYNC_SCENARIOS"].flatMap(Int.init) ?? defaultCount
     }
 
-    func testRandomScenariosAgainstASQLiteOrigin() throws { try run(origin: 0, count: Self.scenarios(400)) }
-    func testRandomScenariosAgainstPostgreSQL() throws { try run(origin: 1, count: Self.scenarios(60)) }
-    func testRandomScenariosAgainstMySQL() throws { try run(origin: 2, count: Self.scenarios(60)) }
+    func testRandomScenariosAgainstASQLiteOrigin() throws { try run(origin: 0, count: Self.scenarios(300)) }
+    func testRandomScenariosAgainstPostgreSQL() throws { try run(origin: 1, count: Self.scenarios(40)) }
+    func testRandomScenariosAgainstMySQL() throws { try run(origin: 2, count: Self.scenarios(40)) }
 
     func run(origin index: Int, count: Int) throws {
         let folder = try TemporaryFolder()
