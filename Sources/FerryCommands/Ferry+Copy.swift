@@ -94,6 +94,8 @@ extension Ferry {
 
         @OptionGroup var driverSettings: DriverSettings
 
+        @OptionGroup var passwordFiles: PasswordFiles
+
         @Option(name: .long, help: ArgumentHelp(
             "Copy only the rows matching a condition, in the source's SQL: TABLE='CONDITION' for one table, or a CONDITION for every table named with --tables (repeatable).",
             valueName: "[TABLE=]CONDITION"))
@@ -163,7 +165,7 @@ extension Ferry {
             options.foreignKeys = !noForeignKeys
 
             let registry = Ferry.registry
-            let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry)
+            let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry, passwords: passwordFiles)
             let src = try registry.connect(sourceEndpoint, role: .source)
             defer { src.close() }
             let dst = try registry.connect(targetEndpoint, role: .target)

@@ -16,9 +16,23 @@ struct OriginOptions: ParsableArguments {
     }
 }
 
-struct PolicyOptions: ParsableArguments {
+/// What push, pull and sync take: the snapshot, the conflict policy, the origin, the output.
+struct SyncArguments: ParsableArguments {
+    @Argument(help: "The snapshot file.")
+    var file: String
+
     @Option(name: .customLong("on-conflict"), help: "A row changed on both sides: fail (default: apply nothing, list them), local, origin or merge.")
     var onConflict: ConflictPolicy = .fail
+
+    @OptionGroup var originOptions: OriginOptions
+    @OptionGroup var output: OutputOptions
+
+    /// Opens the snapshot, runs `body` with the sync engine, the file, the origin and the policy.
+    func run<T>(_ body: (FerrySync.Sync, SyncFile, Endpoint, ConflictPolicy) throws -> T) throws -> T {
+        let f = try SyncFile.open(file)
+        defer { f.close() }
+        return try body(FerrySync.Sync(registry: Ferry.registry), f, try originOptions.endpoint(f), onConflict)
+    }
 }
 
 extension ConflictPolicy: ExpressibleByArgument {}
@@ -147,18 +161,11 @@ extension Ferry {
                   ferry push laptop.db --origin postgres://app@new-db/shop --password-file ~/.shop-pw
                 """)
 
-        @Argument(help: "The snapshot file.")
-        var file: String
-
-        @OptionGroup var policy: PolicyOptions
-        @OptionGroup var originOptions: OriginOptions
-        @OptionGroup var output: OutputOptions
+        @OptionGroup var arguments: SyncArguments
 
         func run() throws {
-            let f = try SyncFile.open(file)
-            defer { f.close() }
-            let report = try FerrySync.Sync(registry: Ferry.registry).push(f, origin: try originOptions.endpoint(f), policy: policy.onConflict)
-            try SyncOutput.push(report, json: output.json)
+            let report = try arguments.run { try $0.push($1, origin: $2, policy: $3) }
+            try SyncOutput.push(report, json: arguments.output.json)
             try SyncOutput.exit(unresolved: report.unresolved)
         }
     }
@@ -180,18 +187,11 @@ extension Ferry {
                   ferry pull laptop.db --on-conflict origin
                 """)
 
-        @Argument(help: "The snapshot file.")
-        var file: String
-
-        @OptionGroup var policy: PolicyOptions
-        @OptionGroup var originOptions: OriginOptions
-        @OptionGroup var output: OutputOptions
+        @OptionGroup var arguments: SyncArguments
 
         func run() throws {
-            let f = try SyncFile.open(file)
-            defer { f.close() }
-            let report = try FerrySync.Sync(registry: Ferry.registry).pull(f, origin: try originOptions.endpoint(f), policy: policy.onConflict)
-            try SyncOutput.pull(report, json: output.json)
+            let report = try arguments.run { try $0.pull($1, origin: $2, policy: $3) }
+            try SyncOutput.pull(report, json: arguments.output.json)
             try SyncOutput.exit(unresolved: report.unresolved)
         }
     }
@@ -209,18 +209,11 @@ extension Ferry {
                   ferry sync laptop.db --on-conflict merge --json
                 """)
 
-        @Argument(help: "The snapshot file.")
-        var file: String
-
-        @OptionGroup var policy: PolicyOptions
-        @OptionGroup var originOptions: OriginOptions
-        @OptionGroup var output: OutputOptions
+        @OptionGroup var arguments: SyncArguments
 
         func run() throws {
-            let f = try SyncFile.open(file)
-            defer { f.close() }
-            let report = try FerrySync.Sync(registry: Ferry.registry).sync(f, origin: try originOptions.endpoint(f), policy: policy.onConflict)
-            if output.json {
+            let report = try arguments.run { try $0.sync($1, origin: $2, policy: $3) }
+            if arguments.output.json {
                 try Console.json(report)
             } else {
                 try SyncOutput.push(report.push, json: false)

@@ -44,6 +44,8 @@ extension Ferry {
 
         @OptionGroup var driverSettings: DriverSettings
 
+        @OptionGroup var passwordFiles: PasswordFiles
+
         @OptionGroup var output: OutputOptions
 
         func run() throws {
@@ -53,7 +55,7 @@ extension Ferry {
             options.keys = tableOptions.keys
             options.maxReported = Swift.max(1, max)
             options.casts = try castOptions.rules()
-            let (s, t) = try driverSettings.endpoints(source: source, target: target, registry: Ferry.registry)
+            let (s, t) = try driverSettings.endpoints(source: source, target: target, registry: Ferry.registry, passwords: passwordFiles)
             let src = try Ferry.registry.connect(s, role: .source)
             defer { src.close() }
             let dst = try Ferry.registry.connect(t, role: .source)

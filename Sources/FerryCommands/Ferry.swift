@@ -123,12 +123,6 @@ struct DriverSettings: ParsableArguments {
         valueName: "file"))
     var passwordFile: String?
 
-    @Option(name: .long, help: ArgumentHelp("The source's password file, when source and target differ (copy, verify).", valueName: "file"))
-    var sourcePasswordFile: String?
-
-    @Option(name: .long, help: ArgumentHelp("The target's password file, when source and target differ (copy, verify).", valueName: "file"))
-    var targetPasswordFile: String?
-
     @Option(name: .long, help: "MySQL zero dates (0000-00-00) as read: error (default) or null.")
     var zeroDates: ZeroDates = .error
 
@@ -162,11 +156,22 @@ struct DriverSettings: ParsableArguments {
     }
 
     /// The two endpoints with these settings, each given those its driver declares (as
-    /// `Ferry.copy` and `Ferry.verify` do).
-    func endpoints(source: String, target: String, registry: DriverRegistry) throws -> (source: Endpoint, target: Endpoint) {
-        (try endpoint(source, registry: registry, passwordFile: sourcePasswordFile),
-         try endpoint(target, registry: registry, passwordFile: targetPasswordFile))
+    /// `Ferry.copy` and `Ferry.verify` do), and each its own password file when given.
+    func endpoints(
+        source: String, target: String, registry: DriverRegistry, passwords: PasswordFiles? = nil
+    ) throws -> (source: Endpoint, target: Endpoint) {
+        (try endpoint(source, registry: registry, passwordFile: passwords?.sourcePasswordFile),
+         try endpoint(target, registry: registry, passwordFile: passwords?.targetPasswordFile))
     }
+}
+
+/// Commands with two databases (copy, verify): a password file for each.
+struct PasswordFiles: ParsableArguments {
+    @Option(name: .long, help: ArgumentHelp("The source's password file, when source and target differ.", valueName: "file"))
+    var sourcePasswordFile: String?
+
+    @Option(name: .long, help: ArgumentHelp("The target's password file, when source and target differ.", valueName: "file"))
+    var targetPasswordFile: String?
 }
 
 struct OutputOptions: ParsableArguments {

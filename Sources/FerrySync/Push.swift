@@ -201,8 +201,7 @@ extension Sync {
         let wanted = work.changes.map(\.key).filter { !t.isLocalKey($0) }
         guard !wanted.isEmpty else { return [:] }
         let modulus: Int64 = 1 << 31
-        var residues = Set<Int64>()
-        for k in wanted { residues.insert(try DigestComputer.keyHash(k, types: keyTypes) % modulus) }
+        let residues = Set(try DigestComputer.keyHashes(wanted, types: keyTypes).map { $0 % modulus })
         let want = Set(wanted)
         var out: [[Value]: [Value]] = [:]
         let all = Array(residues).sorted()

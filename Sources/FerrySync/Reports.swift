@@ -136,8 +136,9 @@ enum Shown {
 
     /// The conflict between local `l`, base `b` and origin `o` (nil: no row).
     static func conflict(_ table: SyncedTable, columns: [Column], key: [Value], local l: [Value]?, base b: [Value]?, origin o: [Value]?) -> SyncConflict {
-        func kind(_ row: [Value]?, _ changed: Bool) -> String {
-            row == nil ? (b == nil ? "none" : "delete") : (b == nil ? "insert" : changed ? "update" : "none")
+        /// What a side did to the row since its base.
+        func kind(_ row: [Value]?) -> String {
+            row == nil ? (b == nil ? "none" : "delete") : (b == nil ? "insert" : "update")
         }
         var values: [SyncConflict.Values] = []
         for (i, c) in columns.enumerated() {
@@ -146,6 +147,6 @@ enum Shown {
             if differs { values.append(.init(column: c.name, local: lv?.shown, base: bv?.shown, origin: ov?.shown)) }
         }
         return SyncConflict(
-            table: table.local, key: Shown.key(table.key, key), kind: kind(l, true) + "/" + kind(o, true), columns: values, resolution: nil)
+            table: table.local, key: Shown.key(table.key, key), kind: kind(l) + "/" + kind(o), columns: values, resolution: nil)
     }
 }

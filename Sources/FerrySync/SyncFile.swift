@@ -174,13 +174,14 @@ public final class SyncFile {
     // MARK: Change capture
 
     func q(_ s: String) -> String { Self.quote(s) }
-    static func quote(_ s: String) -> String { "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+    /// An identifier quoted by SQLite's rules (its dialect's).
+    static func quote(_ s: String) -> String { SQLiteDialect().quote(s) }
 
     /// Declared types of `table`'s columns, as SQLite has them.
     func declaredTypes(_ table: String) throws -> [String: String] {
         var out: [String: String] = [:]
         for row in try db.query("SELECT name, type FROM pragma_table_info(?1)", [.text(table)]) {
-            if case .text(let n) = row[0] { out[n] = (row[1] == .null ? "" : { if case .text(let t) = row[1] { return t } else { return "" } }()) }
+            if case .text(let n) = row[0], case .text(let t) = row[1] { out[n] = t }
         }
         return out
     }

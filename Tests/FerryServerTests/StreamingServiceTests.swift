@@ -310,8 +310,9 @@ final class CuttingRelay: @unchecked Sendable {
     }
 }
 
-/// A small deterministic generator (SplitMix64), so the values are the same on every run.
-struct Generator {
+/// A small deterministic generator (SplitMix64), so the values are the same on every run
+/// (and a seed replays a sync model scenario exactly).
+struct Generator: RandomNumberGenerator {
     var state: UInt64
     init(seed: UInt64) { state = seed }
     mutating func next() -> UInt64 {
@@ -321,4 +322,5 @@ struct Generator {
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
+    mutating func next(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
 }

@@ -65,7 +65,7 @@ struct ModelFailure: Error, CustomStringConvertible {
 struct Scenario {
     let origin: SyncOrigin
     let folder: TemporaryFolder
-    var rng: SplitMix
+    var rng: Generator
     let seed: UInt64
     typealias Tables = [String: [String: ModelRow]]
     var local: Tables = [:], remote: Tables = [:], synced: Tables = [:]
@@ -76,7 +76,7 @@ struct Scenario {
         self.origin = origin
         self.folder = folder
         self.seed = seed
-        self.rng = SplitMix(seed)
+        self.rng = Generator(seed: seed)
     }
 
     mutating func run(_ stats: inout SyncModelTests.Stats) throws {
@@ -342,17 +342,3 @@ struct Scenario {
 
 /// PostgreSQL and MySQL connections run the model's SQL through this.
 protocol SQLRunner { func runSQL(_ sql: String) throws }
-
-/// A small, seedable generator (SplitMix64), so a seed replays a scenario exactly.
-struct SplitMix: RandomNumberGenerator {
-    var state: UInt64
-    init(_ seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func next(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
-}

@@ -202,12 +202,13 @@ public enum DigestComputer {
         }
     }
 
-    /// The 32-bit key hash of one key (values typed as `types`): its bucket is this modulo the
-    /// bucket count, on every engine.
-    public static func keyHash(_ key: [Value], types: [LogicalType]) throws -> Int64 {
-        let batch = try RowBatch(rows: [key], types: types)
+    /// The 32-bit key hashes of `keys` (values typed as `types`): a key's bucket is its hash
+    /// modulo the bucket count, on every engine.
+    public static func keyHashes(_ keys: [[Value]], types: [LogicalType]) throws -> [Int64] {
+        let batch = try RowBatch(rows: keys, types: types)
         var scratch: [UInt8] = []
-        return hashes(batch, row: 0, types: types, keyIndexes: Array(types.indices), allIndexes: [], rowText: false, scratch: &scratch).key
+        let at = Array(types.indices)
+        return (0..<batch.count).map { hashes(batch, row: $0, types: types, keyIndexes: at, allIndexes: [], rowText: false, scratch: &scratch).key }
     }
 
     /// Digests of `request` over the rows of `table`, read through `connection`'s reader.
