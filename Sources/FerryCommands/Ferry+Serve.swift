@@ -10,14 +10,20 @@ extension Ferry {
         static let configuration = CommandConfiguration(
             abstract: "Expose a database through Ferry's XML-over-HTTP service.",
             discussion: """
-                Every request needs a bearer token from --token-file (read and write) or
-                --read-only-token-file. No endpoint takes SQL text. Stop with Ctrl-C (graceful).
-                The protocol is described in docs/xml-protocol.md.
+                Every request needs a bearer token. Each token file gives its tokens a scope:
+                  --read-only-token-file  read tables, rows and digests (snapshot and pull)
+                  --write-token-file      also write rows: copies that append, upsert or mirror
+                                          into existing tables, change sets, sync pushes; may
+                                          create and drop only its own loads' staging tables
+                  --token-file            also create, drop and replace tables (manage)
+                No endpoint takes SQL text. Stop with Ctrl-C (graceful). The protocol is
+                described in docs/xml-protocol.md.
 
                 Examples:
                   openssl rand -hex 24 > tokens.txt
                   ferry serve sqlite:samples/chinook.sqlite --listen 127.0.0.1:8080 --token-file tokens.txt
                   ferry copy http://:$(cat tokens.txt)@127.0.0.1:8080/ sqlite:chinook-copy.db
+                  ferry serve postgres://app@db/shop --token-file admin.txt --write-token-file laptops.txt
                   ferry serve postgres://app@db/shop --listen 0.0.0.0:8443 --token-file rw.txt \\
                       --read-only-token-file ro.txt --tables artist,album --tls-cert cert.pem --tls-key key.pem
                 """)
@@ -28,8 +34,11 @@ extension Ferry {
         @Option(name: .long, help: "Address and port to listen on.")
         var listen: String = "127.0.0.1:8080"
 
-        @Option(name: .long, help: "File of read-write tokens, one per line.")
+        @Option(name: .long, help: "File of tokens that may read, write and manage tables (create, drop, replace), one per line.")
         var tokenFile: String?
+
+        @Option(name: .long, help: "File of tokens that may read and write rows (not create, drop or replace tables), one per line.")
+        var writeTokenFile: String?
 
         @Option(name: .long, help: "File of read-only tokens, one per line.")
         var readOnlyTokenFile: String?
@@ -47,8 +56,8 @@ extension Ferry {
         var maxBodyMb: Int = 64
 
         func validate() throws {
-            guard tokenFile != nil || readOnlyTokenFile != nil else {
-                throw ValidationError("give at least one of --token-file and --read-only-token-file: no token, no data")
+            guard tokenFile != nil || writeTokenFile != nil || readOnlyTokenFile != nil else {
+                throw ValidationError("give at least one of --token-file, --write-token-file and --read-only-token-file: no token, no data")
             }
             guard (tlsCert == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
             guard parseListen() != nil else { throw ValidationError("--listen must be HOST:PORT, e.g. 127.0.0.1:8080") }
@@ -72,12 +81,13 @@ extension Ferry {
             let endpoint = parsed
             let registry = Ferry.registry
             // Open once now: a wrong URL fails before the service starts.
-            try registry.connect(endpoint, role: tokenFile == nil ? .source : .target).close()
+            try registry.connect(endpoint, role: tokenFile == nil && writeTokenFile == nil ? .source : .target).close()
             guard let (host, port) = parseListen() else { throw FerryError.invalidOption("--listen must be HOST:PORT") }
             let config = ServerConfiguration(
                 database: endpoint, registry: registry,
                 readWriteTokens: try tokenFile.map { try ServerConfiguration.tokens(fromFile: $0) } ?? [],
                 readOnlyTokens: try readOnlyTokenFile.map { try ServerConfiguration.tokens(fromFile: $0) } ?? [],
+                writeTokens: try writeTokenFile.map { try ServerConfiguration.tokens(fromFile: $0) } ?? [],
                 tables: tables.flatMap { $0.split(separator: ",") }.map { TableName(parsing: String($0)) },
                 host: host, port: port, tlsCertificate: tlsCert, tlsKey: tlsKey, maxBodyBytes: maxBodyMb << 20)
             if config.exposedWithoutTLS {

@@ -56,7 +56,7 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         case let .connectionFailed(endpoint, reason):
             return "cannot open \(endpoint): \(reason)"
         case let .readOnlyTarget(endpoint, reason):
-            return "cannot write to \(endpoint): \(reason); check the file's permissions or choose another target"
+            return "cannot write to \(endpoint): \(reason)"
         case let .tableNotFound(table, endpoint):
             return "table \(table) not found in \(endpoint); run `ferry tables \(endpoint)` to list the tables"
         case let .targetTableExists(table, endpoint):

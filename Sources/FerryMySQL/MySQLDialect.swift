@@ -14,6 +14,7 @@ public struct MySQLDialect: Dialect {
     }
 
     public var supportsTransactionalDDL: Bool { false }
+    public var rowLockClause: String? { "FOR UPDATE" }
     public var indexNamesArePerTable: Bool { true }
     public var maxIdentifierLength: Int { 64 }
     public var foreignKeysNeedEqualTypes: Bool { true }

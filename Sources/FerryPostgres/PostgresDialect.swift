@@ -5,6 +5,7 @@ import FerryCore
 public struct PostgresDialect: Dialect {
     public init() {}
     public var engine: Engine { .postgres }
+    public var rowLockClause: String? { "FOR UPDATE" }
     public var upsertSyntax: UpsertSyntax { .onConflict }
     public var enumSyntax: EnumSyntax { .namedType }
     public var identitySyntax: IdentitySyntax { .generatedByDefault }

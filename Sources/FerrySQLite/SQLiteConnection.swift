@@ -35,10 +35,10 @@ public final class SQLiteConnection: Connection {
                     throw FerryError.connectionFailed(endpoint: shown, reason: "folder \(folder) does not exist")
                 }
                 if !fm.isWritableFile(atPath: folder) {
-                    throw FerryError.readOnlyTarget(endpoint: shown, reason: "folder \(folder) is not writable (SQLite needs it for its journal)")
+                    throw FerryError.readOnlyTarget(endpoint: shown, reason: "folder \(folder) is not writable (SQLite needs it for its journal); check its permissions or choose another target")
                 }
                 if exists && !fm.isWritableFile(atPath: path) {
-                    throw FerryError.readOnlyTarget(endpoint: shown, reason: "file \(path) is read-only")
+                    throw FerryError.readOnlyTarget(endpoint: shown, reason: "file \(path) is read-only; check its permissions or choose another target")
                 }
             }
         }
@@ -69,7 +69,7 @@ public final class SQLiteConnection: Connection {
         if role == .target && sqlite3_db_readonly(db, "main") == 1 {
             statementCache.removeAll()
             sqlite3_close_v2(db)
-            throw FerryError.readOnlyTarget(endpoint: shown, reason: "SQLite opened it read-only")
+            throw FerryError.readOnlyTarget(endpoint: shown, reason: "SQLite opened it read-only; check the file's permissions or choose another target")
         }
     }
 

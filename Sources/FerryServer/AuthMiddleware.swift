@@ -1,15 +1,48 @@
+import FerryCore
 import Foundation
 import Hummingbird
 
-/// Every request needs a bearer token; writes (anything but GET and HEAD) need a read-write one.
-/// Tokens are compared in constant time, and never logged.
-struct AuthMiddleware<Context: RequestContext>: RouterMiddleware {
-    let readWrite: [[UInt8]]
-    let readOnly: [[UInt8]]
+/// What a token may do. Each scope includes the ones before it.
+public enum TokenScope: Int, Sendable, Comparable, CustomStringConvertible {
+    /// Read tables, rows, digests, counts; hold read snapshots.
+    case read
+    /// Also write rows: inserts, change sets, appends, upserts, mirrors, guarded pushes — and
+    /// create the staging tables its own loads need, and drop only those.
+    case write
+    /// Also create, drop and replace served tables, their indexes and foreign keys.
+    case manage
 
-    init(readWrite: [String], readOnly: [String]) {
-        self.readWrite = readWrite.map { Array($0.utf8) }
-        self.readOnly = readOnly.map { Array($0.utf8) }
+    public static func < (a: TokenScope, b: TokenScope) -> Bool { a.rawValue < b.rawValue }
+    public var description: String { ["read", "write", "manage"][rawValue] }
+}
+
+/// A request's context: who is asking (the token's scope and its position among the
+/// service's tokens — never the token itself).
+public struct ServiceRequestContext: RequestContext {
+    public var coreContext: CoreRequestContextStorage
+    var scope: TokenScope = .read
+    var token = -1
+
+    public init(source: Source) {
+        coreContext = .init(source: source)
+    }
+
+    /// Refuses the request unless the token has `scope`; `doing` says what was refused.
+    func require(_ needed: TokenScope, _ doing: String) throws {
+        guard scope >= needed else { throw ServiceError.forbidden(scope: scope, needed: needed, doing: doing) }
+    }
+}
+
+/// Every request needs a bearer token; its scope decides what it may do: reads (GET, HEAD,
+/// read snapshots) need `read`, anything else at least `write` (endpoints that create, drop
+/// or replace tables check for `manage` themselves). Tokens are compared in constant time,
+/// and never logged.
+struct AuthMiddleware: RouterMiddleware {
+    typealias Context = ServiceRequestContext
+    let tokens: [(bytes: [UInt8], scope: TokenScope)]
+
+    init(tokens: [(String, TokenScope)]) {
+        self.tokens = tokens.map { (Array($0.0.utf8), $0.1) }
     }
 
     /// Equal length and bytes, in time that depends only on the lengths.
@@ -23,17 +56,47 @@ struct AuthMiddleware<Context: RequestContext>: RouterMiddleware {
         return diff == 0
     }
 
+    /// Requests a read token may make besides GET and HEAD: holding and releasing a read snapshot.
+    static func isRead(_ request: Request) -> Bool {
+        if request.method == .get || request.method == .head { return true }
+        let path = request.uri.path
+        return (request.method == .post && path == "/v1/snapshots") || (request.method == .delete && path.hasPrefix("/v1/snapshots/"))
+    }
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { throw ServiceError.unauthorized }
         let token = Array(header.dropFirst(7).utf8)
         // Check every token (no early exit), so timing does not say which one nearly matched.
-        var writer = false
-        var reader = false
-        for t in readWrite where Self.constantTimeEqual(token, t) { writer = true }
-        for t in readOnly where Self.constantTimeEqual(token, t) { reader = true }
-        guard writer || reader else { throw ServiceError.unauthorized }
-        if !writer && request.method != .get && request.method != .head { throw ServiceError.forbidden }
+        var found = -1
+        for (i, t) in tokens.enumerated() where Self.constantTimeEqual(token, t.bytes) { found = i }
+        guard found >= 0 else { throw ServiceError.unauthorized }
+        var context = context
+        context.scope = tokens[found].scope
+        context.token = found
+        if !Self.isRead(request) { try context.require(.write, "write") }
         return try await next(request, context)
+    }
+}
+
+/// The staging tables created by write tokens' loads, and by which token: a write token may
+/// drop, fill, merge or apply only its own. (Kept in memory: after a restart a staging table
+/// left behind by a failed load is a manage token's to drop.)
+final class StagingOwners: Sendable {
+    private let owners = Locked<[TableName: Int]>([:])
+
+    func record(_ table: TableName, token: Int) { owners.withLock { $0[table] = token } }
+    func forget(_ table: TableName) { _ = owners.withLock { $0.removeValue(forKey: table) } }
+    func owner(of table: TableName) -> Int? { owners.withLock { $0[table] } }
+
+    /// Refuses unless `context` may use staging table `table`: manage tokens any, write tokens
+    /// their own.
+    func check(_ table: TableName, _ context: ServiceRequestContext, doing: String) throws {
+        if context.scope >= .manage { return }
+        guard owner(of: table) == context.token else {
+            throw ServiceError(
+                status: 403, code: "forbidden", table: table.description,
+                message: "this token may \(doing) only the staging tables its own loads created, and \(table) is not one (a token from --token-file may)")
+        }
     }
 }
 

@@ -6,10 +6,19 @@ public struct ServerConfiguration: Sendable {
     /// The database served (any registered driver).
     public var database: Endpoint
     public var registry: DriverRegistry
-    /// Bearer tokens allowed to read and write.
+    /// Bearer tokens allowed everything: read, write rows, and create, drop or replace tables
+    /// (scope `manage`; `--token-file`).
     public var readWriteTokens: [String]
-    /// Bearer tokens allowed to read only.
+    /// Bearer tokens allowed to read and write rows, change sets and pushes, but not to create,
+    /// drop or replace served tables (scope `write`; `--write-token-file`).
+    public var writeTokens: [String] = []
+    /// Bearer tokens allowed to read only (scope `read`).
     public var readOnlyTokens: [String]
+
+    /// Every token with its scope.
+    var scopedTokens: [(String, TokenScope)] {
+        readWriteTokens.map { ($0, .manage) } + writeTokens.map { ($0, .write) } + readOnlyTokens.map { ($0, .read) }
+    }
     /// Tables served (empty: every table the catalog lists).
     public var tables: [TableName]
     public var host: String
@@ -31,7 +40,7 @@ public struct ServerConfiguration: Sendable {
 
     public init(
         database: Endpoint, registry: DriverRegistry, readWriteTokens: [String], readOnlyTokens: [String] = [],
-        tables: [TableName] = [], host: String = "127.0.0.1", port: Int = 8080, tlsCertificate: String? = nil, tlsKey: String? = nil,
+        writeTokens: [String] = [], tables: [TableName] = [], host: String = "127.0.0.1", port: Int = 8080, tlsCertificate: String? = nil, tlsKey: String? = nil,
         maxBodyBytes: Int = 64 << 20, defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000,
         pageBytes: Int = 8 << 20
     ) {
@@ -40,6 +49,7 @@ public struct ServerConfiguration: Sendable {
         self.registry = registry
         self.readWriteTokens = readWriteTokens
         self.readOnlyTokens = readOnlyTokens
+        self.writeTokens = writeTokens
         self.tables = tables
         self.host = host
         self.port = port

@@ -26,7 +26,12 @@ struct ServiceError: Error, Sendable {
         ServiceError(status: 404, code: "not_found", table: table.description, message: "table \(table) is not served here; GET /v1/tables lists the tables")
     }
     static let unauthorized = ServiceError(status: 401, code: "unauthorized", message: "a bearer token is required (Authorization: Bearer TOKEN)")
-    static let forbidden = ServiceError(status: 403, code: "forbidden", message: "this token may only read")
+    static func forbidden(scope: TokenScope, needed: TokenScope, doing: String) -> ServiceError {
+        let how = needed == .manage
+            ? "a token from --token-file may (tokens from --write-token-file write rows only)"
+            : "a token from --token-file or --write-token-file may"
+        return ServiceError(status: 403, code: "forbidden", message: "this token may only \(scope == .read ? "read" : "write rows"), not \(doing); \(how)")
+    }
     static func badRequest(_ message: String, table: String? = nil) -> ServiceError {
         ServiceError(status: 400, code: "bad_request", table: table, message: message)
     }

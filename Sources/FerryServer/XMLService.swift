@@ -18,6 +18,8 @@ public struct XMLService: Sendable {
     let objectRequests = Locked(())
     /// Read snapshots held for clients (`POST /v1/snapshots`).
     let snapshots: SnapshotStore
+    /// Staging tables created by write tokens, and by which.
+    let staging = StagingOwners()
 
     public init(configuration: ServerConfiguration) {
         self.configuration = configuration
@@ -30,10 +32,10 @@ public struct XMLService: Sendable {
 
     /// Builds the application; `onRunning` receives the bound port (useful with port 0).
     public func application(logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
-        let router = Router(context: BasicRequestContext.self)
+        let router = Router(context: ServiceRequestContext.self)
         snapshots.startSweeping()
         router.add(middleware: ErrorAndLogMiddleware())
-        router.add(middleware: AuthMiddleware(readWrite: configuration.readWriteTokens, readOnly: configuration.readOnlyTokens))
+        router.add(middleware: AuthMiddleware(tokens: configuration.scopedTokens))
         addRoutes(router)
         var server: HTTPServerBuilder = .http1()
         if let cert = configuration.tlsCertificate, let key = configuration.tlsKey {
@@ -54,7 +56,7 @@ public struct XMLService: Sendable {
         Response(status: status, headers: Self.xmlHeaders, body: .init(byteBuffer: ByteBuffer(bytes: data)))
     }
 
-    func tableParameter(_ context: BasicRequestContext) throws -> TableName {
+    func tableParameter(_ context: ServiceRequestContext) throws -> TableName {
         guard let raw = context.parameters.get("table"), let name = raw.removingPercentEncoding, !name.isEmpty else {
             throw ServiceError.badRequest("no table in the path")
         }
@@ -64,7 +66,7 @@ public struct XMLService: Sendable {
     /// Opens a connection for one request. A database served for writing is opened as a
     /// target even to read (a new SQLite file is then created by the first write, not refused).
     func open(write: Bool) throws -> any Connection {
-        let writable = write || !configuration.readWriteTokens.isEmpty
+        let writable = write || !configuration.readWriteTokens.isEmpty || !configuration.writeTokens.isEmpty
         return try configuration.registry.connect(configuration.database, role: writable ? .target : .source)
     }
 
@@ -190,7 +192,15 @@ public struct XMLService: Sendable {
 
     // MARK: Routes
 
-    func addRoutes(_ router: Router<BasicRequestContext>) {
+    /// Refuses unless `context` may write into `table`: any served table for a write token,
+    /// and of Ferry's staging tables only those its own loads created.
+    func mayWrite(_ table: TableName, _ context: ServiceRequestContext, doing: String) throws {
+        if Self.isStaging(table) { try staging.check(table, context, doing: doing) }
+    }
+
+    static func isStaging(_ table: TableName) -> Bool { table.name.hasPrefix(CopyEngine.internalPrefix) }
+
+    func addRoutes(_ router: Router<ServiceRequestContext>) {
         let service = self
 
         router.get("/v1/tables") { _, _ -> Response in
@@ -344,10 +354,12 @@ public struct XMLService: Sendable {
             return service.xml(data)
         }
 
-        router.post("/v1/tables") { request, _ -> Response in
+        router.post("/v1/tables") { request, context -> Response in
             let data = try await service.body(request)
             let result = try await Offload.run { () -> Data in
                 let schema = RequestSchema.sanitized(try XMLDocuments.decodeSchema(data))
+                // A write token creates only the staging tables of its loads.
+                if !Self.isStaging(schema.name) { try context.require(.manage, "create tables") }
                 let c = try service.open(write: true)
                 defer { c.close() }
                 // A foreign key (SQLite declares them in CREATE TABLE) may only reference a served table.
@@ -361,6 +373,7 @@ public struct XMLService: Sendable {
                     if !c.dialect.supportsTransactionalDDL { try? c.dropTable(schema.name) }
                     throw error
                 }
+                if Self.isStaging(schema.name) { service.staging.record(schema.name, token: context.token) }
                 return XMLDocuments.schema(try c.describe(schema.name))
             }
             return service.xml(result, status: .created)
@@ -385,6 +398,9 @@ public struct XMLService: Sendable {
         for part in ["indexes", "foreign-keys"] {
             router.post("/v1/tables/:table/\(part)") { request, context -> Response in
                 let name = try service.tableParameter(context)
+                if Self.isStaging(name) { try service.staging.check(name, context, doing: "change") } else {
+                    try context.require(.manage, "create indexes or foreign keys")
+                }
                 let data = try await service.body(request)
                 let result = try await Offload.run { () -> Data in
                     let objects = try XMLDocuments.decodeObjects(data)
@@ -413,11 +429,15 @@ public struct XMLService: Sendable {
 
         router.delete("/v1/tables/:table") { _, context -> Response in
             let name = try service.tableParameter(context)
+            if Self.isStaging(name) { try service.staging.check(name, context, doing: "drop") } else {
+                try context.require(.manage, "drop tables")
+            }
             try await Offload.run {
                 let c = try service.open(write: true)
                 defer { c.close() }
                 let t = try service.served(name, in: c)
                 try Self.transaction(c) { try c.dropTable(t) }
+                service.staging.forget(t)
             }
             return service.xml(Self.applied([("dropped", 1)]))
         }
@@ -426,6 +446,7 @@ public struct XMLService: Sendable {
         // holds a batch and the pieces of the body in between, whatever the size of the request.
         router.post("/v1/tables/:table/rows") { request, context -> Response in
             let name = try service.tableParameter(context)
+            try service.mayWrite(name, context, doing: "load into")
             let wanted = request.uri.queryParameters[values: "columns"].map { String($0) }
             let pipe = BodyPipe()
             async let inserted: Int = Offload.run { () -> Int in
@@ -473,6 +494,11 @@ public struct XMLService: Sendable {
         router.post("/v1/tables/:table/merge") { request, context -> Response in
             let staging = try service.tableParameter(context)
             let into = try Self.into(request, for: "merge")
+            guard Self.isStaging(staging) else {
+                throw ServiceError.badRequest("\(staging) is not a staging table (\(CopyEngine.internalPrefix)…): only those are merged", table: staging.description)
+            }
+            try service.staging.check(staging, context, doing: "merge")
+            try service.mayWrite(into, context, doing: "merge into")
             let moved = try await Offload.run { () -> Int in
                 let c = try service.open(write: true)
                 defer { c.close() }
@@ -501,6 +527,7 @@ public struct XMLService: Sendable {
                     }
                     reader.close()
                     try c.dropTable(from)
+                    service.staging.forget(from)
                     return n
                 }
             }
@@ -523,6 +550,7 @@ public struct XMLService: Sendable {
             }
             let resetSerial = params["reset-serial"] == "1"
             let logger = context.logger
+            try service.mayWrite(name, context, doing: "apply into")
             guard upserts != nil || deletes != nil else {
                 throw ServiceError.badRequest("apply needs ?upserts=STAGING and/or ?deletes=STAGING", table: name.description)
             }
@@ -542,6 +570,7 @@ public struct XMLService: Sendable {
                     guard staging.name.hasPrefix(CopyEngine.internalPrefix) else {
                         throw ServiceError.badRequest("\(staging) is not a staging table (\(CopyEngine.internalPrefix)…)", table: name.description)
                     }
+                    try service.staging.check(staging, context, doing: "apply")
                     return try c.describe(staging)
                 } }
                 /// Every batch of a staging table, read on `r`; a refused row named by its key.
@@ -597,6 +626,7 @@ public struct XMLService: Sendable {
                 // Outside the transaction: dropping a table commits on MySQL. A staging table
                 // left behind by a failure here is dropped by the next load that stages.
                 for s in staged.compactMap({ $0 }) {
+                    service.staging.forget(s.name)
                     do { try Self.transaction(c) { try c.dropTable(s.name) } } catch {
                         logger.warning("could not drop staging table \(s.name): \(error)")
                     }
@@ -610,6 +640,7 @@ public struct XMLService: Sendable {
         router.post("/v1/tables/:table/swap") { request, context -> Response in
             let staging = try service.tableParameter(context)
             let into = try Self.into(request, for: "swap")
+            try context.require(.manage, "replace tables")
             try await Offload.run {
                 let c = try service.open(write: true)
                 defer { c.close() }
@@ -622,6 +653,7 @@ public struct XMLService: Sendable {
         // Inserts, upserts by key and deletes by key, in one transaction, all or nothing.
         router.post("/v1/tables/:table/changes") { request, context -> Response in
             let name = try service.tableParameter(context)
+            try service.mayWrite(name, context, doing: "change")
             let wanted = request.uri.queryParameters[values: "columns"].map { String($0) }
             let keyNames = request.uri.queryParameters[values: "key"].map { String($0) }
             let data = try await service.body(request)
@@ -660,8 +692,50 @@ public struct XMLService: Sendable {
             return service.xml(Self.applied(counts))
         }
 
+        // A guarded push (offline sync): several tables' inserts, updates and deletes, each
+        // guarded by the row it expects, applied in one transaction and recorded under its id.
+        router.post("/v1/push") { request, context -> Response in
+            let data = try await service.body(request)
+            let answer = try await Offload.run { () -> Data in
+                let c = try service.open(write: true)
+                defer { c.close() }
+                let push = try PushDocument.decode(data) { name, names in
+                    let t = try service.served(name, in: c)
+                    guard !Self.isStaging(t) else { throw ServiceError.notFound(t) }
+                    let schema = try c.describe(t)
+                    return try names.map { n in
+                        guard let col = schema.column(named: n), col.logicalType.isSupported, !col.generated else {
+                            throw FerryError.columnNotFound(table: t, column: n)
+                        }
+                        return col
+                    }
+                }
+                let outcome = try push.tables.isEmpty ? .applied([:]) : c.applyGuardedPush(push)
+                if case .applied = outcome { context.logger.info("push \(push.id) applied to \(push.tables.count) tables") }
+                return PushDocument.outcome(outcome, id: push.id)
+            }
+            return service.xml(answer)
+        }
+
+        router.get("/v1/push/:id") { _, context -> Response in
+            guard let id = context.parameters.get("id")?.removingPercentEncoding, !id.isEmpty, id.utf8.count <= 64 else {
+                throw ServiceError.badRequest("a push id is 1 to 64 characters")
+            }
+            let committed = try await Offload.run { () -> Bool in
+                let c = try service.open(write: false)
+                defer { c.close() }
+                return try c.pushCommitted(id)
+            }
+            var out = Array("<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<push".utf8)
+            out += Array(" id=\"".utf8)
+            XMLText.appendAttribute(id, into: &out)
+            out += Array("\" committed=\"\(committed)\"/>\n".utf8)
+            return service.xml(Data(out))
+        }
+
         router.post("/v1/tables/:table/reset-serial") { _, context -> Response in
             let name = try service.tableParameter(context)
+            try service.mayWrite(name, context, doing: "change")
             try await Offload.run {
                 let c = try service.open(write: true)
                 defer { c.close() }

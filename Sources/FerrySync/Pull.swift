@@ -16,7 +16,7 @@ extension Sync {
         defer { origin.close() }
         var report = PullReport(origin: Self.recordedOrigin(endpoint), applied: false, tables: [], conflicts: [], seconds: 0)
         if try file.meta("push_inflight") != nil {
-            _ = try settleInflight(file, origin: origin, pushes: try Self.pushesSchema(origin, create: false))
+            _ = try settleInflight(file, origin: origin)
         }
         // Every table from one snapshot of the origin.
         do { try origin.beginSnapshot() } catch { try? origin.rollback() }

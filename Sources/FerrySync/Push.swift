@@ -9,14 +9,14 @@ struct TableWork {
     var changes: [PendingChange]
     var originSchema: TableSchema
     var originRows: [[Value]: [Value]] = [:]
-    /// Rows written to the origin (in `table.origin.columns` order), parents first.
-    var upserts: [[Value]] = []
-    /// Keys deleted at the origin.
-    var deletes: [(key: [Value], base: [Value]?)] = []
+    /// Rows written to the origin (in `table.origin.columns` order), parents first, each with
+    /// the origin's row as this push read it (nil: no row there; the key must still be free).
+    var writes: [(row: [Value], expected: [Value]?)] = []
+    /// Rows deleted at the origin: the key, the base (for ordering), and the origin's row as read.
+    var deletes: [(key: [Value], base: [Value]?, expected: [Value])] = []
     /// The new base of each key once the origin has committed (nil: no row there), and
     /// whether the local row becomes that image too (the origin's row won, or a merge).
     var pushed: [(key: [Value], image: [Value]?, setLocal: Bool)] = []
-    var counts = PushReport.Table(name: "", inserted: 0, updated: 0, deleted: 0)
 
     var keyIndexes: [Int] { table.key.compactMap { k in table.origin.columns.firstIndex { $0.name == k } } }
 }
@@ -25,159 +25,128 @@ extension Sync {
     /// Where the origin records the pushes it committed (one row each, written in the push's
     /// own transaction): a push interrupted after the origin's commit is recognised by its id
     /// and finished, never applied twice.
-    public static let pushesTable = TableName("_ferry_sync_pushes")
+    public static let pushesTable = PushLedger.table
 
-    /// Applies the snapshot's pending changes to the origin in one origin transaction, each
-    /// update and delete guarded by its base (it applies only where the origin row still
-    /// equals the base; otherwise it is a conflict, handled by `policy`). Offline rows of
-    /// serial tables get the origin's next keys, and are re-keyed locally with every row
-    /// referencing them. Local changes become unchanged only after the origin committed.
+    /// How many times a push reads the origin again when rows it was writing changed there
+    /// between its read and its write.
+    static let pushAttempts = 3
+
+    /// Applies the snapshot's pending changes to the origin all together (one origin
+    /// transaction, or one guarded push request to the service), each update and delete
+    /// guarded by the origin row it was decided against: a change applies where the origin
+    /// row still equals its base (otherwise it is a conflict, handled by `policy`). Offline
+    /// rows of serial tables get keys above the origin's, and are re-keyed locally with every
+    /// row referencing them. Local changes become unchanged only after the origin committed.
     public func push(_ file: SyncFile, origin endpoint: Endpoint, policy: ConflictPolicy) throws -> PushReport {
         let started = Date()
         let origin = try registry.connect(endpoint, role: .target)
         defer { origin.close() }
         var report = PushReport(
             origin: Self.recordedOrigin(endpoint), pushId: nil, applied: false, recovered: nil, tables: [], rekeyed: [], conflicts: [], seconds: 0)
-        guard origin.dialect.commitsTablesTogether else {
-            throw SyncError.originCannotPush(
-                origin: endpoint.redacted, reason: "it applies each table in a transaction of its own, and a push must commit all tables at once")
-        }
-        guard let pushes = try Self.pushesSchema(origin, create: true) else {
-            throw SyncError.originCannotPush(origin: endpoint.redacted, reason: "its push record table \(Self.pushesTable) could not be created")
-        }
-        report.recovered = try settleInflight(file, origin: origin, pushes: pushes)
+        report.recovered = try settleInflight(file, origin: origin)
 
-        var work: [TableWork] = []
-        for t in file.tables {
-            let changes = try file.pending(t)
-            if changes.isEmpty { continue }
-            let now = try Self.checkedSchema(origin, t, forPush: true)
-            work.append(TableWork(table: t, changes: changes, originSchema: now))
-        }
-        if work.isEmpty {
-            report.applied = true
-            try file.quietly { try file.setMeta("last_push", Self.timestamp(started)) }
-            report.seconds = Date().timeIntervalSince(started)
-            return report
-        }
-
-        try origin.begin()
-        var serialResets: [(TableName, TableSchema)] = []
-        do {
-            // Read the origin's rows of the pending keys, inside the push's transaction, and decide.
-            for i in work.indices {
-                work[i].originRows = try Self.originRows(origin, work[i])
-                Self.decide(&work[i], policy: policy, conflicts: &report.conflicts)
+        var changedMeanwhile: [ChangedRow] = []
+        for _ in 1...Self.pushAttempts {
+            var work: [TableWork] = []
+            for t in file.tables {
+                let changes = try file.pending(t)
+                if changes.isEmpty { continue }
+                let now = try Self.checkedSchema(origin, t, forPush: true)
+                work.append(TableWork(table: t, changes: changes, originSchema: now))
             }
-            if report.unresolved > 0 {
-                try origin.rollback()
+            if work.isEmpty {
+                report.applied = true
+                try file.quietly { try file.setMeta("last_push", Self.timestamp(started)) }
                 report.seconds = Date().timeIntervalSince(started)
                 return report
             }
-            // Offline rows of serial tables: the origin's next keys, and every reference to them.
-            let rekeys = try Self.assignKeys(&work, origin: origin, file: file)
-            for (table, map) in rekeys {
-                for (old, new) in map.sorted(by: { $0.key < $1.key }) { report.rekeyed.append(.init(table: table, old: old, new: new)) }
-            }
-            for i in work.indices { Self.orderRows(&work[i]) }
-
-            // What is being pushed is recorded locally before the origin commits it.
+            report.conflicts = []
+            report.rekeyed = []
+            let outcome: GuardedPushOutcome
+            let rekeys: [String: [Int64: Int64]]
             let pushID = UUID().uuidString.lowercased()
-            try file.recordInflight(pushID, work: work, rekeys: rekeys)
-            report.pushId = pushID
-
-            // Rows: parents first; deletes: children first.
-            for i in work.indices where !work[i].upserts.isEmpty {
-                let t = work[i].table
-                let types = t.origin.columns.map(\.logicalType)
-                for chunk in stride(from: 0, to: work[i].upserts.count, by: 1_000) {
-                    let rows = Array(work[i].upserts[chunk..<min(chunk + 1_000, work[i].upserts.count)])
-                    let batch = try RowBatch(rows: rows, types: types)
-                    let c = try origin.mergeRows(into: work[i].originSchema, columns: t.origin.columns, key: t.key, rows: batch)
-                    work[i].counts.inserted += c.inserted
-                    work[i].counts.updated += c.updated
-                }
-                if t.serial != nil, rekeys[t.local] != nil { serialResets.append((work[i].originSchema.name, work[i].originSchema)) }
-            }
-            for i in work.indices.reversed() where !work[i].deletes.isEmpty {
-                let t = work[i].table
-                let keyCols = work[i].keyIndexes.map { t.origin.columns[$0] }
-                let batch = try RowBatch(rows: work[i].deletes.map(\.key), types: keyCols.map(\.logicalType))
-                work[i].counts.deleted += Int64(try origin.deleteRows(from: work[i].originSchema, key: keyCols, keys: batch))
-            }
-            let record = try RowBatch(rows: [[.text(pushID), .text(Self.timestamp(Date()))]], types: pushes.columns.map(\.logicalType))
-            let w = try origin.writer(into: pushes, columns: pushes.columns)
             do {
-                try w.write(record)
-                try w.finish()
-            } catch {
-                w.abort()
+                // The origin's rows of the pending keys, and what to do with each change.
+                for i in work.indices {
+                    work[i].originRows = try Self.originRows(origin, work[i])
+                    Self.decide(&work[i], policy: policy, conflicts: &report.conflicts)
+                }
+                if report.unresolved > 0 {
+                    report.seconds = Date().timeIntervalSince(started)
+                    return report
+                }
+                // Offline rows of serial tables: keys above the origin's, and every reference to them.
+                rekeys = try Self.assignKeys(&work, origin: origin, file: file)
+                for i in work.indices { Self.orderRows(&work[i]) }
+                // What is being pushed is recorded locally before the origin commits it.
+                try file.recordInflight(pushID, work: work, rekeys: rekeys)
+                report.pushId = pushID
+                outcome = try origin.applyGuardedPush(Self.guardedPush(pushID, work: work, rekeys: rekeys))
+            } catch let error as SyncError {
                 throw error
+            } catch {
+                // Whether the origin committed is found out by the next push or pull (the id).
+                throw SyncError.pushFailed(origin: endpoint.redacted, reason: "\(error)")
             }
-            if origin.dialect.supportsTransactionalDDL {
-                for (name, schema) in serialResets { try origin.resetSerial(name, schema: schema) }
+            let counts: [TableName: MergeCounts]
+            switch outcome {
+            case .applied(let applied):
+                counts = applied
+            case .alreadyApplied:
+                counts = [:]  // (a new id each attempt: the origin cannot have it already)
+            case .changed(let rows):
+                // Rows changed at the origin between this push's read and its write: nothing
+                // was applied; read them again and decide again.
+                try file.abandonInflight()
+                report.pushId = nil
+                changedMeanwhile = rows
+                continue
             }
-            try origin.commit()
-        } catch let error as SyncError {
-            try? origin.rollback()
-            throw error
-        } catch {
-            try? origin.rollback()
-            throw SyncError.pushFailed(origin: endpoint.redacted, reason: "\(error)")
+            try file.finalizePush(at: started)
+            for (table, map) in rekeys {
+                for (old, new) in map { report.rekeyed.append(.init(table: table, old: old, new: new)) }
+            }
+            report.rekeyed.sort { ($0.table, $0.old) < ($1.table, $1.old) }
+            report.applied = true
+            report.tables = work.map { w in
+                let c = counts[w.originSchema.name] ?? MergeCounts()
+                return PushReport.Table(name: w.table.local, inserted: c.inserted, updated: c.updated, deleted: c.deleted)
+            }
+            report.seconds = Date().timeIntervalSince(started)
+            return report
         }
-        // Committed at the origin: a counter move that is DDL (MySQL) comes after the commit.
-        if !origin.dialect.supportsTransactionalDDL {
-            for (name, schema) in serialResets { try? origin.resetSerial(name, schema: schema) }
-        }
-        try file.finalizePush(at: started)
-        report.applied = true
-        report.tables = work.map { w in
-            var c = w.counts
-            c.name = w.table.local
-            return c
-        }
-        report.seconds = Date().timeIntervalSince(started)
-        return report
+        let shown = changedMeanwhile.prefix(3).map { "\($0.table) \($0.key)" }.joined(separator: "; ")
+        throw SyncError.pushFailed(
+            origin: endpoint.redacted,
+            reason: "rows being pushed kept changing at the origin while the push ran (\(Self.pushAttempts) attempts; \(shown)); nothing was applied, the local changes are kept; run push again")
+    }
+
+    /// The guarded push of `work`: each written row guarded by the origin's row as read (an
+    /// offline row by its key being free), parents first.
+    static func guardedPush(_ id: String, work: [TableWork], rekeys: [String: [Int64: Int64]]) -> GuardedPush {
+        GuardedPush(id: id, tables: work.map { w in
+            var t = GuardedTableChanges(
+                table: w.originSchema.name, columns: w.table.origin.columns, key: w.table.key,
+                resetSerial: w.table.serial != nil && rekeys[w.table.local] != nil)
+            for write in w.writes {
+                if let expected = write.expected { t.updates.append(.init(expected: expected, row: write.row)) } else { t.inserts.append(write.row) }
+            }
+            t.deletes = w.deletes.map(\.expected)
+            return t
+        })
     }
 
     /// A push recorded here as in flight: finished when the origin committed it (its id is in
-    /// the origin's `_ferry_sync_pushes`), else forgotten (the origin applied none of it).
-    /// Returns the id of a push finished here.
-    func settleInflight(_ file: SyncFile, origin: any Connection, pushes: TableSchema?) throws -> String? {
+    /// the origin's ledger), else forgotten (the origin applied none of it). Returns the id of
+    /// a push finished here.
+    func settleInflight(_ file: SyncFile, origin: any Connection) throws -> String? {
         guard let inflight = try file.meta("push_inflight") else { return nil }
-        if let pushes, try Self.origin(origin, hasPush: inflight, pushes: pushes) {
+        if try origin.pushCommitted(inflight) {
             try file.finalizePush(at: Date())
             return inflight
         }
         try file.abandonInflight()
         return nil
-    }
-
-    /// The origin's push record table (created when `create` and missing; nil when missing).
-    static func pushesSchema(_ origin: any Connection, create: Bool) throws -> TableSchema? {
-        if try origin.tableExists(pushesTable) { return try origin.describe(pushesTable) }
-        guard create else { return nil }
-        let schema = TableSchema(
-            name: pushesTable, engine: origin.dialect.engine,
-            columns: [
-                Column(name: "push_id", nativeType: "", logicalType: .text(maxLength: 64, fixed: false), isNullable: false),
-                Column(name: "pushed_at", nativeType: "", logicalType: .text(maxLength: 40, fixed: false), isNullable: false),
-            ],
-            primaryKey: ["push_id"])
-        do {
-            try origin.createTable(schema, named: pushesTable)
-        } catch {
-            // Another push created it meanwhile.
-            guard try origin.tableExists(pushesTable) else { throw error }
-        }
-        return try origin.describe(pushesTable)
-    }
-
-    static func origin(_ origin: any Connection, hasPush id: String, pushes: TableSchema) throws -> Bool {
-        guard let col = pushes.column(named: "push_id") else { return false }
-        let rows = try SyncFile.readAll(
-            origin, pushes, columns: [col], range: KeyRange(key: ["push_id"], upTo: [.text(id)], limit: 1, descending: true))
-        return rows.first?.first == .text(id)
     }
 
     /// The origin's table now, checked against the snapshot's record of it.
@@ -191,29 +160,11 @@ extension Sync {
         return now
     }
 
-    /// The origin's rows for the keys of `work`'s changes (offline serial keys never exist
-    /// there): read by key-hash bucket, as finely as the 32-bit hash goes, then matched by key.
+    /// The origin's rows for the keys of `work`'s changes (offline serial keys never exist there).
     static func originRows(_ origin: any Connection, _ work: TableWork) throws -> [[Value]: [Value]] {
         let t = work.table
-        let idx = work.keyIndexes
-        let keyCols = idx.map { t.origin.columns[$0] }
-        let keyTypes = keyCols.map(\.logicalType)
         let wanted = work.changes.map(\.key).filter { !t.isLocalKey($0) }
-        guard !wanted.isEmpty else { return [:] }
-        let modulus: Int64 = 1 << 31
-        let residues = Set(try DigestComputer.keyHashes(wanted, types: keyTypes).map { $0 % modulus })
-        let want = Set(wanted)
-        var out: [[Value]: [Value]] = [:]
-        let all = Array(residues).sorted()
-        for chunk in stride(from: 0, to: all.count, by: RangeDiff.maxBuckets) {
-            let part = Array(all[chunk..<min(chunk + RangeDiff.maxBuckets, all.count)])
-            let range = KeyRange(key: [], filter: t.filter, buckets: BucketFilter(key: keyCols, modulus: modulus, residues: part))
-            for row in try SyncFile.readAll(origin, work.originSchema, columns: t.origin.columns, range: range) {
-                let k = idx.map { row[$0] }
-                if want.contains(k) { out[k] = row }
-            }
-        }
-        return out
+        return try RowValues.rows(origin, work.originSchema, columns: t.origin.columns, keyIndexes: work.keyIndexes, keys: wanted, filter: t.filter)
     }
 
     /// Decides each change of `work`: written as it is when the origin row still equals its
@@ -223,7 +174,11 @@ extension Sync {
         for c in work.changes {
             let o = work.originRows[c.key]
             func write(_ row: [Value]?) {
-                if let row { work.upserts.append(row) } else { work.deletes.append((c.key, c.base)) }
+                if let row {
+                    work.writes.append((row, o))
+                } else if let o {
+                    work.deletes.append((c.key, c.base, o))
+                }
             }
             if Row.same(o, c.base) || Row.same(o, c.local) {
                 // Unchanged at the origin since the base (or changed there the same way).
@@ -244,7 +199,7 @@ extension Sync {
                 conflict.resolution = "origin row kept, local row replaced"
             case .merge:
                 if let merged = merge(local: c.local, base: c.base, origin: o) {
-                    work.upserts.append(merged)
+                    work.writes.append((merged, o))
                     work.pushed.append((c.key, merged, true))
                     conflict.resolution = "merged column by column"
                 }
@@ -273,7 +228,7 @@ extension Sync {
             let t = work[i].table
             guard let serial = t.serial, let col = t.origin.column(named: serial),
                   let k = t.origin.columns.firstIndex(where: { $0.name == serial }) else { continue }
-            let local = work[i].upserts.filter { t.isLocalKey([$0[k]]) }
+            let local = work[i].writes.map(\.row).filter { t.isLocalKey([$0[k]]) }
             guard !local.isEmpty else { continue }
             let top = try SyncFile.readAll(origin, work[i].originSchema, columns: [col], range: KeyRange(key: [serial], limit: 1, descending: true))
             // Above the origin's largest key, and above every origin key the snapshot still
@@ -313,7 +268,7 @@ extension Sync {
                 return row
             }
             let idx = work[i].keyIndexes
-            work[i].upserts = work[i].upserts.map(mapped)
+            work[i].writes = work[i].writes.map { (mapped($0.row), $0.expected) }
             work[i].pushed = work[i].pushed.map { p in
                 let image = p.image.map(mapped)
                 return (image.map { im in idx.map { im[$0] } } ?? p.key, image, p.setLocal)
@@ -349,8 +304,8 @@ extension Sync {
             for i in rows.indices { visit(i, depth: 0) }
             return order
         }
-        let ups = work.upserts
-        work.upserts = parentsFirst(ups).map { ups[$0] }
+        let ups = work.writes
+        work.writes = parentsFirst(ups.map(\.row)).map { ups[$0] }
         let dels = work.deletes
         let withBase = dels.map { $0.base ?? [] }
         if withBase.allSatisfy({ !$0.isEmpty }) {

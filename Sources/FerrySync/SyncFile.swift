@@ -334,19 +334,4 @@ public enum ChangeKind: String, Sendable, Codable {
 }
 
 /// Row comparisons by value (decimals by value: `12.50` = `12.5`).
-enum Row {
-    static func same(_ a: Value, _ b: Value) -> Bool {
-        if case .decimal(let x) = a, case .decimal(let y) = b { return DecimalText.normalized(x) == DecimalText.normalized(y) }
-        return a == b
-    }
-    static func same(_ a: [Value], _ b: [Value]) -> Bool {
-        a.count == b.count && zip(a, b).allSatisfy { same($0, $1) }
-    }
-    static func same(_ a: [Value]?, _ b: [Value]?) -> Bool {
-        switch (a, b) {
-        case (nil, nil): return true
-        case let (x?, y?): return same(x, y)
-        default: return false
-        }
-    }
-}
+typealias Row = RowValues

@@ -78,12 +78,13 @@ public final class HTTPConnection: Connection {
         if let range = keyRange, !range.key.isEmpty, range.key != (table.preferredKey?.columns ?? []) {
             throw FerryError.invalidOption("the XML service pages by the table's key (\((table.preferredKey?.columns ?? []).joined(separator: ", "))), not by \(range.key.joined(separator: ", "))")
         }
-        if keyRange?.descending == true {
-            throw FerryError.invalidOption("the http driver walks key ranges in ascending order only")
+        // Largest keys first: one page (the service never follows a descending page with another).
+        if keyRange?.descending == true, keyRange?.limit.map({ $0 > pageRows }) ?? true || keyRange?.buckets != nil {
+            throw FerryError.invalidOption("the http driver reads largest keys first only a page at a time (a limit of at most \(pageRows) rows)")
         }
         guard let buckets = keyRange?.buckets else {
             return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
-                                  after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit)
+                                  after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit, descending: keyRange?.descending ?? false)
         }
         // Bucket filters travel as query parameters, a bounded number of buckets per walk: the
         // service filters next to its data, one walk after the other.
@@ -213,8 +214,7 @@ public final class HTTPConnection: Connection {
             // Appending to a table that was there: stage (shaped like the written columns of the
             // table as described), merge at commit.
             var schema = target
-            let staging = TableName(schema: table.schema, CopyEngine.internalPrefix + "append_" + table.name)
-            if try tableExists(staging) { try dropTable(staging) }
+            let staging = try freeStaging(TableName(schema: table.schema, CopyEngine.internalPrefix + "append_" + table.name))
             for c in columns where schema.column(named: c.name) == nil {
                 throw FerryError.columnNotFound(table: table, column: c.name)
             }
@@ -260,8 +260,11 @@ public final class HTTPConnection: Connection {
     ) throws {
         var pending = pendingApplies[table.name] ?? PendingApply(key: key)
         guard pending.key == key else { throw FerryError.invalidOption("one transaction writes \(table.name) by one key") }
-        let staging = TableName(schema: table.name.schema, CopyEngine.internalPrefix + prefix + table.name.name)
-        if pending[keyPath: slot] == nil {
+        let staging: TableName
+        if let s = pending[keyPath: slot] {
+            staging = s
+        } else {
+            staging = try freeStaging(TableName(schema: table.name.schema, CopyEngine.internalPrefix + prefix + table.name.name))
             try stage(staging, shapedLike: table, columns: columns)
             pending[keyPath: slot] = staging
             pendingApplies[table.name] = pending
@@ -270,9 +273,26 @@ public final class HTTPConnection: Connection {
                        table: staging, columns: columns).write(rows)
     }
 
+    /// A staging table name that is free: `base` (a table of that name left by a failed load
+    /// is dropped first), or — when this token may not drop it (another token's load, running
+    /// or left behind) — `base` with a random suffix.
+    private func freeStaging(_ base: TableName) throws -> TableName {
+        guard try tableExists(base) else { return base }
+        let reply = try client.send("DELETE", path(base))
+        if (200..<300).contains(reply.status) || reply.status == 404 {
+            created.remove(base)
+            return base
+        }
+        guard reply.status == 403 else { throw client.error(reply, table: base) }
+        for _ in 0..<8 {
+            let name = TableName(schema: base.schema, base.name + "_" + String(UInt32.random(in: 0...UInt32.max), radix: 16))
+            if try !tableExists(name) { return name }
+        }
+        throw FerryError.copyFailed(table: base, endpoint: endpoint.redacted, reason: "no free staging table name next to \(base)")
+    }
+
     /// A staging table of `columns` typed as in `table`, without keys (a failed load drops it).
     private func stage(_ staging: TableName, shapedLike table: TableSchema, columns: [Column]) throws {
-        if try tableExists(staging) { try dropTable(staging) }
         var schema = table
         for c in columns where schema.column(named: c.name) == nil {
             throw FerryError.columnNotFound(table: table.name, column: c.name)
@@ -336,6 +356,16 @@ public final class HTTPConnection: Connection {
         let root = try XMLTree.parse(client.expect("POST", path(table, "/changes") + query, body: body, table: table))
         func n(_ k: String) -> Int { root.attributes[k].flatMap { Int($0) } ?? 0 }
         return (n("inserted"), n("upserted"), n("deleted"))
+    }
+
+    /// Sent whole (`POST /v1/push`): the service applies it in one transaction of its database.
+    public func applyGuardedPush(_ push: GuardedPush) throws -> GuardedPushOutcome {
+        try PushDocument.decodeOutcome(client.expect("POST", "v1/push", body: try PushDocument.encode(push)))
+    }
+
+    public func pushCommitted(_ id: String) throws -> Bool {
+        let root = try XMLTree.parse(client.expect("GET", "v1/push/" + HTTPClient.escape(id)))
+        return root.attributes["committed"] == "true"
     }
 
     /// A read snapshot held by the service for this copy (`POST /v1/snapshots`): every page,
@@ -452,11 +482,14 @@ final class HTTPReader: BatchReader {
     let buckets: [(String, String)]
     /// The service's read snapshot every page is read from (`snapshot=`), when one is held.
     let snapshot: String?
+    /// Largest key first (one page).
+    let descending: Bool
 
     init(
         connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int, after: [Value]?, upTo: [Value]?, limit: Int?,
-        buckets: [(String, String)] = []
+        descending: Bool = false, buckets: [(String, String)] = []
     ) throws {
+        self.descending = descending
         self.connection = connection
         self.buckets = buckets
         self.table = table.name
@@ -557,6 +590,7 @@ final class HTTPReader: BatchReader {
         items += (after ?? []).map { ("after", $0) }
         items += (upTo ?? []).map { ("upto", $0) }
         items += buckets
+        if descending { items.append(("order", "desc")) }
         if let snapshot { items.append(("snapshot", snapshot)) }
         return connection.path(table, "/rows") + HTTPClient.query(items)
     }

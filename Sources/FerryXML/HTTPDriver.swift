@@ -190,7 +190,9 @@ final class HTTPClient: @unchecked Sendable {  // unchecked: immutable after ini
             // A value the database refused: the engine names its key from the row.
             if let row = decoded?.row, row >= 1 { return BatchRowError(row: row - 1, error: e) }
             return e
-        default: return FerryError.copyFailed(table: table ?? TableName(""), endpoint: endpoint.redacted, reason: "\(message) (HTTP \(reply.status))")
+        default:
+            guard let table else { return FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "the service answered \(reply.status): \(message)") }
+            return FerryError.copyFailed(table: table, endpoint: endpoint.redacted, reason: "\(message) (HTTP \(reply.status))")
         }
     }
 }
@@ -412,7 +414,6 @@ final class BoundStreamPump {
 /// The service's naming rules on the client side: Ferry quotes nothing itself (names travel in
 /// URLs and XML); DDL is not transactional across requests, so a failed create is dropped.
 public struct HTTPDialect: Dialect {
-    public var commitsTablesTogether: Bool { false }
     public init() {}
     public var engine: Engine { .http }
     public var supportsTransactionalDDL: Bool { false }

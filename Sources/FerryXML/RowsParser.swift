@@ -11,6 +11,8 @@ struct RowsParser {
     let b: UnsafeRawBufferPointer
     var i = 0
     let limits: XMLLimits
+    /// The attributes of the root element, once `start(root:)` has read it.
+    var rootAttributes: [String: String] = [:]
 
     init(_ bytes: UnsafeRawBufferPointer, limits: XMLLimits) {
         b = bytes
@@ -82,7 +84,8 @@ struct RowsParser {
         }
         try skipMisc()
         guard eat(root) else { throw XMLWireError.unexpected("no \(root)> element") }
-        let (_, selfClosing) = try attributes()
+        let (attrs, selfClosing) = try attributes()
+        rootAttributes = attrs
         return !selfClosing
     }
 

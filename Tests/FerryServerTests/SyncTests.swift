@@ -287,31 +287,57 @@ final class SyncTests: XCTestCase {
         XCTAssertThrowsError(try sync2.pull(file2, origin: endpoint, policy: .fail)) { XCTAssertTrue("\($0)".contains("column v was dropped"), "\($0)") }
     }
 
-    /// Through `ferry serve`: snapshot and pull read through the service (a read-only token
-    /// suffices); a push is refused with its reason until the service commits a push's tables
-    /// together.
-    func testSnapshotAndPullThroughTheService() async throws {
-        let origin = try SyncOrigin.all(folder: folder)[1]
-        try origin.reset(rows: 2_000)
-        let service = try await RunningService(database: origin.url, drivers: SyncOrigin.drivers)
-        defer { service.stop() }
-        let sync = Sync(registry: origin.registry)
-        let endpoint = try Endpoint(parsing: service.url(token: service.readOnly))
-        let path = folder.path("served.db")
-        _ = try sync.snapshot(origin: endpoint, to: path, options: SyncOrigin.options, progress: ProgressReporter(style: .quiet) { _ in })
-        let file = try SyncFile.open(path)
-        defer { file.close() }
-        XCTAssertFalse(try file.origin().contains(service.readOnly), "the token is never stored")
-        try SQLiteShell.run(path, "DELETE FROM ch WHERE tag = 'ch5'; UPDATE s SET v = 'local' WHERE tag = 's9'")
-        try origin.run("UPDATE s SET v = 'origin' WHERE tag = 's10'; DELETE FROM ch WHERE tag = 'ch6'; INSERT INTO p (tag, v, n) VALUES ('new', 'n', 1)")
-        let pull = try sync.pull(file, origin: endpoint, policy: .fail)
-        XCTAssertTrue(pull.applied)
-        XCTAssertEqual(pull.tables.map { $0.inserted + $0.updated + $0.deleted }.reduce(0, +), 3)
-        XCTAssertLessThan(pull.tables.map(\.rowsRead).reduce(0, +), 400, "only differing ranges are read")
-        let ch = try localRows(file, "ch")
-        XCTAssertFalse(ch.contains { $0["tag"] == .text("ch5") || $0["tag"] == .text("ch6") })
-        XCTAssertThrowsError(try sync.push(file, origin: endpoint, policy: .fail)) { XCTAssertTrue("\($0)".contains("cannot push"), "\($0)") }
-        XCTAssertEqual(try sync.status(file).pending, 2)
+    /// Through `ferry serve`, on every engine behind it: snapshot and pull with a read-only
+    /// token; a push with it is refused (nothing applied, pending kept); with a write token the
+    /// push applies — offline parent and children re-keyed, a conflict under `fail` listed and
+    /// nothing applied — and snapshot and origin end equal.
+    func testSnapshotPullAndPushThroughTheService() async throws {
+        for origin in try SyncOrigin.all(folder: folder) {
+            try origin.reset(rows: 2_000)
+            let service = try await RunningService(database: origin.url, drivers: SyncOrigin.drivers)
+            defer { service.stop() }
+            let sync = Sync(registry: origin.registry)
+            let endpoint = try Endpoint(parsing: service.url(token: service.readOnly))
+            let path = folder.path("served-\(origin.name).db")
+            _ = try sync.snapshot(origin: endpoint, to: path, options: SyncOrigin.options, progress: ProgressReporter(style: .quiet) { _ in })
+            let file = try SyncFile.open(path)
+            defer { file.close() }
+            XCTAssertFalse(try file.origin().contains(service.readOnly), "the token is never stored")
+            try SQLiteShell.run(path, "DELETE FROM ch WHERE tag = 'ch5'; UPDATE s SET v = 'local' WHERE tag = 's9'")
+            try origin.run("UPDATE s SET v = 'origin' WHERE tag = 's10'; DELETE FROM ch WHERE tag = 'ch6'; INSERT INTO p (tag, v, n) VALUES ('new', 'n', 1)")
+            let pull = try sync.pull(file, origin: endpoint, policy: .fail)
+            XCTAssertTrue(pull.applied, origin.name)
+            XCTAssertEqual(pull.tables.map { $0.inserted + $0.updated + $0.deleted }.reduce(0, +), 3, origin.name)
+            XCTAssertLessThan(pull.tables.map(\.rowsRead).reduce(0, +), 400, "\(origin.name): only differing ranges are read")
+            let ch = try localRows(file, "ch")
+            XCTAssertFalse(ch.contains { $0["tag"] == .text("ch5") || $0["tag"] == .text("ch6") }, origin.name)
+            // A read-only token may not push.
+            XCTAssertThrowsError(try sync.push(file, origin: endpoint, policy: .fail)) { XCTAssertTrue("\($0)".contains("may only read"), "\($0)") }
+            XCTAssertEqual(try sync.status(file).pending, 2, origin.name)
+            // A write token may; offline rows of serial tables are re-keyed through it.
+            let writer = try Endpoint(parsing: service.url(token: service.write))
+            try SQLiteShell.run(path, """
+                INSERT INTO p (tag, v, n) VALUES ('offline-parent', 'x', 1);
+                INSERT INTO ch (tag, p_id, v, n) VALUES ('offline-child', (SELECT id FROM p WHERE tag = 'offline-parent'), 'x', 1);
+                """)
+            let push = try sync.push(file, origin: writer, policy: .fail)
+            XCTAssertTrue(push.applied, "\(origin.name): \(push.conflicts)")
+            XCTAssertEqual(push.rekeyed.count, 2, origin.name)
+            XCTAssertEqual(try sync.status(file).pending, 0, origin.name)
+            // The same row changed on both sides: listed under fail, nothing applied.
+            try SQLiteShell.run(path, "UPDATE s SET v = 'mine' WHERE tag = 's20'; UPDATE s SET v = 'also mine' WHERE tag = 's21'")
+            try origin.run("UPDATE s SET v = 'theirs' WHERE tag = 's20'")
+            let refused = try sync.push(file, origin: writer, policy: .fail)
+            XCTAssertFalse(refused.applied, origin.name)
+            XCTAssertEqual(refused.conflicts.count, 1, origin.name)
+            XCTAssertNotEqual(try origin.rows("s").first { $0["tag"] == .text("s21") }?["v"], .text("also mine"), "\(origin.name): nothing applied")
+            XCTAssertTrue(try sync.push(file, origin: writer, policy: .merge).applied == false, "\(origin.name): the same column stays open under merge")
+            XCTAssertTrue(try sync.push(file, origin: writer, policy: .local).applied, origin.name)
+            XCTAssertTrue(try sync.pull(file, origin: writer, policy: .fail).applied, origin.name)
+            XCTAssertEqual(try origin.rows("s").first { $0["tag"] == .text("s20") }?["v"], .text("mine"), origin.name)
+            try assertEqual(origin, file)
+            XCTAssertEqual(try sync.status(file).pending, 0, origin.name)
+        }
     }
 
     /// Snapshot and origin hold the same rows (every column of every table).

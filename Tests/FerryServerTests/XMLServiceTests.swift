@@ -19,12 +19,14 @@ final class RunningService {
     let task: Task<Void, any Error>
     let readWrite = "rw-" + UUID().uuidString
     let readOnly = "ro-" + UUID().uuidString
+    /// Scope `write`: rows, change sets, pushes; not creating, dropping or replacing tables.
+    let write = "wr-" + UUID().uuidString
 
     init(database: String, drivers: [any Driver], maxBodyBytes: Int = 8 << 20, tables: [TableName] = [], tls: (cert: String, key: String)? = nil,
          pageBytes: Int = 8 << 20) async throws {
         let config = ServerConfiguration(
             database: try Endpoint(parsing: database), registry: DriverRegistry(drivers), readWriteTokens: [readWrite],
-            readOnlyTokens: [readOnly], tables: tables, port: 0, tlsCertificate: tls?.cert, tlsKey: tls?.key,
+            readOnlyTokens: [readOnly], writeTokens: [write], tables: tables, port: 0, tlsCertificate: tls?.cert, tlsKey: tls?.key,
             maxBodyBytes: maxBodyBytes, defaultPageRows: 1000, pageBytes: pageBytes)
         var logger = Logger(label: "ferry.serve.test")
         logger.logLevel = .critical
@@ -248,6 +250,78 @@ final class XMLServiceTests: XCTestCase {
             XCTAssertEqual(try rows(), [[.int(2), .text("TWO")], [.int(3), .text("THREE")], [.int(4), .text("four & more")]])
             try db.begin(); try db.dropTable(table); try db.commit()
         }
+    }
+
+    /// Token scopes: read tokens read (and hold read snapshots); write tokens write rows,
+    /// change sets and pushes, and create, fill and drop only their own loads' staging tables;
+    /// only manage tokens create, drop or replace served tables.
+    func testTokenScopes() async throws {
+        let folder = try TemporaryFolder()
+        let chinook = folder.path("chinook.sqlite")
+        try FileManager.default.copyItem(atPath: self.chinook, toPath: chinook)
+        let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers)
+        defer { service.stop() }
+        func expect(_ method: String, _ path: String, _ token: String, body: Data? = nil, _ status: Int, _ fragment: String = "",
+                    line: UInt = #line) throws {
+            let (got, text) = try service.request(method, path, token: token, body: body)
+            XCTAssertEqual(got, status, "\(method) \(path): \(text)", line: line)
+            if !fragment.isEmpty { XCTAssertTrue(text.contains(fragment), "\(method) \(path): \(text)", line: line) }
+        }
+        let newTable = XMLDocuments.schema(TableSchema(
+            name: TableName("Scratch"), engine: .http,
+            columns: [Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false)], primaryKey: ["id"]))
+        func staging(_ name: String) -> Data {
+            XMLDocuments.schema(TableSchema(
+                name: TableName(name), engine: .http, columns: [Column(name: "ArtistId", nativeType: "", logicalType: .int64, isNullable: true)]))
+        }
+        let row = Data("<rows><r><v>7000</v><v>scoped</v></r></rows>".utf8)
+
+        // Read: reads and read snapshots, nothing else.
+        try expect("GET", "v1/tables/Artist/rows?limit=1", service.readOnly, 200)
+        let (created, snapshot) = try service.request("POST", "v1/snapshots", token: service.readOnly)
+        XCTAssertEqual(created, 201, snapshot)
+        if let id = snapshot.range(of: "id=\"")
+            .map({ String(snapshot[$0.upperBound...].prefix { $0 != "\"" }) }) {
+            try expect("DELETE", "v1/snapshots/" + id, service.readOnly, 200)
+        }
+        try expect("POST", "v1/tables/Artist/rows", service.readOnly, body: row, 403, "may only read")
+        try expect("POST", "v1/push", service.readOnly, body: Data("<push id=\"x\"/>".utf8), 403, "may only read")
+
+        // Write: rows into served tables; not creating, dropping or replacing them.
+        try expect("POST", "v1/tables/Artist/rows", service.write, body: row, 200)
+        try expect("POST", "v1/tables", service.write, body: newTable, 403, "not create tables")
+        try expect("DELETE", "v1/tables/Album", service.write, 403, "not drop tables")
+        try expect("POST", "v1/tables/Genre/swap?into=Album", service.write, 403, "not replace tables")
+        try expect("POST", "v1/tables/Artist/indexes", service.write, body: Data("<objects/>".utf8), 403, "not create indexes")
+        // Its own staging table: created, filled, dropped. Another token's: none of that.
+        try expect("POST", "v1/tables", service.write, body: staging("_ferry_upsert_Mine"), 201)
+        try expect("POST", "v1/tables/_ferry_upsert_Mine/rows", service.write, body: Data("<rows><r><v>1</v></r></rows>".utf8), 200)
+        try expect("DELETE", "v1/tables/_ferry_upsert_Mine", service.write, 200)
+        try expect("POST", "v1/tables", service.readWrite, body: staging("_ferry_upsert_Theirs"), 201)
+        try expect("POST", "v1/tables/_ferry_upsert_Theirs/rows", service.write, body: Data("<rows><r><v>1</v></r></rows>".utf8), 403, "its own loads created")
+        try expect("POST", "v1/tables/_ferry_upsert_Theirs/merge?into=Artist", service.write, 403, "its own loads created")
+        try expect("DELETE", "v1/tables/_ferry_upsert_Theirs", service.write, 403, "its own loads created")
+        // Merging a served table (not a staging one) into another is refused for every token.
+        try expect("POST", "v1/tables/Genre/merge?into=Artist", service.readWrite, 400, "not a staging table")
+        try expect("DELETE", "v1/tables/_ferry_upsert_Theirs", service.readWrite, 200)
+
+        // A write token's keyed copy (staging + apply) works, even while another token's
+        // staging table of the same name is there; a copy that creates tables does not.
+        try expect("POST", "v1/tables", service.readWrite, body: staging("_ferry_upsert_Genre"), 201)
+        let src = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + self.chinook), role: .source)
+        defer { src.close() }
+        let writer = try HTTPDriver().connect(Endpoint(parsing: service.url(token: service.write)), role: .target)
+        defer { writer.close() }
+        let summary = try CopyHarness(drivers).copy(src, writer, mode: .upsert, tables: ["Genre"])
+        XCTAssertEqual(summary.tables.first?.rows, 25, "\(summary.tables)")
+        XCTAssertNil(summary.tables.first?.error)
+        let refused = try CopyHarness(drivers).copy(src, writer, mode: .replace, tables: ["MediaType"])
+        XCTAssertTrue(refused.tables.first?.error?.contains("may only write rows, not replace tables") ?? false, "\(refused.tables)")
+        try expect("GET", "v1/tables/MediaType/count", service.readOnly, 200, "rows=\"5\"")
+        // Manage: everything.
+        try expect("POST", "v1/tables", service.readWrite, body: newTable, 201)
+        try expect("DELETE", "v1/tables/Scratch", service.readWrite, 200)
+        try expect("GET", "v1/tables/Album", service.readOnly, 200, "Album")
     }
 
     func testSecurity() async throws {

@@ -123,6 +123,13 @@ public protocol Connection: AnyObject {
     /// generated value is max + 1.
     func resetSerial(_ table: TableName, schema: TableSchema) throws
 
+    /// Applies `push` all together or not at all, each change guarded by the image it expects
+    /// (see `GuardedPush`); recorded under the push's id in the same transaction. Default:
+    /// `GuardedPushApplier` on this connection (the XML service's driver sends it whole).
+    func applyGuardedPush(_ push: GuardedPush) throws -> GuardedPushOutcome
+    /// True when a guarded push with this id was committed here.
+    func pushCommitted(_ id: String) throws -> Bool
+
     func close()
 }
 
@@ -143,6 +150,15 @@ extension Connection {
     }
 
     public var committedCounts: MergeCounts? { nil }
+
+    public func applyGuardedPush(_ push: GuardedPush) throws -> GuardedPushOutcome {
+        try GuardedPushApplier.apply(push, on: self)
+    }
+
+    public func pushCommitted(_ id: String) throws -> Bool {
+        guard let ledger = try PushLedger.schema(self, create: false) else { return false }
+        return try PushLedger.contains(self, ledger, id: id)
+    }
 
     public func beginSnapshot() throws { try begin() }
     public func exportSnapshot() throws -> String? { nil }

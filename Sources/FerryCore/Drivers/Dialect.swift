@@ -9,9 +9,10 @@ public protocol Dialect: Sendable {
     func quote(_ table: TableName) -> String
     /// True when CREATE/DROP/ALTER roll back with the transaction (SQLite, PostgreSQL).
     var supportsTransactionalDDL: Bool { get }
-    /// True when one transaction's writes to several tables commit together (false for the
-    /// XML service today: each table's staged writes apply in a request of their own).
-    var commitsTablesTogether: Bool { get }
+    /// The clause that locks the rows a SELECT reads until the transaction ends (`FOR
+    /// UPDATE`); nil when a write transaction already keeps other writers out (SQLite) or
+    /// the reader cannot lock (the XML service, whose guarded push locks on its side).
+    var rowLockClause: String? { get }
     /// True when several connections may load different tables at the same time.
     var supportsConcurrentWriters: Bool { get }
     /// The logical type of a column declared as `native` on this engine (a plain type name
@@ -100,7 +101,7 @@ extension Dialect {
         return quote(table.name)
     }
     public var supportsTransactionalDDL: Bool { true }
-    public var commitsTablesTogether: Bool { true }
+    public var rowLockClause: String? { nil }
     public var supportsConcurrentWriters: Bool { true }
     public func logicalType(forDeclaredType native: String) -> LogicalType? { nil }
     public func ddlType(for type: LogicalType) -> String? { nil }

@@ -59,6 +59,9 @@ public struct KeyRange: Sendable, Hashable {
     /// Only rows in these key-hash buckets (range digests; see `BucketFilter`). Readers whose
     /// SQL cannot compute the hash filter in Ferry (`BucketFilteringReader`).
     public var buckets: BucketFilter?
+    /// Lock the rows read until the transaction ends (`Dialect.rowLockClause`), so that a
+    /// guarded write that checked them cannot race a concurrent writer.
+    public var lockRows = false
     public init(
         key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil, descending: Bool = false, filter: String? = nil,
         buckets: BucketFilter? = nil
@@ -80,12 +83,13 @@ extension KeyRange {
     public func sqlSuffix(dialect: any Dialect, render: ([Value]) throws -> String) rethrows -> String {
         var conditions: [String] = filter.map { ["(" + $0 + ")"] } ?? []
         if let buckets, let d = dialect as? any DigestSQLDialect { conditions.append(DigestSQL.condition(buckets, d)) }
-        guard !key.isEmpty else { return conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ") }
+        let lock = lockRows ? dialect.rowLockClause.map { " " + $0 } ?? "" : ""
+        guard !key.isEmpty else { return (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")) + lock }
         let tuple = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
         if let after { conditions.append("\(tuple) > (\(try render(after)))") }
         if let upTo { conditions.append("\(tuple) <= (\(try render(upTo)))") }
         return (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
             + " ORDER BY " + key.map { dialect.quote($0) + (descending ? " DESC" : "") }.joined(separator: ", ")
-            + (limit.map { " LIMIT \(max($0, 0))" } ?? "")
+            + (limit.map { " LIMIT \(max($0, 0))" } ?? "") + lock
     }
 }
