@@ -103,8 +103,12 @@ final class StagingOwners: Sendable {
 /// Turns every error into an XML error document with its status (never an HTML page or a
 /// stack trace), and logs each request: method, path, status, time — never a token.
 struct ErrorAndLogMiddleware<Context: RequestContext>: RouterMiddleware {
+    let inFlight: Locked<Int>
+
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let started = Date()
+        inFlight.withLock { $0 += 1 }
+        defer { inFlight.withLock { $0 -= 1 } }
         let response: Response
         do {
             response = try await next(request, context)

@@ -20,6 +20,11 @@ public struct XMLService: Sendable {
     let snapshots: SnapshotStore
     /// Staging tables created by write tokens, and by which.
     let staging = StagingOwners()
+    private let inFlight = Locked(0)
+
+    /// Requests being answered now (a request whose client went away still counts until the
+    /// service has finished it: its transaction committed or rolled back).
+    public var requestsInFlight: Int { inFlight.withLock { $0 } }
 
     public init(configuration: ServerConfiguration) {
         self.configuration = configuration
@@ -34,7 +39,7 @@ public struct XMLService: Sendable {
     public func application(logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
         let router = Router(context: ServiceRequestContext.self)
         snapshots.startSweeping()
-        router.add(middleware: ErrorAndLogMiddleware())
+        router.add(middleware: ErrorAndLogMiddleware(inFlight: inFlight))
         router.add(middleware: AuthMiddleware(tokens: configuration.scopedTokens))
         addRoutes(router)
         var server: HTTPServerBuilder = .http1()

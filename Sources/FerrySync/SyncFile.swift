@@ -222,8 +222,17 @@ public final class SyncFile {
         func absent(_ row: String) -> String {
             "NOT EXISTS (SELECT 1 FROM \(base) x WHERE " + table.key.map { "x.\(q($0)) = \(row).\(q($0))" }.joined(separator: " AND ") + ")"
         }
+        // A push in flight that will set a row to the origin's (or a merged) image once it is
+        // settled leaves a row edited meanwhile as the edit made it: the edit releases it.
+        let pushed = q(Self.pushed(t))
+        let held = "\(q(Self.setLocal)) = 1"
+        func release(_ row: String) -> String {
+            "UPDATE \(pushed) SET \(q(Self.setLocal)) = 0 WHERE \(held) AND " + table.key.map { "\(q($0)) = \(row).\(q($0))" }.joined(separator: " AND ") + ";"
+        }
         let before = keySets.map {
-            "INSERT INTO \(base) (\(q(Self.existed)), \(all)) SELECT 1, \(all) FROM \(q(t)) o WHERE \(match($0, "NEW")) AND \(absent("o"));"
+            "INSERT INTO \(base) (\(q(Self.existed)), \(all)) SELECT 1, \(all) FROM \(q(t)) o WHERE \(match($0, "NEW")) AND \(absent("o"));\n  "
+                + "UPDATE \(pushed) SET \(q(Self.setLocal)) = 0 WHERE \(held) AND EXISTS (SELECT 1 FROM \(q(t)) o WHERE \(match($0, "NEW")) AND "
+                + table.key.map { "o.\(q($0)) = \(pushed).\(q($0))" }.joined(separator: " AND ") + ");"
         }.joined(separator: "\n  ")
         let old = columns.map { "OLD.\(q($0))" }.joined(separator: ", ")
         let newKey = table.key.map { "NEW.\(q($0))" }.joined(separator: ", ")
@@ -238,6 +247,7 @@ public final class SyncFile {
             END;
             CREATE TRIGGER \(q("_ferry_ai_" + t)) AFTER INSERT ON \(q(t)) \(when) BEGIN
               \(keepNew)
+              \(release("NEW"))
             END;
             CREATE TRIGGER \(q("_ferry_bu_" + t)) BEFORE UPDATE ON \(q(t)) \(when) BEGIN
               \(before)
@@ -245,9 +255,12 @@ public final class SyncFile {
             CREATE TRIGGER \(q("_ferry_au_" + t)) AFTER UPDATE ON \(q(t)) \(when) BEGIN
               \(keepOld)
               \(keepNew)
+              \(release("OLD"))
+              \(release("NEW"))
             END;
             CREATE TRIGGER \(q("_ferry_ad_" + t)) AFTER DELETE ON \(q(t)) \(when) BEGIN
               \(keepOld)
+              \(release("OLD"))
             END;
             """)
     }

@@ -18,12 +18,26 @@ final class SyncModelTests: XCTestCase {
         ProcessInfo.processInfo.environment["FERRY_SYNC_SCENARIOS"].flatMap(Int.init) ?? defaultCount
     }
 
-    func testRandomScenariosAgainstASQLiteOrigin() throws { try run(origin: 0, count: Self.scenarios(300)) }
+    /// Against a SQLite origin a third of the pushes and pulls run as a `ferry` subprocess
+    /// killed with SIGKILL at a random moment (the origin file has no other writer, so what
+    /// the killed process committed is settled the moment it dies).
+    func testRandomScenariosAgainstASQLiteOrigin() throws { try run(origin: 0, count: Self.scenarios(300), kills: true) }
     func testRandomScenariosAgainstPostgreSQL() throws { try run(origin: 1, count: Self.scenarios(40)) }
     func testRandomScenariosAgainstMySQL() throws { try run(origin: 2, count: Self.scenarios(40)) }
 
-    func run(origin index: Int, count: Int) throws {
+    /// Through `ferry serve` (a write token) in front of a SQLite database, with kills too: the
+    /// service finishes a request whose client was killed, and the model waits for it.
+    func testRandomScenariosThroughTheService() async throws {
         let folder = try TemporaryFolder()
+        let origin = try SyncOrigin.all(folder: folder)[0]
+        try origin.reset(rows: 4)
+        let service = try await RunningService(database: origin.url, drivers: SyncOrigin.drivers)
+        defer { service.stop() }
+        try run(origin: 0, count: Self.scenarios(150), kills: true, service: service, folder: folder)
+    }
+
+    func run(origin index: Int, count: Int, kills: Bool = false, service: RunningService? = nil, folder given: TemporaryFolder? = nil) throws {
+        let folder = try given ?? TemporaryFolder()
         let origin = try SyncOrigin.all(folder: folder)[index]
         let first = ProcessInfo.processInfo.environment["FERRY_SYNC_SEED"].flatMap(UInt64.init) ?? UInt64(index * 1_000_003 + 17)
         var stats = Stats()
@@ -31,20 +45,20 @@ final class SyncModelTests: XCTestCase {
         for i in 0..<count {
             let seed = first &+ UInt64(i)
             do {
-                var scenario = Scenario(origin: origin, folder: folder, seed: seed)
+                var scenario = Scenario(origin: origin, folder: folder, seed: seed, kills: kills, service: service)
                 try scenario.run(&stats)
             } catch {
                 XCTFail("\(origin.name) scenario with seed \(seed) (FERRY_SYNC_SEED=\(seed) FERRY_SYNC_SCENARIOS=1): \(error)")
                 return
             }
         }
-        print("sync model \(origin.name): \(count) scenarios, \(stats.steps) steps, \(stats.pushes) pushes, \(stats.pulls) pulls, "
+        print("sync model \(origin.name)\(service == nil ? "" : " through the service"): \(count) scenarios, \(stats.kills) killed pushes/pulls (\(stats.killsApplied) had committed), \(stats.steps) steps, \(stats.pushes) pushes, \(stats.pulls) pulls, "
               + "\(stats.conflicts) conflicts (\(stats.unresolved) left open), \(stats.rekeyed) rows re-keyed, "
               + String(format: "%.1f s", Date().timeIntervalSince(started)))
     }
 
     struct Stats {
-        var steps = 0, pushes = 0, pulls = 0, conflicts = 0, unresolved = 0, rekeyed = 0
+        var steps = 0, pushes = 0, pulls = 0, conflicts = 0, unresolved = 0, rekeyed = 0, kills = 0, killsApplied = 0
     }
 }
 
@@ -71,20 +85,30 @@ struct Scenario {
     var local: Tables = [:], remote: Tables = [:], synced: Tables = [:]
     var counter = 0
     static let tables = ["s", "c", "p", "ch"]
+    /// Run some pushes and pulls as a subprocess killed with SIGKILL.
+    let kills: Bool
+    /// The service sync goes through (else the origin itself).
+    let service: RunningService?
+    /// A killed push left its commit to be settled by the next push or pull.
+    var unsettled = false
 
-    init(origin: SyncOrigin, folder: TemporaryFolder, seed: UInt64) {
+    init(origin: SyncOrigin, folder: TemporaryFolder, seed: UInt64, kills: Bool = false, service: RunningService? = nil) {
         self.origin = origin
         self.folder = folder
         self.seed = seed
         self.rng = Generator(seed: seed)
+        self.kills = kills
+        self.service = service
     }
+
+    var syncURL: String { service.map { $0.url(token: $0.write) } ?? origin.url }
 
     mutating func run(_ stats: inout SyncModelTests.Stats) throws {
         try origin.reset(rows: 4)
         let path = folder.path("model-\(seed).db")
         defer { for s in ["", "-journal", "-wal"] { try? FileManager.default.removeItem(atPath: path + s) } }
         let sync = Sync(registry: origin.registry)
-        let endpoint = try Endpoint(parsing: origin.url)
+        let endpoint = try Endpoint(parsing: syncURL)
         _ = try sync.snapshot(origin: endpoint, to: path, options: SyncOrigin.options, progress: ProgressReporter(style: .quiet) { _ in })
         let file = try SyncFile.open(path)
         defer { file.close() }
@@ -103,9 +127,11 @@ struct Scenario {
             stats.steps += 1
             let roll = rng.next(100)
             let policy = [ConflictPolicy.fail, .fail, .local, .origin, .merge][rng.next(5)]
-            if roll < 40 {
+            if kills && !unsettled && roll >= 70 && rng.next(3) == 0 {
+                try killed(push: roll < 85, policy: policy, path: path, app: app, origin: originConnection, step: step, &stats)
+            } else if roll < 40 && !unsettled {
                 try edit(local: true, app: app, origin: originConnection)
-            } else if roll < 70 {
+            } else if roll < 70 && !unsettled {
                 try edit(local: false, app: app, origin: originConnection)
             } else if roll < 85 {
                 stats.pushes += 1
@@ -118,6 +144,7 @@ struct Scenario {
                     throw ModelFailure(description: "step \(step) push \(policy): \(report.unresolved) open conflicts, model \(expected.unresolved): \(report.conflicts.map(\.line))")
                 }
                 if report.applied { (local, remote, synced) = (expected.local, expected.remote, expected.synced) }
+                unsettled = false
                 try check(app, originConnection, "step \(step), push \(policy)")
             } else {
                 stats.pulls += 1
@@ -129,6 +156,7 @@ struct Scenario {
                     throw ModelFailure(description: "step \(step) pull \(policy): \(report.unresolved) open conflicts, model \(expected.unresolved): \(report.conflicts.map(\.line))")
                 }
                 if report.applied { (local, remote, synced) = (expected.local, expected.remote, expected.synced) }
+                unsettled = false
                 try check(app, originConnection, "step \(step), pull \(policy)")
             }
         }
@@ -141,6 +169,59 @@ struct Scenario {
         let l = try Self.state(app), r = try Self.state(originConnection)
         guard l == r else { throw ModelFailure(description: "after a clean sync the snapshot differs from the origin:\n\(Self.diff(l, r))") }
         guard try sync.status(file).pending == 0 else { throw ModelFailure(description: "changes still pending after a clean sync") }
+    }
+
+    // MARK: Kills
+
+    /// `ferry push` or `ferry pull` as a subprocess, killed with SIGKILL after 0–250 ms. What
+    /// it did is read from the facts it leaves: the snapshot's last push/pull time (written in
+    /// the same local transaction as the push's settling or the pull), the push id it recorded
+    /// as in flight, and the origin's ledger of committed pushes. Committed or not, origin and
+    /// snapshot must then be exactly one of the model's two states.
+    mutating func killed(push: Bool, policy: ConflictPolicy, path: String, app: SQLiteConnection, origin: any Connection, step: Int,
+                         _ stats: inout SyncModelTests.Stats) throws {
+        let expected = push ? expectPush(policy) : expectPull(policy)
+        let before = try Self.meta(app)
+        let p = Process()
+        p.executableURL = Self.ferryBinary
+        p.arguments = [push ? "push" : "pull", path, "--on-conflict", policy.rawValue, "--origin", syncURL]
+        p.standardOutput = FileHandle.nullDevice
+        p.standardError = FileHandle.nullDevice
+        try p.run()
+        usleep(useconds_t(rng.next(250_000)))
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        service?.waitIdle(endingAbandonedSnapshots: true)
+        let after = try Self.meta(app)
+        var applied = push ? after["last_push"] != before["last_push"] : after["last_pull"] != before["last_pull"]
+        if push, !applied, let id = after["push_inflight"] {
+            applied = try SyncTestRows.read(origin, "_ferry_sync_pushes").contains { $0["push_id"] == .text(id) }
+        }
+        stats.kills += 1
+        let what = "step \(step), \(push ? "push" : "pull") \(policy) killed (\(applied ? "it had committed" : "it had not committed"))"
+        if applied {
+            stats.killsApplied += 1
+            guard expected.unresolved == 0 else { throw ModelFailure(description: "\(what), though the model has \(expected.unresolved) open conflicts") }
+            (local, remote, synced) = (expected.local, expected.remote, expected.synced)
+        }
+        // Committed at the origin, not yet settled here: the next push or pull settles it.
+        unsettled = after["push_inflight"] != nil
+        try check(app, origin, what, local: !unsettled)
+    }
+
+    /// The snapshot's bookkeeping facts (`_ferry_sync_meta`: name → value).
+    static func meta(_ app: SQLiteConnection) throws -> [String: String] {
+        var out: [String: String] = [:]
+        for row in try app.query("SELECT name, value FROM _ferry_sync_meta") {
+            if case .text(let n) = row[0], case .text(let v) = row[1] { out[n] = v }
+        }
+        return out
+    }
+
+    static var ferryBinary: URL {
+        let candidate = Bundle.main.bundleURL.appendingPathComponent("ferry")
+        if FileManager.default.fileExists(atPath: candidate.path) { return candidate }
+        return TestDatabases.packageRoot().appendingPathComponent(".build/debug/ferry")
     }
 
     // MARK: Edits
@@ -303,9 +384,9 @@ struct Scenario {
 
     // MARK: Reading the real state
 
-    func check(_ app: SQLiteConnection, _ origin: any Connection, _ when: String) throws {
+    func check(_ app: SQLiteConnection, _ origin: any Connection, _ when: String, local checkLocal: Bool = true) throws {
         let l = try Self.state(app), r = try Self.state(origin)
-        guard l == local else { throw ModelFailure(description: "\(when): the snapshot is not as the model says:\n\(Self.diff(l, local))") }
+        guard l == local || !checkLocal else { throw ModelFailure(description: "\(when): the snapshot is not as the model says:\n\(Self.diff(l, local))") }
         guard r == remote else { throw ModelFailure(description: "\(when): the origin is not as the model says:\n\(Self.diff(r, remote))") }
     }
 

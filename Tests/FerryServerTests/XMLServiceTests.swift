@@ -3,7 +3,7 @@ import FerryDriverTestKit
 import FerryMySQL
 import FerryPostgres
 import FerrySQLite
-import FerryServer
+@testable import FerryServer
 import FerryXML
 import Foundation
 import Hummingbird
@@ -17,6 +17,7 @@ import FoundationNetworking
 final class RunningService {
     let port: Int
     let task: Task<Void, any Error>
+    let service: XMLService
     let readWrite = "rw-" + UUID().uuidString
     let readOnly = "ro-" + UUID().uuidString
     /// Scope `write`: rows, change sets, pushes; not creating, dropping or replacing tables.
@@ -29,9 +30,10 @@ final class RunningService {
             readOnlyTokens: [readOnly], writeTokens: [write], tables: tables, port: 0, tlsCertificate: tls?.cert, tlsKey: tls?.key,
             maxBodyBytes: maxBodyBytes, defaultPageRows: 1000, pageBytes: pageBytes)
         var logger = Logger(label: "ferry.serve.test")
-        logger.logLevel = .critical
+        logger.logLevel = ProcessInfo.processInfo.environment["FERRY_TEST_SERVICE_LOG"] == nil ? .critical : .info
         let (stream, continuation) = AsyncStream<Int>.makeStream()
-        let app = try XMLService(configuration: config).application(logger: logger) { port in continuation.yield(port) }
+        service = XMLService(configuration: config)
+        let app = try service.application(logger: logger) { port in continuation.yield(port) }
         task = Task { try await app.run() }
         var bound = 0
         for await p in stream {
@@ -66,6 +68,16 @@ final class RunningService {
     }
 
     func stop() { task.cancel() }
+
+    /// Waits until the service has finished every request (even one whose client was killed);
+    /// `abandoned`: then ends the read snapshots held, as the service's sweep ends those of a
+    /// client that went away (after `snapshotIdleSeconds`; on SQLite a held read snapshot keeps
+    /// writers waiting until then).
+    func waitIdle(endingAbandonedSnapshots abandoned: Bool = false) {
+        let until = Date().addingTimeInterval(30)
+        while service.requestsInFlight > 0 && Date() < until { usleep(5_000) }
+        if abandoned { service.snapshots.releaseAll() }
+    }
 }
 
 final class XMLServiceTests: XCTestCase {
