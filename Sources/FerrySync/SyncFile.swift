@@ -42,7 +42,9 @@ public struct SyncedTable: Sendable, Codable {
 ///   did not exist (`_ferry_existed` = 0). A row with no entry is unchanged. Triggers fill it
 ///   on the first change of a row and keep that first image; whatever program edits the file.
 /// - `_ferry_pushed_T`, per table: the images a push in flight is committing at the origin
-///   (they become the new bases once the origin has committed).
+///   (they become the new bases once the origin has committed; where `_ferry_local` = 1 the
+///   local row becomes that image too, unless a program edited the row meanwhile: the capture
+///   triggers then clear the flag, and the edit stays, pending against the new base).
 /// - `_ferry_sync_rekeys` (tbl, old, new): the keys a push in flight gives offline rows.
 public final class SyncFile {
     public static let formatVersion = "1"

@@ -293,7 +293,7 @@ final class SyncTests: XCTestCase {
     /// nothing applied — and snapshot and origin end equal.
     func testSnapshotPullAndPushThroughTheService() async throws {
         for origin in try SyncOrigin.all(folder: folder) {
-            try origin.reset(rows: 2_000)
+            try origin.reset(rows: 1_000)
             let service = try await RunningService(database: origin.url, drivers: SyncOrigin.drivers)
             defer { service.stop() }
             let sync = Sync(registry: origin.registry)
@@ -337,6 +337,66 @@ final class SyncTests: XCTestCase {
             XCTAssertEqual(try origin.rows("s").first { $0["tag"] == .text("s20") }?["v"], .text("mine"), origin.name)
             try assertEqual(origin, file)
             XCTAssertEqual(try sync.status(file).pending, 0, origin.name)
+        }
+    }
+
+    /// The guarded push every origin applies (directly, and through `ferry serve`): all tables
+    /// or nothing; a row no longer as expected, or an insert whose key was taken, applies
+    /// nothing and is named; the same id twice applies once.
+    func testAGuardedPushAppliesAllTablesOrNothing() async throws {
+        for origin in try SyncOrigin.all(folder: folder) {
+            try origin.reset(rows: 10)
+            let service = try await RunningService(database: origin.url, drivers: SyncOrigin.drivers)
+            defer { service.stop() }
+            for (via, url) in [("direct", origin.url), ("service", service.url(token: service.write))] {
+                let what = "\(origin.name) \(via)"
+                try origin.reset(rows: 10)
+                let c = try origin.registry.connect(try Endpoint(parsing: url), role: .target)
+                defer { c.close() }
+                let s = try c.describe(TableName("s")), p = try c.describe(TableName("p"))
+                func image(_ table: String, _ tag: String, _ schema: TableSchema) throws -> [Value] {
+                    guard let row = try origin.rows(table).first(where: { $0["tag"] == .text(tag) }) else { throw ModelFailure(description: "no \(tag)") }
+                    return schema.columns.map { row[$0.name] ?? .null }
+                }
+                func with(_ row: [Value], _ schema: TableSchema, _ column: String, _ value: Value) -> [Value] {
+                    var row = row
+                    if let i = schema.columns.firstIndex(where: { $0.name == column }) { row[i] = value }
+                    return row
+                }
+                let s3 = try image("s", "s3", s), s4 = try image("s", "s4", s), s5 = try image("s", "s5", s)
+                let newParent: [Value] = [.int(1_000), .text("guarded-parent"), .text("x"), .int(1)]
+                func push(_ id: String, stale: Bool) -> GuardedPush {
+                    var st = GuardedTableChanges(table: s.name, columns: s.columns, key: ["id"])
+                    st.updates = [.init(expected: s3, row: with(s3, s, "v", .text("guarded")))]
+                    if stale { st.updates.append(.init(expected: with(s4, s, "v", .text("not what it is")), row: with(s4, s, "v", .text("lost")))) }
+                    st.deletes = [s5]
+                    return GuardedPush(id: id, tables: [GuardedTableChanges(table: p.name, columns: p.columns, key: ["id"], inserts: [newParent]), st])
+                }
+                // A stale expectation: nothing of either table applied, the row named.
+                let refused = try c.applyGuardedPush(push("gp-1", stale: true))
+                let s4Key = s.columns.firstIndex { $0.name == "id" }.map { "id=\(s4[$0])" } ?? "?"
+                XCTAssertEqual(refused, .changed([ChangedRow(table: s.name, key: s4Key)]), what)
+                XCTAssertFalse(try origin.rows("p").contains { $0["tag"] == .text("guarded-parent") }, what)
+                XCTAssertEqual(try image("s", "s3", s), s3, what)
+                XCTAssertTrue(try origin.rows("s").contains { $0["tag"] == .text("s5") }, what)
+                XCTAssertFalse(try c.pushCommitted("gp-1"), what)
+                // As expected: everything applied, recorded under its id.
+                guard case .applied(let counts) = try c.applyGuardedPush(push("gp-2", stale: false)) else { return XCTFail(what) }
+                XCTAssertEqual(counts[s.name], MergeCounts(updated: 1, deleted: 1), what)
+                XCTAssertEqual(counts[p.name], MergeCounts(inserted: 1), what)
+                XCTAssertEqual(try image("s", "s3", s), with(s3, s, "v", .text("guarded")), what)
+                XCTAssertFalse(try origin.rows("s").contains { $0["tag"] == .text("s5") }, what)
+                XCTAssertTrue(try c.pushCommitted("gp-2"), what)
+                // The same id again (a client that lost the answer): applied once.
+                XCTAssertEqual(try c.applyGuardedPush(push("gp-2", stale: false)), .alreadyApplied, what)
+                XCTAssertEqual(try origin.rows("p").filter { $0["tag"] == .text("guarded-parent") }.count, 1, what)
+                // An insert whose key is taken now is no insert: nothing applied.
+                let taken = try c.applyGuardedPush(GuardedPush(id: "gp-3", tables: [
+                    GuardedTableChanges(table: p.name, columns: p.columns, key: ["id"], inserts: [with(newParent, p, "tag", .text("second"))]),
+                ]))
+                XCTAssertEqual(taken, .changed([ChangedRow(table: p.name, key: "id=1000")]), what)
+                XCTAssertFalse(try origin.rows("p").contains { $0["tag"] == .text("second") }, what)
+            }
         }
     }
 
