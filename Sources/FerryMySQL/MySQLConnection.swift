@@ -369,7 +369,12 @@ public final class MySQLConnection: Connection {
         guard textual.contains(true) else { return }
         let types = columns.map(\.logicalType)
         let keyList = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
-        let exactList = "(" + zip(key, textual).map { k, t in t ? "CAST(\(dialect.quote(k)) AS BINARY)" : dialect.quote(k) }.joined(separator: ", ") + ")"
+        // MariaDB's UUID type casts to its 16 stored bytes: compare its text form instead.
+        let uuid = keyIndexes.map { i -> Bool in if case .uuid = columns[i].logicalType { return true } else { return false } }
+        let exactList = "(" + zip(zip(key, textual), uuid).map { kt, u in
+            let (k, t) = kt
+            return u ? "CAST(CAST(\(dialect.quote(k)) AS CHAR) AS BINARY)" : t ? "CAST(\(dialect.quote(k)) AS BINARY)" : dialect.quote(k)
+        }.joined(separator: ", ") + ")"
         /// Row `r`'s key as a tuple of literals, and as compared byte for byte.
         func tuples(_ r: Int) -> (plain: String, exact: String) {
             let row = rows.row(r, types: types)

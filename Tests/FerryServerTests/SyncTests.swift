@@ -8,8 +8,9 @@ import FerryXML
 import Foundation
 import XCTest
 
-/// An origin database for sync tests: four tables (a serial key, a composite natural key, a
-/// serial parent and its serial child with a foreign key), created with the engine's own DDL.
+/// An origin database for sync tests: five tables (a serial key, a composite natural key, a
+/// serial parent and its serial child with a foreign key, a UUID key), created with the
+/// engine's own DDL.
 struct SyncOrigin {
     let name: String
     let url: String
@@ -18,10 +19,11 @@ struct SyncOrigin {
     enum Kind { case sqlite, postgres, mysql }
 
     static let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
-    /// The four tables only: the test servers' databases hold other tests' tables too.
+    static let tables = ["s", "c", "p", "ch", "u"]
+    /// These tables only: the test servers' databases hold other tests' tables too.
     static var options: SnapshotOptions {
         var o = SnapshotOptions()
-        o.tables = ["s", "c", "p", "ch"].map { TableName($0) }
+        o.tables = tables.map { TableName($0) }
         return o
     }
 
@@ -59,21 +61,32 @@ struct SyncOrigin {
         case .postgres: serial = "SERIAL PRIMARY KEY"; tail = ""
         case .mysql: serial = "INT AUTO_INCREMENT PRIMARY KEY"; tail = " ENGINE=InnoDB"
         }
-        try run("DROP TABLE IF EXISTS ch; DROP TABLE IF EXISTS p; DROP TABLE IF EXISTS s; DROP TABLE IF EXISTS c; DROP TABLE IF EXISTS _ferry_sync_pushes")
+        try run("DROP TABLE IF EXISTS ch; DROP TABLE IF EXISTS p; DROP TABLE IF EXISTS s; DROP TABLE IF EXISTS c; DROP TABLE IF EXISTS u; DROP TABLE IF EXISTS _ferry_sync_pushes")
         try run("""
             CREATE TABLE s (id \(serial), tag \(text) NOT NULL UNIQUE, v \(text), n INTEGER)\(tail);
             CREATE TABLE c (a \(text) NOT NULL, b INTEGER NOT NULL, v \(text), n INTEGER, PRIMARY KEY (a, b))\(tail);
             CREATE TABLE p (id \(serial), tag \(text) NOT NULL UNIQUE, v \(text), n INTEGER)\(tail);
-            CREATE TABLE ch (id \(serial), tag \(text) NOT NULL UNIQUE, p_id INTEGER REFERENCES p (id), v \(text), n INTEGER)\(tail)
+            CREATE TABLE ch (id \(serial), tag \(text) NOT NULL UNIQUE, p_id INTEGER REFERENCES p (id), v \(text), n INTEGER)\(tail);
+            CREATE TABLE u (id UUID PRIMARY KEY, v \(text), n INTEGER)\(tail)
             """)
         var sql: [String] = []
         for i in 0..<rows {
             sql.append("INSERT INTO s (tag, v, n) VALUES ('s\(i)', 'v\(i)', \(i))")
             sql.append("INSERT INTO c (a, b, v, n) VALUES ('k\(i % 7)', \(i), 'v\(i)', \(i))")
             sql.append("INSERT INTO p (tag, v, n) VALUES ('p\(i)', 'v\(i)', \(i))")
+            sql.append("INSERT INTO u (id, v, n) VALUES ('\(Self.uuid(UInt64(i) &* 0x9E37_79B9_7F4A_7C15, UInt64(i)))', 'v\(i)', \(i))")
         }
         for i in 0..<rows { sql.append("INSERT INTO ch (tag, p_id, v, n) VALUES ('ch\(i)', \(i % max(rows, 1) + 1), 'v\(i)', \(i))") }
         if !sql.isEmpty { try run(sql.joined(separator: ";\n")) }
+    }
+
+    /// An RFC 4122 version 4 UUID made of two numbers (MariaDB's UUID type takes no other kind).
+    static func uuid(_ a: UInt64, _ b: UInt64) -> String {
+        let hi = (a & 0xFFFF_FFFF_FFFF_0FFF) | 0x4000
+        let lo = (b & 0x3FFF_FFFF_FFFF_FFFF) | 0x8000_0000_0000_0000
+        let h = String(hi, radix: 16).leftPadded(16) + String(lo, radix: 16).leftPadded(16)
+        let c = Array(h)
+        return [c[0..<8], c[8..<12], c[12..<16], c[16..<20], c[20..<32]].map { String($0) }.joined(separator: "-")
     }
 
     /// Every row of `table`, as values by column name.
@@ -402,7 +415,7 @@ final class SyncTests: XCTestCase {
 
     /// Snapshot and origin hold the same rows (every column of every table).
     func assertEqual(_ origin: SyncOrigin, _ file: SyncFile, file f: StaticString = #filePath, line: UInt = #line) throws {
-        for t in ["s", "c", "p", "ch"] {
+        for t in SyncOrigin.tables {
             func canon(_ rows: [[String: Value]]) -> [String] {
                 rows.map { r in r.keys.sorted().map { "\($0)=\(r[$0]!.canonicalText ?? "NULL")" }.joined(separator: ",") }.sorted()
             }
@@ -413,3 +426,7 @@ final class SyncTests: XCTestCase {
 
 extension PostgresConnection: SQLRunner { func runSQL(_ sql: String) throws { try run(sql) } }
 extension MySQLConnection: SQLRunner { func runSQL(_ sql: String) throws { try run(sql) } }
+
+extension String {
+    func leftPadded(_ width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
+}
