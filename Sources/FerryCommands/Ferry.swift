@@ -51,8 +51,10 @@ public struct Ferry: ParsableCommand {
                 Console.error(fullMessage(for: error))
                 return ExitStatus.usage.rawValue
             }
-            let message = fullMessage(for: error)
-            Console.error(message.hasPrefix("Error:") || message.hasPrefix("ferry:") ? message : "ferry: error: \(message)")
+            // One form for every failure: `ferry: error: …` (the parser's own prefix dropped).
+            var message = fullMessage(for: error)
+            if message.hasPrefix("Error: ") { message.removeFirst(7) }
+            Console.error(message.hasPrefix("ferry:") ? message : "ferry: error: \(message)")
             return ExitStatus.failed.rawValue
         }
     }

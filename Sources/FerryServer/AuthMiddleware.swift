@@ -95,7 +95,7 @@ final class StagingOwners: Sendable {
         guard owner(of: table) == context.token else {
             throw ServiceError(
                 status: 403, code: "forbidden", table: table.description,
-                message: "this token may \(doing) only the staging tables its own loads created, and \(table) is not one (a token from --token-file may)")
+                message: "this token may \(doing) only the staging tables its own loads created, and \(table) is not one (a manage token, from the service's --token-file, may)")
         }
     }
 }

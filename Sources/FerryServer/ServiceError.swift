@@ -28,8 +28,8 @@ struct ServiceError: Error, Sendable {
     static let unauthorized = ServiceError(status: 401, code: "unauthorized", message: "a bearer token is required (Authorization: Bearer TOKEN)")
     static func forbidden(scope: TokenScope, needed: TokenScope, doing: String) -> ServiceError {
         let how = needed == .manage
-            ? "a token from --token-file may (tokens from --write-token-file write rows only)"
-            : "a token from --token-file or --write-token-file may"
+            ? "a manage token (from the service's --token-file) may; tokens from its --write-token-file write rows only"
+            : "a write token (from the service's --write-token-file or --token-file) may"
         return ServiceError(status: 403, code: "forbidden", message: "this token may only \(scope == .read ? "read" : "write rows"), not \(doing); \(how)")
     }
     static func badRequest(_ message: String, table: String? = nil) -> ServiceError {
