@@ -34,8 +34,11 @@ final class SQLiteReader: BatchReader {
         statement = try SQLiteStatement(connection, sql)
         // Bounds in the form the values are stored in (SQLiteValueCodec), or they compare wrongly.
         // `binds` holds the lower bound's key, then the upper bound's (KeyRange.sqlSuffix's order).
+        // Then each tuple of a key list (`keyColumns` order).
         let keyTypes = (keyRange?.key ?? []).map { k in table.column(named: k)?.logicalType ?? .text }
-        let boundTypes = (keyRange?.after == nil ? [] : keyTypes) + (keyRange?.upTo == nil ? [] : keyTypes)
+        let listTypes = (keyRange?.keyColumns ?? []).map { k in table.column(named: k)?.logicalType ?? .text }
+        let boundTypes = (keyRange?.after == nil || keyTypes.isEmpty ? [] : keyTypes) + (keyRange?.upTo == nil || keyTypes.isEmpty ? [] : keyTypes)
+            + Array(repeating: listTypes, count: keyRange?.keys?.count ?? 0).flatMap { $0 }
         let rc = try SQLiteValueCodec.bind(statement.handle, values: binds, types: boundTypes)
         guard rc == SQLITE_OK else { throw connection.error(rc, sql: sql) }
         self.columns = columns

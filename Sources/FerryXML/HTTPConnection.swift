@@ -75,6 +75,9 @@ public final class HTTPConnection: Connection {
             throw FerryError.invalidOption(
                 "--where is SQL, which the XML service does not take (it has no structured filter yet): copy \(table.name) without --where, or read from the database itself")
         }
+        if keyRange?.keys != nil {
+            throw FerryError.invalidOption("the XML service reads by key range or key-hash bucket, not by a list of keys")
+        }
         if let range = keyRange, !range.key.isEmpty, range.key != (table.preferredKey?.columns ?? []) {
             throw FerryError.invalidOption("the XML service pages by the table's key (\((table.preferredKey?.columns ?? []).joined(separator: ", "))), not by \(range.key.joined(separator: ", "))")
         }

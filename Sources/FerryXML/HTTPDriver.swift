@@ -425,6 +425,8 @@ public struct HTTPDialect: Dialect {
     /// The engine behind the service may be MySQL, which needs them: widening an integer end of
     /// a foreign key loses nothing anywhere.
     public var foreignKeysNeedEqualTypes: Bool { true }
+    /// Reads page by key range or key-hash bucket; a key list is not a service parameter.
+    public var selectsByKeyList: Bool { false }
 }
 
 extension Engine {

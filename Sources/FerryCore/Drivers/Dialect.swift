@@ -13,6 +13,10 @@ public protocol Dialect: Sendable {
     /// UPDATE`); nil when a write transaction already keeps other writers out (SQLite) or
     /// the reader cannot lock (the XML service, whose guarded push locks on its side).
     var rowLockClause: String? { get }
+    /// True when a reader selects rows by a list of keys (`KeyRange.keys`: `k IN (…)`, index
+    /// lookups); false where reads cannot carry such a list (the XML service), and callers fall
+    /// back to key-hash buckets.
+    var selectsByKeyList: Bool { get }
     /// True when several connections may load different tables at the same time.
     var supportsConcurrentWriters: Bool { get }
     /// The logical type of a column declared as `native` on this engine (a plain type name
@@ -102,6 +106,7 @@ extension Dialect {
     }
     public var supportsTransactionalDDL: Bool { true }
     public var rowLockClause: String? { nil }
+    public var selectsByKeyList: Bool { true }
     public var supportsConcurrentWriters: Bool { true }
     public func logicalType(forDeclaredType native: String) -> LogicalType? { nil }
     public func ddlType(for type: LogicalType) -> String? { nil }

@@ -62,6 +62,11 @@ public struct KeyRange: Sendable, Hashable {
     /// Lock the rows read until the transaction ends (`Dialect.rowLockClause`), so that a
     /// guarded write that checked them cannot race a concurrent writer.
     public var lockRows = false
+    /// Only rows whose key (`keyColumns`, in order) is one of these tuples: a few index lookups
+    /// where `Dialect.selectsByKeyList` (see `RowValues.rows`).
+    public var keys: [[Value]]?
+    /// The columns `keys` are tuples of (the table's key; independent of `key`, which orders).
+    public var keyColumns: [String] = []
     public init(
         key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil, descending: Bool = false, filter: String? = nil,
         buckets: BucketFilter? = nil
@@ -84,10 +89,26 @@ extension KeyRange {
         var conditions: [String] = filter.map { ["(" + $0 + ")"] } ?? []
         if let buckets, let d = dialect as? any DigestSQLDialect { conditions.append(DigestSQL.condition(buckets, d)) }
         let lock = lockRows ? dialect.rowLockClause.map { " " + $0 } ?? "" : ""
-        guard !key.isEmpty else { return (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")) + lock }
         let tuple = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
-        if let after { conditions.append("\(tuple) > (\(try render(after)))") }
-        if let upTo { conditions.append("\(tuple) <= (\(try render(upTo)))") }
+        if !key.isEmpty, let after { conditions.append("\(tuple) > (\(try render(after)))") }
+        if !key.isEmpty, let upTo { conditions.append("\(tuple) <= (\(try render(upTo)))") }
+        // After the bounds: drivers that bind values expect the bounds' values first.
+        if let keys {
+            if keys.isEmpty {
+                conditions.append("1 = 0")
+            } else if keyColumns.count == 1 {
+                // `k IN (…)`: one index lookup per key on every engine.
+                conditions.append(dialect.quote(keyColumns[0]) + " IN (" + (try keys.map { try render($0) }).joined(separator: ", ") + ")")
+            } else {
+                // Row-value IN lists differ by engine (SQLite takes only a subquery): equalities
+                // joined by OR, which every engine answers from the key's index.
+                let columns = keyColumns.map(dialect.quote)
+                conditions.append("(" + (try keys.map { tuple in
+                    "(" + (try zip(columns, tuple).map { "\($0) = \(try render([$1]))" }).joined(separator: " AND ") + ")"
+                }).joined(separator: " OR ") + ")")
+            }
+        }
+        guard !key.isEmpty else { return (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")) + lock }
         return (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
             + " ORDER BY " + key.map { dialect.quote($0) + (descending ? " DESC" : "") }.joined(separator: ", ")
             + (limit.map { " LIMIT \(max($0, 0))" } ?? "") + lock

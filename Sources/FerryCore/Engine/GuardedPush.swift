@@ -104,9 +104,13 @@ public enum RowValues {
         zip(names, values).map { "\($0)=\($1)" }.joined(separator: ", ")
     }
 
-    /// The rows of `table` whose keys are among `keys`, read by key-hash bucket (as finely as
-    /// the 32-bit hash goes, so a handful of keys read a handful of rows on every engine),
-    /// then matched by key. `lock`: inside a write transaction, lock the rows read (`FOR UPDATE`
+    /// Keys per statement of a key-list read (bounded by the engines' limits on bound values).
+    public static let keysPerRead = 500
+
+    /// The rows of `table` whose keys are among `keys`: by key list (`k IN (…)`, index
+    /// lookups) where the dialect selects that way, else by key-hash bucket (as finely as the
+    /// 32-bit hash goes, so a handful of keys read a handful of rows on every engine); then
+    /// matched by key. `lock`: inside a write transaction, lock the rows read (`FOR UPDATE`
     /// where the engine has it), so that they cannot change before the transaction ends.
     public static func rows(
         _ connection: any Connection, _ table: TableSchema, columns: [Column], keyIndexes: [Int], keys: [[Value]],
@@ -114,15 +118,10 @@ public enum RowValues {
     ) throws -> [[Value]: [Value]] {
         guard !keys.isEmpty else { return [:] }
         let keyCols = keyIndexes.map { columns[$0] }
-        let modulus: Int64 = 1 << 31
-        let residues = Set(try DigestComputer.keyHashes(keys, types: keyCols.map(\.logicalType)).map { $0 % modulus }).sorted()
         let want = Set(keys)
         let types = columns.map(\.logicalType)
         var out: [[Value]: [Value]] = [:]
-        for chunk in stride(from: 0, to: residues.count, by: RangeDiff.maxBuckets) {
-            let part = Array(residues[chunk..<min(chunk + RangeDiff.maxBuckets, residues.count)])
-            var range = KeyRange(key: [], filter: filter, buckets: BucketFilter(key: keyCols, modulus: modulus, residues: part))
-            range.lockRows = lock
+        func collect(_ range: KeyRange) throws {
             let reader = try connection.reader(table: table, columns: columns, keyRange: range, batchSize: 2_000)
             defer { reader.close() }
             while let batch = try reader.next() {
@@ -132,6 +131,26 @@ public enum RowValues {
                     if want.contains(k) { out[k] = row }
                 }
             }
+        }
+        if connection.dialect.selectsByKeyList {
+            // Index lookups, a bounded list per statement: reads (and locks) only these rows.
+            let list = Array(want)
+            for start in stride(from: 0, to: list.count, by: keysPerRead) {
+                var range = KeyRange(key: [], filter: filter)
+                range.keys = Array(list[start..<min(start + keysPerRead, list.count)])
+                range.keyColumns = keyCols.map(\.name)
+                range.lockRows = lock
+                try collect(range)
+            }
+            return out
+        }
+        let modulus: Int64 = 1 << 31
+        let residues = Set(try DigestComputer.keyHashes(keys, types: keyCols.map(\.logicalType)).map { $0 % modulus }).sorted()
+        for chunk in stride(from: 0, to: residues.count, by: RangeDiff.maxBuckets) {
+            let part = Array(residues[chunk..<min(chunk + RangeDiff.maxBuckets, residues.count)])
+            var range = KeyRange(key: [], filter: filter, buckets: BucketFilter(key: keyCols, modulus: modulus, residues: part))
+            range.lockRows = lock
+            try collect(range)
         }
         return out
     }
