@@ -18,6 +18,7 @@ let package = Package(
         .library(name: "FerryDriverTestKit", targets: ["FerryDriverTestKit"]),
         .executable(name: "ferry", targets: ["ferry"]),
         .executable(name: "ferry-embedding-sample", targets: ["ferry-embedding-sample"]),
+        .executable(name: "ferry-sync-model", targets: ["ferry-sync-model"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -96,9 +97,16 @@ let package = Package(
             name: "FerryMySQLTests",
             dependencies: ["FerryMySQL", "FerryPostgres", "FerrySQLite", "FerryDriverTestKit", "FerryCore"]),
         .testTarget(name: "FerryXMLTests", dependencies: ["FerryXML", "FerryCore"]),
+        // The randomized sync model (issue 15), shared by SyncModelTests and its optimized
+        // runner: `swift build -c release --product ferry-sync-model` builds no server.
+        .target(
+            name: "FerrySyncModel",
+            dependencies: ["FerrySync", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryDriverTestKit", "FerryCore"],
+            path: "Tests/FerrySyncModel"),
+        .executableTarget(name: "ferry-sync-model", dependencies: ["FerrySyncModel"], path: "Tests/SyncModelRunner"),
         .testTarget(
             name: "FerryServerTests",
-            dependencies: ["FerryServer", "FerryXML", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore", "FerrySync"]),
+            dependencies: ["FerryServer", "FerryXML", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore", "FerrySync", "FerrySyncModel"]),
         .testTarget(
             name: "FerryCommandsTests",
             dependencies: ["FerryCommands", "FerryKit", "FerryDriverTestKit", "FerrySQLite", "ferry", "ferry-embedding-sample"]),

@@ -10,7 +10,8 @@ public struct MySQLDialect: Dialect {
     public var identitySyntax: IdentitySyntax { .autoIncrement }
 
     public func quote(_ identifier: String) -> String {
-        "`" + identifier.replacingOccurrences(of: "`", with: "``") + "`"
+        guard identifier.utf8.contains(UInt8(ascii: "`")) else { return "`" + identifier + "`" }
+        return "`" + identifier.replacingOccurrences(of: "`", with: "``") + "`"
     }
 
     public var supportsTransactionalDDL: Bool { false }

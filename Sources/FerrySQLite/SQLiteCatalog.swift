@@ -193,14 +193,20 @@ extension SQLiteConnection {
         }
     }
 
+    /// `CONSTRAINT name FOREIGN KEY (cols)`, compiled once (an immutable regular expression).
+    nonisolated(unsafe) static let foreignKeyNamePattern: NSRegularExpression? = {
+        let ident = #"("(?:[^"]|"")+"|\[[^\]]+\]|`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"#
+        return try? NSRegularExpression(pattern: #"CONSTRAINT\s+"# + ident + #"\s+FOREIGN\s+KEY\s*\(([^)]*)\)"#, options: [.caseInsensitive])
+    }()
+
     /// `CONSTRAINT name FOREIGN KEY (cols)` of the table's CREATE TABLE, by column list.
     func foreignKeyNames(_ table: TableName) throws -> [[String]: String] {
         let st = try prepare("SELECT sql FROM \(dialect.quote(schemaName(table))).sqlite_schema WHERE type = 'table' AND name = ?1")
         try st.bind([.text(table.name)])
         defer { st.reset() }
-        guard try st.step(), let sql = st.columnText(0) else { return [:] }
-        let ident = #"("(?:[^"]|"")+"|\[[^\]]+\]|`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"#
-        guard let re = try? NSRegularExpression(pattern: #"CONSTRAINT\s+"# + ident + #"\s+FOREIGN\s+KEY\s*\(([^)]*)\)"#, options: [.caseInsensitive]) else { return [:] }
+        guard try st.step(), let sql = st.columnText(0), let re = Self.foreignKeyNamePattern else { return [:] }
+        // Only a CREATE TABLE that names a constraint can hold one.
+        guard sql.range(of: "CONSTRAINT", options: .caseInsensitive) != nil else { return [:] }
         var out: [[String]: String] = [:]
         let ns = sql as NSString
         for m in re.matches(in: sql, range: NSRange(location: 0, length: ns.length)) {

@@ -177,11 +177,7 @@ public struct Sync: Sendable {
         return order
     }
 
-    static func timestamp(_ date: Date) -> String {
-        let f = ISO8601DateFormatter()
-        f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
-        return f.string(from: date)
-    }
+    static func timestamp(_ date: Date) -> String { ISOTime.string(date) }
 }
 
 protocol HasForeignKeys {

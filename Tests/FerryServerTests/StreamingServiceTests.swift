@@ -3,6 +3,7 @@ import FerryDriverTestKit
 import FerrySQLite
 import FerryServer
 import FerryXML
+@testable import FerrySyncModel
 import Foundation
 import XCTest
 #if canImport(Glibc)
@@ -308,19 +309,4 @@ final class CuttingRelay: @unchecked Sendable {
             if let limit, total >= limit { return }
         }
     }
-}
-
-/// A small deterministic generator (SplitMix64), so the values are the same on every run
-/// (and a seed replays a sync model scenario exactly).
-struct Generator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func next(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
 }

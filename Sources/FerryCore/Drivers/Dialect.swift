@@ -98,7 +98,9 @@ public enum IdentitySyntax: Sendable, Hashable {
 
 extension Dialect {
     public func quote(_ identifier: String) -> String {
-        "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
+        // Most names hold no quote: no Foundation search (describe quotes names by the hundred).
+        guard identifier.utf8.contains(UInt8(ascii: "\"")) else { return "\"" + identifier + "\"" }
+        return "\"" + identifier.replacingOccurrences(of: "\"", with: "\"\"") + "\""
     }
     public func quote(_ table: TableName) -> String {
         if let schema = table.schema { return quote(schema) + "." + quote(table.name) }

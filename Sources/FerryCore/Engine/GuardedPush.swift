@@ -189,7 +189,7 @@ public enum PushLedger {
     }
 
     static func record(_ c: any Connection, _ schema: TableSchema, id: String, at time: Date) throws {
-        let stamp = ISO8601DateFormatter().string(from: time)
+        let stamp = ISOTime.string(time)
         let record = try RowBatch(rows: [[.text(id), .text(stamp)]], types: schema.columns.map(\.logicalType))
         let w = try c.writer(into: schema, columns: schema.columns)
         do {
