@@ -63,8 +63,9 @@ extension Sync {
             report.conflicts = []
             report.rekeyed = []
             let outcome: GuardedPushOutcome
-            let rekeys: [String: [Int64: Int64]]
+            var rekeys: [String: [Int64: Int64]] = [:]
             let pushID = UUID().uuidString.lowercased()
+            var sent = false, settledHere = false
             do {
                 // The origin's rows of the pending keys, and what to do with each change.
                 for i in work.indices {
@@ -81,19 +82,33 @@ extension Sync {
                 // What is being pushed is recorded locally before the origin commits it.
                 try file.recordInflight(pushID, work: work, rekeys: rekeys)
                 report.pushId = pushID
-                outcome = try origin.applyGuardedPush(Self.guardedPush(pushID, work: work, rekeys: rekeys))
+                let push = try Self.guardedPush(pushID, work: work, rekeys: rekeys)
+                sent = true
+                outcome = try origin.applyGuardedPush(push)
             } catch let error as SyncError {
                 throw error
             } catch {
-                // Whether the origin committed is found out by the next push or pull (the id).
-                throw SyncError.pushFailed(origin: endpoint.redacted, reason: "\(error)")
+                guard sent else { throw SyncError.pushFailed(origin: endpoint.redacted, reason: "\(error)") }
+                // Sent, and the answer is an error: ask the origin whether it committed (a lost
+                // connection after the commit). If it cannot say, the next push or pull will.
+                let answer = error
+                let settled: String?
+                do { settled = try settleInflight(file, origin: origin) } catch {
+                    throw SyncError.pushUnsettled(origin: endpoint.redacted, reason: "\(answer)")
+                }
+                guard settled != nil else { throw SyncError.pushFailed(origin: endpoint.redacted, reason: "\(error)") }
+                settledHere = true
+                outcome = .alreadyApplied
             }
             let counts: [TableName: MergeCounts]
             switch outcome {
             case .applied(let applied):
                 counts = applied
             case .alreadyApplied:
-                counts = [:]  // (a new id each attempt: the origin cannot have it already)
+                // Committed, though its answer was lost (a new id each attempt: the origin
+                // cannot have had it before); settled above, counts unknown.
+                counts = [:]
+                report.recovered = pushID
             case .changed(let rows):
                 // Rows changed at the origin between this push's read and its write: nothing
                 // was applied; read them again and decide again.
@@ -102,7 +117,7 @@ extension Sync {
                 changedMeanwhile = rows
                 continue
             }
-            try file.finalizePush(at: started)
+            if !settledHere { try file.finalizePush(at: started) }
             for (table, map) in rekeys {
                 for (old, new) in map { report.rekeyed.append(.init(table: table, old: old, new: new)) }
             }

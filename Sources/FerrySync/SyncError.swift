@@ -14,6 +14,9 @@ public enum SyncError: Error, CustomStringConvertible, Sendable {
     case originCannotPush(origin: String, reason: String)
     /// The origin refused the push (a constraint, a lost connection): it applied none of it.
     case pushFailed(origin: String, reason: String)
+    /// The push was sent and its answer lost, and the origin could not be asked whether it
+    /// committed: the next push or pull finds out (the push id is recorded in the file).
+    case pushUnsettled(origin: String, reason: String)
     /// A push or pull stopped before it changed anything: conflicts under `--on-conflict fail`.
     case conflicts(count: Int)
 
@@ -31,6 +34,8 @@ public enum SyncError: Error, CustomStringConvertible, Sendable {
             return "cannot push to \(origin): \(reason); pending local changes are kept"
         case let .pushFailed(origin, reason):
             return "push to \(origin) failed and applied nothing; pending local changes are kept: \(reason)"
+        case let .pushUnsettled(origin, reason):
+            return "push to \(origin) was sent but its answer was lost (\(reason)); the next push or pull asks the origin whether it committed and settles it; pending local changes are kept until then"
         case let .conflicts(count):
             return "\(count) conflict\(count == 1 ? "" : "s"); nothing was applied (see the list above, or choose --on-conflict local|origin|merge)"
         }
