@@ -1,3 +1,10 @@
+/// A driver's error that says the database stayed locked by other sessions past the driver's
+/// wait (SQLite's `SQLITE_BUSY`, a lock wait timeout, a deadlock victim): the same request can
+/// succeed later. The service answers it with 503 instead of 500.
+public protocol DatabaseBusyError: Error {
+    var isBusy: Bool { get }
+}
+
 /// What can go wrong in Ferry's core, each case rendered as one line a user can act on:
 /// what happened, where (endpoint with the password masked, table, column, key), what to do.
 ///

@@ -30,3 +30,8 @@ public struct MySQLError: Error, Sendable, CustomStringConvertible {
         }
     }
 }
+
+extension MySQLError: DatabaseBusyError {
+    /// ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK.
+    public var isBusy: Bool { code == 1205 || code == 1213 }
+}

@@ -35,3 +35,8 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
         }
     }
 }
+
+extension PostgresError: DatabaseBusyError {
+    /// lock_not_available, deadlock_detected, serialization_failure.
+    public var isBusy: Bool { ["55P03", "40P01", "40001"].contains(sqlState) }
+}

@@ -34,3 +34,8 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     /// True for constraint violations (UNIQUE, NOT NULL, CHECK, …).
     public var isConstraint: Bool { code & 0xff == SQLITE_CONSTRAINT }
 }
+
+extension SQLiteError: DatabaseBusyError {
+    /// Another connection held a lock past the busy timeout (or this one's own, for LOCKED).
+    public var isBusy: Bool { code & 0xff == SQLITE_BUSY || code & 0xff == SQLITE_LOCKED }
+}

@@ -120,9 +120,9 @@ struct ErrorAndLogMiddleware<Context: RequestContext>: RouterMiddleware {
                 if http.status.code == 413 { e.code = "too_large" }
             }
             if let detail = e.detail { context.logger.error("\(request.method) \(request.uri.path): \(detail)") }
-            response = Response(
-                status: .init(code: e.status), headers: [.contentType: "application/xml; charset=utf-8"],
-                body: .init(byteBuffer: ByteBuffer(bytes: e.document)))
+            var headers: HTTPFields = [.contentType: "application/xml; charset=utf-8"]
+            if e.status == 503 { headers[.retryAfter] = "5" }
+            response = Response(status: .init(code: e.status), headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: e.document)))
         }
         context.logger.info(
             "\(request.method) \(request.uri.path) \(response.status.code) \(String(format: "%.1f", Date().timeIntervalSince(started) * 1000)) ms")

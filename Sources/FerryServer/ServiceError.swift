@@ -35,6 +35,14 @@ struct ServiceError: Error, Sendable {
     static func badRequest(_ message: String, table: String? = nil) -> ServiceError {
         ServiceError(status: 400, code: "bad_request", table: table, message: message)
     }
+    /// The database stayed locked past the driver's wait: another writer, or (on SQLite) a read
+    /// snapshot a client holds open (one killed mid-read holds it until the idle limit).
+    static func busy(_ detail: String, table: TableName?) -> ServiceError {
+        ServiceError(
+            status: 503, code: "busy", table: table?.description,
+            message: "the database is busy: another session holds a lock this request needs (a long write, or on SQLite a read snapshot a client left open, which ends after the idle limit); nothing was changed; try again shortly",
+            detail: detail)
+    }
     static func tooLarge(_ limit: Int) -> ServiceError {
         ServiceError(status: 413, code: "too_large", message: "the request body is larger than \(limit) bytes; send smaller batches")
     }
@@ -42,6 +50,7 @@ struct ServiceError: Error, Sendable {
     /// Maps any error from the core, a driver or the wire format to a status and code.
     static func from(_ error: any Error, table: TableName?) -> ServiceError {
         if let e = error as? ServiceError { return e }
+        if let e = error as? any DatabaseBusyError, e.isBusy { return .busy("\(error)", table: table) }
         if let e = error as? XMLWireError {
             if case .limitExceeded = e { return ServiceError(status: 413, code: "too_large", table: table?.description, message: e.description) }
             return .badRequest(e.description, table: table?.description)

@@ -78,13 +78,14 @@ final class SyncModelTests: XCTestCase {
     }
 
     func run(origin index: Int, count: Int, folder given: TemporaryFolder? = nil,
-             setup make: ((SyncOrigin, TemporaryFolder) -> ModelSetup)? = nil, via: String = "") throws {
+             setup make: ((SyncOrigin, TemporaryFolder) -> ModelSetup)? = nil, via: String = "",
+             replayFilter: String = "SyncModelTests/testRandomScenariosThroughTheService") throws {
         let folder = try given ?? TemporaryFolder()
         let origin = try SyncOrigin.all(folder: folder)[index]
         let setup = make?(origin, folder) ?? ModelSetup(origin: origin, folder: folder)
         let first = Self.firstSeed ?? UInt64(index * 1_000_003 + 17)
         do {
-            let stats = try setup.run(count: count, first: first, replay: "FERRY_SYNC_SEED={seed} FERRY_SYNC_SCENARIOS=1 scripts/test --filter \(name.split(separator: " ").last.map { String($0.dropLast()) } ?? "SyncModelTests")")
+            let stats = try setup.run(count: count, first: first, replay: "FERRY_SYNC_SEED={seed} FERRY_SYNC_SCENARIOS=1 scripts/test --filter \(replayFilter)")
             print("sync model \(origin.name)\(via): \(stats)")
         } catch {
             XCTFail("\(error)")

@@ -287,6 +287,43 @@ final class SyncTests: XCTestCase {
         }
     }
 
+    /// A SQLite database behind the service, a read snapshot held open (as a client killed
+    /// mid-read leaves it): a push waits the driver's busy timeout, then is answered 503 `busy`
+    /// (not a 500), names no SQL or path, and applied nothing; once the snapshot ends the same
+    /// push applies.
+    func testAPushBlockedByAHeldSnapshotIsBusyAndAppliesNothing() async throws {
+        let origin = try SyncOrigin.all(folder: folder)[0]
+        try origin.reset(rows: 4)
+        let service = try await RunningService(database: origin.url, drivers: SyncOrigin.drivers)
+        defer { service.stop() }
+        let (created, answer) = try service.request("POST", "v1/snapshots", token: service.readOnly)
+        XCTAssertEqual(created, 201, answer)
+        let id = try XCTUnwrap(answer.range(of: "id=\"").map { String(answer[$0.upperBound...].prefix { $0 != "\"" }) })
+        let (read, page) = try service.request("GET", "v1/tables/s/rows?limit=1&snapshot=" + id, token: service.readOnly)
+        XCTAssertEqual(read, 200, page)
+
+        let c = try origin.registry.connect(try Endpoint(parsing: service.url(token: service.write)), role: .target)
+        defer { c.close() }
+        let s = try c.describe(TableName("s"))
+        let row = try XCTUnwrap(try origin.rows("s").first { $0["tag"] == .text("s1") })
+        let image = s.columns.map { row[$0.name] ?? .null }
+        var changed = image
+        if let v = s.columns.firstIndex(where: { $0.name == "v" }) { changed[v] = .text("pushed") }
+        let push = GuardedPush(id: "busy-1", tables: [GuardedTableChanges(table: s.name, columns: s.columns, key: ["id"], updates: [.init(expected: image, row: changed)])])
+        XCTAssertThrowsError(try c.applyGuardedPush(push)) { error in
+            let text = "\(error)"
+            XCTAssertTrue(text.contains("503") && text.contains("busy") && text.contains("try again"), text)
+            XCTAssertFalse(text.contains("UPDATE") || text.contains("SELECT") || text.contains(origin.url.dropFirst("sqlite:".count)), text)
+        }
+        XCTAssertEqual(try origin.rows("s").first { $0["tag"] == .text("s1") }?["v"], row["v"])
+        XCTAssertFalse(try c.pushCommitted("busy-1"))
+        // The snapshot released: the same push applies.
+        let (released, _) = try service.request("DELETE", "v1/snapshots/" + id, token: service.readOnly)
+        XCTAssertEqual(released, 200)
+        guard case .applied = try c.applyGuardedPush(push) else { return XCTFail("the push did not apply once the snapshot ended") }
+        XCTAssertEqual(try origin.rows("s").first { $0["tag"] == .text("s1") }?["v"], .text("pushed"))
+    }
+
     func testAGuardedPushAppliesAllTablesOrNothing() async throws {
         for origin in try SyncOrigin.all(folder: folder) {
             try origin.reset(rows: 10)
