@@ -30,9 +30,10 @@ final class PostgresResult {
 /// ISO dates, standard-conforming strings, all float digits.
 public final class PostgresConnection: Connection {
     public let endpoint: Endpoint
-    public let dialect: any Dialect = PostgresDialect()
+    public var dialect: any Dialect { pgDialect }
     public var defaultSchema: String { "public" }
-    var pgDialect: PostgresDialect { PostgresDialect() }
+    /// Knows the server's encoding (digests skip a conversion on a UTF-8 database).
+    let pgDialect: PostgresDialect
     let conn: OpaquePointer
     private var closed = false
     /// Inside `beginSnapshot`'s read-only transaction (reads take savepoints; see `guardedRead`).
@@ -70,6 +71,9 @@ public final class PostgresConnection: Connection {
             throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: Self.explain(connectError: raw, endpoint: endpoint))
         }
         conn = handle
+        // Reported at connect: no query.
+        let encoding = PQparameterStatus(handle, "server_encoding").map { String(cString: $0) }
+        pgDialect = PostgresDialect(serverEncodingIsUTF8: encoding == "UTF8")
         // libpq prints NOTICEs on stderr by default; Ferry reports what matters itself.
         PQsetNoticeProcessor(conn, { _, _ in }, nil)
         try execute("""

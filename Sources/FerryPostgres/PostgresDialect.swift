@@ -3,7 +3,10 @@ import FerryCore
 /// PostgreSQL's naming rules and capabilities: double-quoted identifiers (the default quoting),
 /// transactional DDL, many concurrent writers.
 public struct PostgresDialect: Dialect {
-    public init() {}
+    /// The database stores text as UTF-8: a text's bytes are already the UTF-8 that range
+    /// digests hash (`convert_to` would copy each value once more per row).
+    public var serverEncodingIsUTF8: Bool
+    public init(serverEncodingIsUTF8: Bool = false) { self.serverEncodingIsUTF8 = serverEncodingIsUTF8 }
     public var engine: Engine { .postgres }
     public var rowLockClause: String? { "FOR UPDATE" }
     public var upsertSyntax: UpsertSyntax { .onConflict }
@@ -51,8 +54,10 @@ extension PostgresDialect: DigestSQLDialect {
         default: return "\(q)::text"
         }
     }
-    public func byteLengthSQL(_ text: String) -> String { "octet_length(convert_to(\(text), 'UTF8'))" }
+    public func byteLengthSQL(_ text: String) -> String {
+        serverEncodingIsUTF8 ? "octet_length(\(text))" : "octet_length(convert_to(\(text), 'UTF8'))"
+    }
     public func concatSQL(_ parts: [String]) -> String { parts.count == 1 ? parts[0] : "(" + parts.joined(separator: " || ") + ")" }
-    public func md5HexSQL(_ text: String) -> String { "md5(convert_to(\(text), 'UTF8'))" }
+    public func md5HexSQL(_ text: String) -> String { serverEncodingIsUTF8 ? "md5(\(text))" : "md5(convert_to(\(text), 'UTF8'))" }
     public func hex32SQL(_ hex: String) -> String { "('x' || \(hex))::bit(32)::bigint" }
 }
