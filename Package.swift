@@ -96,7 +96,7 @@ let package = Package(
         .testTarget(
             name: "FerryMySQLTests",
             dependencies: ["FerryMySQL", "FerryPostgres", "FerrySQLite", "FerryDriverTestKit", "FerryCore"]),
-        .testTarget(name: "FerryXMLTests", dependencies: ["FerryXML", "FerryCore"]),
+        .testTarget(name: "FerryXMLTests", dependencies: ["FerryXML", "FerryCore", "FerryDriverTestKit"]),
         // The randomized sync model (issue 15), shared by SyncModelTests and its optimized
         // runner: `swift build -c release --product ferry-sync-model` builds no server.
         .target(

@@ -3,7 +3,6 @@ import FerryDriverTestKit
 import FerrySQLite
 import FerryServer
 import FerryXML
-@testable import FerrySyncModel
 import Foundation
 import XCTest
 #if canImport(Glibc)
@@ -28,7 +27,7 @@ final class StreamingServiceTests: XCTestCase {
     /// (with CR, quotes, markup), text with control characters (base64), empty and NULL values,
     /// binary of every byte.
     func largeRows(_ count: Int) -> [[Value]] {
-        var rng = Generator(seed: 0x5EED)
+        var rng = SplitMix64(seed: 0x5EED)
         return (0..<count).map { i in
             let unit = "row \(i): fish & chips <b>\"bold\"</b> 'quoted' CR\r CRLF\r\n tab\t 中文 😀\n"
             var text: Value = .text(String(repeating: unit, count: 2000 + Int(rng.next() % 6000)))
@@ -117,7 +116,7 @@ final class StreamingServiceTests: XCTestCase {
         try src.begin()
         try src.createTable(TableSchema(name: table, engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: table)
         // Random hex: the answer is gzip-compressed (curl asks for it), and this hardly compresses.
-        var rng = Generator(seed: 42)
+        var rng = SplitMix64(seed: 42)
         let rows: [[Value]] = (1...60).map { i in
             [.int(Int64(i)), .text("page \(i) & " + (0..<4000).map { _ in String(format: "%016llx", rng.next()) }.joined())]
         }

@@ -20,12 +20,6 @@ final class SyncModelTests: XCTestCase {
 
     static var firstSeed: UInt64? { ProcessInfo.processInfo.environment["FERRY_SYNC_SEED"].flatMap(UInt64.init) }
 
-    static var ferry: URL {
-        let candidate = Bundle.main.bundleURL.appendingPathComponent("ferry")
-        if FileManager.default.fileExists(atPath: candidate.path) { return candidate }
-        return TestDatabases.packageRoot().appendingPathComponent(".build/debug/ferry")
-    }
-
     /// Through `ferry serve` (a write token) in front of a SQLite database, with kills in one
     /// scenario of four: the service finishes a request whose client was killed, and the model
     /// waits for it.
@@ -36,7 +30,7 @@ final class SyncModelTests: XCTestCase {
         let service = try await RunningService(database: origin.url, drivers: SyncOrigin.drivers)
         defer { service.stop() }
         try run(origin: 0, count: Self.scenarios(300), folder: folder,
-                setup: { ModelSetup(origin: $0, folder: $1, syncURL: service.url(token: service.write), killEvery: 4, ferry: Self.ferry,
+                setup: { ModelSetup(origin: $0, folder: $1, syncURL: service.url(token: service.write), killEvery: 4,
                                     afterKill: { service.waitIdle(endingAbandonedSnapshots: true) }) },
                 via: " through the service")
     }
@@ -51,7 +45,7 @@ final class SyncModelTests: XCTestCase {
             throw ModelFailure(description: "the sync model runner is missing at \(Self.runner.path): build it with `swift build -c release --product ferry-sync-model` (scripts/test does)")
         }
         var arguments = ["--origin", origin, "--scenarios", String(Self.scenarios(scenarios))]
-        if let killEvery { arguments += ["--kill-every", String(killEvery), "--ferry", Self.ferry.path] }
+        if let killEvery { arguments += ["--kill-every", String(killEvery)] }
         if let seed = Self.firstSeed { arguments += ["--seed", String(seed)] }
         return (try Subprocess(Self.runner.path, arguments, captureErrors: false, captureOutput: true, inheritErrors: true), arguments)
     }

@@ -35,9 +35,12 @@ struct ModelSetup {
         self.folder = folder
         self.syncURL = syncURL ?? origin.url
         self.killEvery = killEvery
-        self.ferry = ferry ?? TestDatabases.packageRoot().appendingPathComponent(".build/debug/ferry")
+        self.ferry = ferry ?? Self.defaultFerry
         self.afterKill = afterKill
     }
+
+    /// The package's debug build of `ferry` (what `swift build` and scripts/test make).
+    static var defaultFerry: URL { TestDatabases.packageRoot().appendingPathComponent(".build/debug/ferry") }
 
     /// Runs `count` scenarios from seed `first` on; a failure names its seed and how to replay it.
     func run(count: Int, first: UInt64, replay: String) throws -> ModelStats {
@@ -118,7 +121,7 @@ struct ModelFailure: Error, CustomStringConvertible {
 struct Scenario {
     let origin: SyncOrigin
     let folder: TemporaryFolder
-    var rng: Generator
+    var rng: SplitMix64
     let seed: UInt64
     typealias Tables = [String: [String: ModelRow]]
     var local: Tables = [:], remote: Tables = [:], synced: Tables = [:]
@@ -133,7 +136,7 @@ struct Scenario {
         self.origin = setup.origin
         self.folder = setup.folder
         self.seed = seed
-        self.rng = Generator(seed: seed)
+        self.rng = SplitMix64(seed: seed)
     }
 
     var syncURL: String { setup.syncURL }

@@ -21,38 +21,36 @@ struct Subprocess {
         posix_spawn_file_actions_init(&actions)
         defer { posix_spawn_file_actions_destroy(&actions) }
         posix_spawn_file_actions_addopen(&actions, 0, "/dev/null", O_RDONLY, 0)
-        var out: [Int32] = [-1, -1]
-        if captureOutput {
-            guard pipe(&out) == 0 else { throw ModelFailure(description: "pipe: \(String(cString: strerror(errno)))") }
-            posix_spawn_file_actions_adddup2(&actions, out[1], 1)
-            posix_spawn_file_actions_addclose(&actions, out[0])
-            posix_spawn_file_actions_addclose(&actions, out[1])
-        } else {
-            posix_spawn_file_actions_addopen(&actions, 1, "/dev/null", O_WRONLY, 0)
+        var writeEnds: [Int32] = []
+        // `fd` of the child into a new pipe: its read end, or nil (then /dev/null, or inherited).
+        func pipeFrom(_ fd: Int32, capture: Bool, inherit: Bool = false) throws -> Int32? {
+            guard capture else {
+                if !inherit { posix_spawn_file_actions_addopen(&actions, fd, "/dev/null", O_WRONLY, 0) }
+                return nil
+            }
+            var ends: [Int32] = [-1, -1]
+            guard pipe(&ends) == 0 else { throw ModelFailure(description: "pipe: \(String(cString: strerror(errno)))") }
+            posix_spawn_file_actions_adddup2(&actions, ends[1], fd)
+            posix_spawn_file_actions_addclose(&actions, ends[0])
+            posix_spawn_file_actions_addclose(&actions, ends[1])
+            writeEnds.append(ends[1])
+            return ends[0]
         }
-        var fds: [Int32] = [-1, -1]
-        if captureErrors {
-            guard pipe(&fds) == 0 else { throw ModelFailure(description: "pipe: \(String(cString: strerror(errno)))") }
-            posix_spawn_file_actions_adddup2(&actions, fds[1], 2)
-            posix_spawn_file_actions_addclose(&actions, fds[0])
-            posix_spawn_file_actions_addclose(&actions, fds[1])
-        } else if !inheritErrors {
-            posix_spawn_file_actions_addopen(&actions, 2, "/dev/null", O_WRONLY, 0)
-        }
+        let output = try pipeFrom(1, capture: captureOutput)
+        let errors = try pipeFrom(2, capture: captureErrors, inherit: inheritErrors)
         let argv = ([path] + arguments).map { strdup($0) } + [nil]
         defer { for a in argv { free(a) } }
         var child: pid_t = 0
         let rc = posix_spawn(&child, path, &actions, nil, argv, environ)
-        if captureErrors { close(fds[1]) }
-        if captureOutput { close(out[1]) }
+        // The parent keeps only the read ends.
+        for fd in writeEnds { close(fd) }
         guard rc == 0 else {
-            if captureErrors { close(fds[0]) }
-            if captureOutput { close(out[0]) }
+            for fd in [output, errors].compactMap({ $0 }) { close(fd) }
             throw ModelFailure(description: "could not start \(path): \(String(cString: strerror(rc)))")
         }
         pid = child
-        errorFD = captureErrors ? fds[0] : nil
-        outputFD = captureOutput ? out[0] : nil
+        errorFD = errors
+        outputFD = output
     }
 
     /// Reads `fd` to its end and closes it.

@@ -62,6 +62,9 @@ public enum SyncModelCommand {
         default: return fail("--origin takes sqlite, postgres or mysql (see --help)")
         }
         let first = seed ?? UInt64(index * 1_000_003 + 17)
+        if killEvery != nil, !worker, !FileManager.default.isExecutableFile(atPath: (ferry ?? ModelSetup.defaultFerry).path) {
+            return fail("the kill steps need the ferry binary at \((ferry ?? ModelSetup.defaultFerry).path): build it with `swift build --product ferry`")
+        }
         // Servers hold one set of tables: their scenarios run one after the other.
         if index == 0, jobs > 1, scenarios > 1, !worker {
             return parallel(arguments: arguments, first: first, scenarios: scenarios, jobs: min(jobs, scenarios))
@@ -72,7 +75,7 @@ public enum SyncModelCommand {
                 return fail("could not set TMPDIR")
             }
             let folder = try TemporaryFolder()
-            let o = try SyncOrigin.all(folder: folder)[index]
+            let o = try SyncOrigin.one(index, folder: folder)
             let setup = ModelSetup(origin: o, folder: folder, killEvery: killEvery, ferry: ferry)
             let replay = "ferry-sync-model --origin \(o.name) --scenarios 1 --seed {seed}" + (killEvery.map { " --kill-every \($0)" } ?? "")
             let stats = try setup.run(count: scenarios, first: first, replay: replay)

@@ -27,12 +27,18 @@ struct SyncOrigin {
     }
 
     static func all(folder: TemporaryFolder) throws -> [SyncOrigin] {
+        try (0..<3).map { try one($0, folder: folder) }
+    }
+
+    /// 0: a SQLite file in `folder`; 1: the PostgreSQL and 2: the MariaDB test server (their
+    /// URLs only needed when asked for).
+    static func one(_ index: Int, folder: TemporaryFolder) throws -> SyncOrigin {
         let registry = DriverRegistry(drivers)
-        return [
-            SyncOrigin(name: "sqlite", url: "sqlite:" + folder.path("origin.db"), registry: registry, dialect: .sqlite),
-            SyncOrigin(name: "postgres", url: try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"), registry: registry, dialect: .postgres),
-            SyncOrigin(name: "mysql", url: try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL"), registry: registry, dialect: .mysql),
-        ]
+        switch index {
+        case 0: return SyncOrigin(name: "sqlite", url: "sqlite:" + folder.path("origin.db"), registry: registry, dialect: .sqlite)
+        case 1: return SyncOrigin(name: "postgres", url: try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"), registry: registry, dialect: .postgres)
+        default: return SyncOrigin(name: "mysql", url: try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL"), registry: registry, dialect: .mysql)
+        }
     }
 
     func connect() throws -> any Connection { try registry.connect(try Endpoint(parsing: url), role: .target) }
@@ -72,15 +78,25 @@ struct SyncOrigin {
             CREATE TABLE ch (id \(serial), tag \(text) NOT NULL UNIQUE, p_id INTEGER REFERENCES p (id), v \(text), n INTEGER)\(tail);
             CREATE TABLE u (id UUID PRIMARY KEY, v \(text), n INTEGER)\(tail)
             """)
+        let sql = Self.inserts(rows: rows, explicitKeys: false)
+        if !sql.isEmpty { try run(sql.joined(separator: ";\n")) }
+    }
+
+    /// `rows` rows in each table: serial keys 1…rows as a fresh table numbers them, given
+    /// explicitly or left to the serial counter (which must then advance past them).
+    static func inserts(rows: Int, explicitKeys: Bool) -> [String] {
+        let id = { (i: Int) in explicitKeys ? ("id, ", "\(i + 1), ") : ("", "") }
         var sql: [String] = []
         for i in 0..<rows {
-            sql.append("INSERT INTO s (tag, v, n) VALUES ('s\(i)', 'v\(i)', \(i))")
+            sql.append("INSERT INTO s (\(id(i).0)tag, v, n) VALUES (\(id(i).1)'s\(i)', 'v\(i)', \(i))")
             sql.append("INSERT INTO c (a, b, v, n) VALUES ('k\(i % 7)', \(i), 'v\(i)', \(i))")
-            sql.append("INSERT INTO p (tag, v, n) VALUES ('p\(i)', 'v\(i)', \(i))")
-            sql.append("INSERT INTO u (id, v, n) VALUES ('\(Self.uuid(UInt64(i) &* 0x9E37_79B9_7F4A_7C15, UInt64(i)))', 'v\(i)', \(i))")
+            sql.append("INSERT INTO p (\(id(i).0)tag, v, n) VALUES (\(id(i).1)'p\(i)', 'v\(i)', \(i))")
+            sql.append("INSERT INTO u (id, v, n) VALUES ('\(uuid(UInt64(i) &* 0x9E37_79B9_7F4A_7C15, UInt64(i)))', 'v\(i)', \(i))")
         }
-        for i in 0..<rows { sql.append("INSERT INTO ch (tag, p_id, v, n) VALUES ('ch\(i)', \(i % max(rows, 1) + 1), 'v\(i)', \(i))") }
-        if !sql.isEmpty { try run(sql.joined(separator: ";\n")) }
+        for i in 0..<rows {
+            sql.append("INSERT INTO ch (\(id(i).0)tag, p_id, v, n) VALUES (\(id(i).1)'ch\(i)', \(i % max(rows, 1) + 1), 'v\(i)', \(i))")
+        }
+        return sql
     }
 
     /// The rows `reset(rows:)` made, with the same keys, in tables that are already there (no
@@ -92,13 +108,7 @@ struct SyncOrigin {
         let c = try connect()
         defer { c.close() }
         if try c.tableExists(TableName("_ferry_sync_pushes")) { sql.append("DELETE FROM _ferry_sync_pushes") }
-        for i in 0..<rows {
-            sql.append("INSERT INTO s (id, tag, v, n) VALUES (\(i + 1), 's\(i)', 'v\(i)', \(i))")
-            sql.append("INSERT INTO c (a, b, v, n) VALUES ('k\(i % 7)', \(i), 'v\(i)', \(i))")
-            sql.append("INSERT INTO p (id, tag, v, n) VALUES (\(i + 1), 'p\(i)', 'v\(i)', \(i))")
-            sql.append("INSERT INTO u (id, v, n) VALUES ('\(Self.uuid(UInt64(i) &* 0x9E37_79B9_7F4A_7C15, UInt64(i)))', 'v\(i)', \(i))")
-        }
-        for i in 0..<rows { sql.append("INSERT INTO ch (id, tag, p_id, v, n) VALUES (\(i + 1), 'ch\(i)', \(i % max(rows, 1) + 1), 'v\(i)', \(i))") }
+        sql += Self.inserts(rows: rows, explicitKeys: true)
         try run(sql.joined(separator: ";\n"), on: c)
     }
 
@@ -155,19 +165,4 @@ extension MySQLConnection: SQLRunner { func runSQL(_ sql: String) throws { try r
 
 extension String {
     func leftPadded(_ width: Int) -> String { String(repeating: "0", count: max(0, width - count)) + self }
-}
-
-/// A small deterministic generator (SplitMix64), so the values are the same on every run
-/// (and a seed replays a sync model scenario exactly).
-struct Generator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-    mutating func next(_ bound: Int) -> Int { Int(next() % UInt64(bound)) }
 }

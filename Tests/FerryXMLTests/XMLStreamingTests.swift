@@ -1,4 +1,5 @@
 import FerryCore
+import FerryDriverTestKit
 @testable import FerryXML
 import Foundation
 import XCTest

@@ -1,4 +1,5 @@
 import FerryCore
+import FerryDriverTestKit
 import FerryXML
 import Foundation
 import XCTest
@@ -205,18 +206,5 @@ final class XMLWireFormatTests: XCTestCase {
             do { _ = try XMLTree.parse(Data(doc)) } catch is XMLWireError {} catch { XCTFail("\(error)") }
         }
         XCTAssertGreaterThan(clean, 0, "some mutations (inside text) still decode")
-    }
-}
-
-/// A small deterministic generator, so fuzz runs are repeatable.
-struct SplitMix64 {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
