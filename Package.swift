@@ -12,6 +12,7 @@ let package = Package(
         .library(name: "FerryPostgres", targets: ["FerryPostgres"]),
         .library(name: "FerryMySQL", targets: ["FerryMySQL"]),
         .library(name: "FerryXML", targets: ["FerryXML"]),
+        .library(name: "FerryService", targets: ["FerryService"]),
         .library(name: "FerryServer", targets: ["FerryServer"]),
         .library(name: "FerrySync", targets: ["FerrySync"]),
         .library(name: "FerryCommands", targets: ["FerryCommands"]),
@@ -24,6 +25,7 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.20.0", traits: []),
+        .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
         // `swift package generate-documentation --target FerryKit` (DocC).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
     ],
@@ -50,14 +52,20 @@ let package = Package(
         .target(name: "FerryMySQL", dependencies: ["FerryCore", "CMariaDB"]),
         // The XML wire format (shared by the service and its client).
         .target(name: "FerryXML", dependencies: ["FerryCore"]),
+        // The protocol's handlers, free of any transport (no web server, NIO or TLS): served over
+        // HTTP by FerryServer and over a pipe by FerryPluginKit.
+        .target(
+            name: "FerryService",
+            dependencies: ["FerryCore", "FerryXML", "CZlib", .product(name: "Logging", package: "swift-log")]),
         // `ferry serve`: any connection exposed through the XML service (imports no concrete driver).
         .target(
             name: "FerryServer",
             dependencies: [
-                "FerryCore", "FerryXML", "CZlib",
+                "FerryCore", "FerryXML", "FerryService",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
         // Offline snapshots and two-way sync: a SQLite snapshot file against any origin (drivers

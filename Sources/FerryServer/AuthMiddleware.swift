@@ -1,35 +1,17 @@
 import FerryCore
+import FerryService
 import Foundation
 import Hummingbird
-
-/// What a token may do. Each scope includes the ones before it.
-public enum TokenScope: Int, Sendable, Comparable, CustomStringConvertible {
-    /// Read tables, rows, digests, counts; hold read snapshots.
-    case read
-    /// Also write rows: inserts, change sets, appends, upserts, mirrors, guarded pushes — and
-    /// create the staging tables its own loads need, and drop only those.
-    case write
-    /// Also create, drop and replace served tables, their indexes and foreign keys.
-    case manage
-
-    public static func < (a: TokenScope, b: TokenScope) -> Bool { a.rawValue < b.rawValue }
-    public var description: String { ["read", "write", "manage"][rawValue] }
-}
 
 /// A request's context: who is asking (the token's scope and its position among the
 /// service's tokens — never the token itself).
 public struct ServiceRequestContext: RequestContext {
     public var coreContext: CoreRequestContextStorage
-    var scope: TokenScope = .read
-    var token = -1
+    /// Who is asking: set by `AuthMiddleware` from the bearer token.
+    var principal = RequestPrincipal(scope: .read, token: -1)
 
     public init(source: Source) {
         coreContext = .init(source: source)
-    }
-
-    /// Refuses the request unless the token has `scope`; `doing` says what was refused.
-    func require(_ needed: TokenScope, _ doing: String) throws {
-        guard scope >= needed else { throw ServiceError.forbidden(scope: scope, needed: needed, doing: doing) }
     }
 }
 
@@ -71,32 +53,9 @@ struct AuthMiddleware: RouterMiddleware {
         for (i, t) in tokens.enumerated() where Self.constantTimeEqual(token, t.bytes) { found = i }
         guard found >= 0 else { throw ServiceError.unauthorized }
         var context = context
-        context.scope = tokens[found].scope
-        context.token = found
-        if !Self.isRead(request) { try context.require(.write, "write") }
+        context.principal = RequestPrincipal(scope: tokens[found].scope, token: found)
+        if !Self.isRead(request) { try context.principal.require(.write, "write") }
         return try await next(request, context)
-    }
-}
-
-/// The staging tables created by write tokens' loads, and by which token: a write token may
-/// drop, fill, merge or apply only its own. (Kept in memory: after a restart a staging table
-/// left behind by a failed load is a manage token's to drop.)
-final class StagingOwners: Sendable {
-    private let owners = Locked<[TableName: Int]>([:])
-
-    func record(_ table: TableName, token: Int) { owners.withLock { $0[table] = token } }
-    func forget(_ table: TableName) { _ = owners.withLock { $0.removeValue(forKey: table) } }
-    func owner(of table: TableName) -> Int? { owners.withLock { $0[table] } }
-
-    /// Refuses unless `context` may use staging table `table`: manage tokens any, write tokens
-    /// their own.
-    func check(_ table: TableName, _ context: ServiceRequestContext, doing: String) throws {
-        if context.scope >= .manage { return }
-        guard owner(of: table) == context.token else {
-            throw ServiceError(
-                status: 403, code: "forbidden", table: table.description,
-                message: "this token may \(doing) only the staging tables its own loads created, and \(table) is not one (a manage token, from the service's --token-file, may)")
-        }
     }
 }
 

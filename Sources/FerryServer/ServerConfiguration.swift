@@ -1,4 +1,5 @@
 import FerryCore
+import FerryService
 import Foundation
 
 /// What `ferry serve` exposes and how: the database, who may read or write, limits, TLS.
@@ -73,6 +74,18 @@ public struct ServerConfiguration: Sendable {
         }
         return tokens
     }
+
+    /// What the protocol's handlers serve.
+    var service: ServiceConfiguration {
+        ServiceConfiguration(
+            database: database, registry: registry, writable: !readWriteTokens.isEmpty || !writeTokens.isEmpty, tables: tables,
+            maxBodyBytes: maxBodyBytes, defaultPageRows: defaultPageRows, maxPageRows: maxPageRows, pageBytes: pageBytes,
+            maxSnapshots: maxSnapshots, snapshotIdleSeconds: snapshotIdleSeconds, snapshotLifetimeSeconds: snapshotLifetimeSeconds,
+            name: "ferry serve", version: ServerConfiguration.version)
+    }
+
+    /// Ferry's version, as `GET /v1/capabilities` announces it.
+    public static let version = "0.1.0"
 
     /// True when the service listens beyond this machine without TLS.
     public var exposedWithoutTLS: Bool {

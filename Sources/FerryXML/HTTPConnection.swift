@@ -9,7 +9,7 @@ public final class HTTPConnection: Connection {
     public let endpoint: Endpoint
     public let dialect: any Dialect = HTTPDialect()
     public var defaultSchema: String { "" }
-    let client: HTTPClient
+    let client: ProtocolClient
     /// Tables created since `begin`, and appends waiting to be merged (staging → target).
     private var created: Set<TableName> = []
     private var pendingMerges: [(staging: TableName, target: TableName)] = []
@@ -33,38 +33,68 @@ public final class HTTPConnection: Connection {
     /// Rows asked for per page when reading (the service may cap it at its own maximum).
     public var pageRows = 50_000
 
-    public init(endpoint: Endpoint) throws {
-        self.endpoint = endpoint
-        client = try HTTPClient(endpoint: endpoint)
-        // One request up front: a wrong URL or token fails here, with a clear message.
-        _ = try client.expect("GET", "v1/tables")
+    /// What the service or plugin declared (`GET /v1/capabilities`, or a plugin's handshake);
+    /// a service that predates the endpoint can do everything.
+    public let capabilities: Capabilities
+
+    /// A connection to the service at `endpoint` (http or https).
+    public convenience init(endpoint: Endpoint) throws {
+        try self.init(transport: URLSessionTransport(endpoint: endpoint))
     }
 
-    public func close() { endSnapshot() }
+    /// A connection over `transport`. `capabilities` when the transport knows them already
+    /// (a plugin's handshake); else they are asked for.
+    public init(transport: any ProtocolTransport, capabilities declared: Capabilities? = nil) throws {
+        endpoint = transport.endpoint
+        client = ProtocolClient(transport: transport)
+        if let declared {
+            capabilities = declared
+        } else {
+            // One request up front: a wrong URL or token fails here, with a clear message.
+            let reply = try client.send("GET", ProtocolRoute.capabilities.target())
+            if reply.status == 404 && XMLDocuments.decodeError(reply.body)?.message.hasPrefix("no such endpoint") == true {
+                capabilities = .all
+            } else {
+                guard (200..<300).contains(reply.status) else { throw client.error(reply, table: nil) }
+                let report = try XMLDocuments.decodeCapabilities(reply.body)
+                guard report.protocolVersion == ProtocolRoute.version else {
+                    throw FerryError.connectionFailed(
+                        endpoint: endpoint.redacted,
+                        reason: "the service speaks protocol version \(report.protocolVersion); this Ferry speaks \(ProtocolRoute.version): use a Ferry of the same version on both sides")
+                }
+                capabilities = report.capabilities
+            }
+        }
+        _ = try client.expect("GET", ProtocolRoute.tables.target())
+    }
 
-    func path(_ table: TableName, _ rest: String = "") -> String {
-        "v1/tables/" + HTTPClient.escape(table.description) + rest
+    public func close() {
+        endSnapshot()
+        client.transport.release()
+    }
+
+    /// The request target of `route` for `table` (`v1/tables/Artist/rows`).
+    func path(_ route: ProtocolRoute, _ table: TableName) -> String {
+        route.target(table: table)
     }
 
     public func listTables() throws -> [TableInfo] {
-        try XMLDocuments.decodeTables(client.expect("GET", "v1/tables"))
+        try XMLDocuments.decodeTables(client.expect("GET", ProtocolRoute.tables.target()))
     }
 
     /// `?snapshot=ID` while this connection reads inside the service's snapshot.
-    var snapshotQuery: String { snapshotID.map { HTTPClient.query([("snapshot", $0)]) } ?? "" }
+    var snapshotQuery: String { snapshotID.map { ProtocolClient.query([("snapshot", $0)]) } ?? "" }
 
     public func countRows(_ table: TableName) throws -> Int64 {
-        let root = try XMLTree.parse(client.expect("GET", path(table, "/count") + snapshotQuery, table: table))
-        guard let n = root.attributes["rows"].flatMap({ Int64($0) }) else { throw XMLWireError.unexpected("<count> without rows") }
-        return n
+        try XMLDocuments.decodeCount(client.expect("GET", path(.count, table) + snapshotQuery, table: table))
     }
 
     public func describe(_ table: TableName) throws -> TableSchema {
-        try XMLDocuments.decodeSchema(client.expect("GET", path(table) + snapshotQuery, table: table))
+        try XMLDocuments.decodeSchema(client.expect("GET", path(.schema, table) + snapshotQuery, table: table))
     }
 
     public func tableExists(_ table: TableName) throws -> Bool {
-        let reply = try client.send("GET", path(table))
+        let reply = try client.send("GET", path(.schema, table))
         if reply.status == 404 { return false }
         guard (200..<300).contains(reply.status) else { throw client.error(reply, table: table) }
         return true
@@ -84,6 +114,13 @@ public final class HTTPConnection: Connection {
         // Largest keys first: one page (the service never follows a descending page with another).
         if keyRange?.descending == true, keyRange?.limit.map({ $0 > pageRows }) ?? true || keyRange?.buckets != nil {
             throw FerryError.invalidOption("the http driver reads largest keys first only a page at a time (a limit of at most \(pageRows) rows)")
+        }
+        guard capabilities.contains(.keyedReads) else {
+            // Rows come in the plugin's own order, all in one answer: no bounds, no paging.
+            if let r = keyRange, r.after != nil || r.upTo != nil || r.limit != nil || r.descending || r.buckets != nil || r.keys != nil {
+                try capabilities.require(.keyedReads, for: "reading \(table.name) by key range", endpoint: endpoint.redacted)
+            }
+            return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize, after: nil, upTo: nil, limit: nil, keyed: false)
         }
         guard let buckets = keyRange?.buckets else {
             return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
@@ -131,13 +168,11 @@ public final class HTTPConnection: Connection {
         } ?? [[]]
         var out: [BucketDigest] = []
         for within in withins {
-            let root = try XMLTree.parse(client.expect("GET", path(table.name, "/digests") + HTTPClient.query(base + within), table: table.name))
-            for b in root.children where b.name == "b" {
-                guard let n = b.attributes["n"].flatMap({ Int64($0) }), let rows = b.attributes["rows"].flatMap({ Int64($0) }),
-                    let s0 = b.attributes["s0"].flatMap({ Int64($0) }), let s1 = b.attributes["s1"].flatMap({ Int64($0) })
-                else { throw FerryError.copyFailed(table: table.name, endpoint: endpoint.redacted, reason: "the service sent a malformed digest") }
-                out.append(BucketDigest(bucket: n, rows: rows, sum0: s0, sum1: s1))
+            let data = try client.expect("GET", path(.digests, table.name) + ProtocolClient.query(base + within), table: table.name)
+            guard let digests = try XMLDocuments.decodeDigests(data) else {
+                throw FerryError.copyFailed(table: table.name, endpoint: endpoint.redacted, reason: "\(client.transport.peer) sent a malformed digest")
             }
+            out += digests
         }
         return out
     }
@@ -150,7 +185,7 @@ public final class HTTPConnection: Connection {
 
     /// Posts the planned schema (the service maps its types onto its own engine).
     public func createTable(_ table: PlannedTable) throws {
-        _ = try client.expect("POST", "v1/tables", body: XMLDocuments.schema(table.schema), table: table.schema.name)
+        _ = try client.expect("POST", ProtocolRoute.tables.target(), body: XMLDocuments.schema(table.schema), table: table.schema.name)
         if inTransaction { created.insert(table.schema.name) }
     }
 
@@ -171,10 +206,10 @@ public final class HTTPConnection: Connection {
         }
         out.foreignKeys = schema.foreignKeys
         if !out.indexes.isEmpty {
-            out.indexStatements = ["POST /\(path(indexesOn, "/indexes"))\n" + String(decoding: XMLDocuments.objects(indexes: out.indexes, foreignKeys: []), as: UTF8.self)]
+            out.indexStatements = ["POST /\(path(.indexes, indexesOn))\n" + String(decoding: XMLDocuments.objects(indexes: out.indexes, foreignKeys: []), as: UTF8.self)]
         }
         if !out.foreignKeys.isEmpty {
-            out.foreignKeyStatements = ["POST /\(path(table, "/foreign-keys"))\n" + String(decoding: XMLDocuments.objects(indexes: [], foreignKeys: out.foreignKeys), as: UTF8.self)]
+            out.foreignKeyStatements = ["POST /\(path(.foreignKeys, table))\n" + String(decoding: XMLDocuments.objects(indexes: [], foreignKeys: out.foreignKeys), as: UTF8.self)]
         }
         return out
     }
@@ -184,29 +219,29 @@ public final class HTTPConnection: Connection {
     public func createIndexes(_ objects: PlannedObjects) throws -> [SkippedObject] {
         guard !objects.indexes.isEmpty else { return [] }
         let reply = try client.expect(
-            "POST", path(objects.indexesOn, "/indexes"), body: XMLDocuments.objects(indexes: objects.indexes, foreignKeys: []), table: objects.table)
+            "POST", path(.indexes, objects.indexesOn), body: XMLDocuments.objects(indexes: objects.indexes, foreignKeys: []), table: objects.table)
         return try XMLDocuments.decodeSkipped(reply, table: objects.table)
     }
 
     public func createForeignKeys(_ objects: PlannedObjects) throws -> [SkippedObject] {
         guard !objects.foreignKeys.isEmpty else { return [] }
         let reply = try client.expect(
-            "POST", path(objects.table, "/foreign-keys"), body: XMLDocuments.objects(indexes: [], foreignKeys: objects.foreignKeys), table: objects.table)
+            "POST", path(.foreignKeys, objects.table), body: XMLDocuments.objects(indexes: [], foreignKeys: objects.foreignKeys), table: objects.table)
         return try XMLDocuments.decodeSkipped(reply, table: objects.table)
     }
 
     public func listOtherObjects() throws -> [OtherObject] {
-        try XMLDocuments.decodeOtherObjects(client.expect("GET", "v1/objects"))
+        try XMLDocuments.decodeOtherObjects(client.expect("GET", ProtocolRoute.objects.target()))
     }
 
     public func dropTable(_ name: TableName) throws {
-        let reply = try client.send("DELETE", path(name))
+        let reply = try client.send("DELETE", path(.dropTable, name))
         guard (200..<300).contains(reply.status) || reply.status == 404 else { throw client.error(reply, table: name) }
         created.remove(name)
     }
 
     public func swapTable(_ staging: TableName, into target: TableName) throws {
-        _ = try client.expect("POST", path(staging, "/swap") + HTTPClient.query([("into", target.description)]), table: target)
+        _ = try client.expect("POST", path(.swap, staging) + ProtocolClient.query([("into", target.description)]), table: target)
         created.remove(staging)
     }
 
@@ -228,7 +263,7 @@ public final class HTTPConnection: Connection {
             pendingMerges.append((staging, table))
             into = staging
         }
-        return HTTPWriter(client: client, path: path(into, "/rows") + HTTPClient.query(columns.map { ("columns", $0.name) }),
+        return HTTPWriter(client: client, path: path(.insertRows, into) + ProtocolClient.query(columns.map { ("columns", $0.name) }),
                           table: into, columns: columns)
     }
 
@@ -272,7 +307,7 @@ public final class HTTPConnection: Connection {
             pending[keyPath: slot] = staging
             pendingApplies[table.name] = pending
         }
-        try HTTPWriter(client: client, path: path(staging, "/rows") + HTTPClient.query(columns.map { ("columns", $0.name) }),
+        try HTTPWriter(client: client, path: path(.insertRows, staging) + ProtocolClient.query(columns.map { ("columns", $0.name) }),
                        table: staging, columns: columns).write(rows)
     }
 
@@ -281,7 +316,7 @@ public final class HTTPConnection: Connection {
     /// or left behind) — `base` with a random suffix.
     private func freeStaging(_ base: TableName) throws -> TableName {
         guard try tableExists(base) else { return base }
-        let reply = try client.send("DELETE", path(base))
+        let reply = try client.send("DELETE", path(.dropTable, base))
         if (200..<300).contains(reply.status) || reply.status == 404 {
             created.remove(base)
             return base
@@ -355,28 +390,25 @@ public final class HTTPConnection: Connection {
 
     /// Posts a change set; the service applies it in one transaction.
     func changes(_ table: TableName, columns: [Column], key: [String], _ body: Data) throws -> (inserted: Int, upserted: Int, deleted: Int) {
-        let query = HTTPClient.query(columns.map { ("columns", $0.name) } + key.map { ("key", $0) })
-        let root = try XMLTree.parse(client.expect("POST", path(table, "/changes") + query, body: body, table: table))
-        func n(_ k: String) -> Int { root.attributes[k].flatMap { Int($0) } ?? 0 }
+        let query = ProtocolClient.query(columns.map { ("columns", $0.name) } + key.map { ("key", $0) })
+        let counts = try XMLDocuments.decodeApplied(client.expect("POST", path(.changes, table) + query, body: body, table: table))
+        func n(_ k: String) -> Int { Int(counts[k] ?? 0) }
         return (n("inserted"), n("upserted"), n("deleted"))
     }
 
     /// Sent whole (`POST /v1/push`): the service applies it in one transaction of its database.
     public func applyGuardedPush(_ push: GuardedPush) throws -> GuardedPushOutcome {
-        try PushDocument.decodeOutcome(client.expect("POST", "v1/push", body: try PushDocument.encode(push)))
+        try PushDocument.decodeOutcome(client.expect("POST", ProtocolRoute.push.target(), body: try PushDocument.encode(push)))
     }
 
     public func pushCommitted(_ id: String) throws -> Bool {
-        let root = try XMLTree.parse(client.expect("GET", "v1/push/" + HTTPClient.escape(id)))
-        return root.attributes["committed"] == "true"
+        try XMLDocuments.decodePushStatus(client.expect("GET", ProtocolRoute.pushStatus.target(id: id)))
     }
 
     /// A read snapshot held by the service for this copy (`POST /v1/snapshots`): every page,
     /// count and digest read until `commit`/`rollback` sees one state of the served database.
     public func beginSnapshot() throws {
-        let root = try XMLTree.parse(client.expect("POST", "v1/snapshots"))
-        guard let id = root.attributes["id"], !id.isEmpty else { throw XMLWireError.unexpected("<snapshot> without id") }
-        snapshotID = id
+        snapshotID = try XMLDocuments.decodeSnapshotID(client.expect("POST", ProtocolRoute.createSnapshot.target()))
         ownsSnapshot = true
     }
 
@@ -390,7 +422,7 @@ public final class HTTPConnection: Connection {
 
     /// Ends this connection's use of the service's snapshot (released there if it began it).
     private func endSnapshot() {
-        if let id = snapshotID, ownsSnapshot { _ = try? client.send("DELETE", "v1/snapshots/" + HTTPClient.escape(id)) }
+        if let id = snapshotID, ownsSnapshot { _ = try? client.send("DELETE", ProtocolRoute.releaseSnapshot.target(id: id)) }
         snapshotID = nil
         ownsSnapshot = false
     }
@@ -406,7 +438,7 @@ public final class HTTPConnection: Connection {
     public func commit() throws {
         guard snapshotID == nil else { return endSnapshot() }
         for merge in pendingMerges {
-            _ = try client.expect("POST", path(merge.staging, "/merge") + HTTPClient.query([("into", merge.target.description)]), table: merge.target)
+            _ = try client.expect("POST", path(.merge, merge.staging) + ProtocolClient.query([("into", merge.target.description)]), table: merge.target)
         }
         pendingMerges = []
         var counts: MergeCounts?
@@ -416,8 +448,8 @@ public final class HTTPConnection: Connection {
             if let d = apply.deletes { query.append(("deletes", d.description)) }
             if let e = apply.expect { query.append(("expect", String(e))) }
             if apply.resetSerial { query.append(("reset-serial", "1")) }
-            let root = try XMLTree.parse(client.expect("POST", path(table, "/apply") + HTTPClient.query(query), table: table))
-            func n(_ k: String) -> Int64 { root.attributes[k].flatMap { Int64($0) } ?? 0 }
+            let applied = try XMLDocuments.decodeApplied(client.expect("POST", path(.apply, table) + ProtocolClient.query(query), table: table))
+            func n(_ k: String) -> Int64 { applied[k] ?? 0 }
             counts = (counts ?? MergeCounts()) + MergeCounts(inserted: n("inserted"), updated: n("updated"), unchanged: n("unchanged"), deleted: n("deleted"))
             // Applied: the staging tables are gone.
             pendingApplies[table] = nil
@@ -447,285 +479,7 @@ public final class HTTPConnection: Connection {
             pendingApplies[table]?.resetSerial = true
             return
         }
-        _ = try client.expect("POST", path(table, "/reset-serial"), table: table)
+        _ = try client.expect("POST", path(.resetSerial, table), table: table)
     }
 }
 
-/// Reads a table page by page (keyset paging with `<next>`). Each page is decoded as it
-/// arrives: the answer's pieces go into the incremental rows decoder, and a batch is handed to
-/// the caller as soon as it is full, so memory holds the batch being filled and the pieces not
-/// decoded yet — never a page. The reader is sequential (the engine reads on its own thread).
-final class HTTPReader: BatchReader {
-    let connection: HTTPConnection
-    let table: TableName
-    /// The columns asked for, then the key columns (the service needs them to page).
-    let requested: [Column]
-    let wanted: Int
-    let batchSize: Int
-    /// The key's logical types, in key order (binary keys travel as base64 in `after`).
-    let keyTypes: [LogicalType]
-    var after: [String]?
-    /// The range's bounds as asked (wire text): `after` moves page by page, these do not.
-    let rangeAfter: [String]?
-    let upTo: [String]?
-    /// Rows still to read when the caller asked for at most `limit` rows.
-    var remaining: Int?
-    var finished = false
-    /// Positions of the key columns in `requested`, and the key of the last row read (wire text).
-    let keyIndexes: [Int]
-    var lastKey: [String]?
-    /// The page being read, and whether any of its rows reached the caller (then it cannot be
-    /// asked for again).
-    private var page: (exchange: HTTPExchange, decoder: XMLRowsStreamDecoder)?
-    private var pageDelivered = false
-    /// Attempts at the current page (a GET that broke off before any of it was used is retried).
-    private var pageAttempts = 0
-
-    /// `bucketkey=`/`buckets=` parameters of a bucket-filtered walk, on every request.
-    let buckets: [(String, String)]
-    /// The service's read snapshot every page is read from (`snapshot=`), when one is held.
-    let snapshot: String?
-    /// Largest key first (one page).
-    let descending: Bool
-
-    init(
-        connection: HTTPConnection, table: TableSchema, columns: [Column], batchSize: Int, after: [Value]?, upTo: [Value]?, limit: Int?,
-        descending: Bool = false, buckets: [(String, String)] = []
-    ) throws {
-        self.descending = descending
-        self.connection = connection
-        self.buckets = buckets
-        self.table = table.name
-        var requested = columns
-        let key = table.preferredKey?.columns ?? []
-        for k in key where !requested.contains(where: { $0.name == k }) {
-            if let c = table.column(named: k) { requested.append(c) }
-        }
-        self.requested = requested
-        self.wanted = columns.count
-        self.batchSize = batchSize
-        self.keyTypes = key.map { k in table.column(named: k)?.logicalType ?? .text }
-        self.keyIndexes = key.compactMap { k in requested.firstIndex { $0.name == k } }
-        let keyTypes = self.keyTypes
-        let wire = { (bound: [Value]?) throws -> [String]? in
-            guard let bound else { return nil }
-            guard bound.count == keyTypes.count else {
-                throw FerryError.invalidOption("a key range bound of \(bound.count) values on \(table.name), whose key has \(keyTypes.count) columns")
-            }
-            return zip(bound, keyTypes).map { WireValue.keyText($0, type: $1) }
-        }
-        self.after = try wire(after)
-        self.rangeAfter = self.after
-        self.upTo = try wire(upTo)
-        self.remaining = limit.map { max($0, 0) }
-        finished = remaining == 0
-        snapshot = connection.snapshotID
-    }
-
-    deinit { page?.exchange.cancel() }
-
-    func close() {
-        page?.exchange.cancel()
-        page = nil
-        finished = true
-    }
-
-    func next() throws -> RowBatch? {
-        while true {
-            if page == nil {
-                if finished { return nil }
-                try openPage()
-            }
-            guard let (exchange, decoder) = page else { continue }
-            let batch: RowBatch?
-            do {
-                batch = try Self.nextBatch(exchange, decoder)
-            } catch let e as HTTPTransportError {
-                exchange.cancel()
-                page = nil
-                if !pageDelivered && pageAttempts < 4 {
-                    // Nothing of this page reached the caller: asking for it again is safe.
-                    Thread.sleep(forTimeInterval: 0.25 * Double(1 << (pageAttempts - 1)))
-                    continue
-                }
-                throw FerryError.copyFailed(
-                    table: table, endpoint: connection.endpoint.redacted,
-                    reason: "the service's answer broke off after \(decoder.rows) rows of a page: \(e.reason)")
-            } catch {
-                exchange.cancel()
-                page = nil
-                throw error
-            }
-            if let batch {
-                pageDelivered = true
-                if batch.count > 0, keyIndexes.count == keyTypes.count {
-                    lastKey = zip(keyIndexes, keyTypes).map { i, type in
-                        WireValue.keyText(Value(column: batch.columns[i], row: batch.count - 1, type: type), type: type)
-                    }
-                }
-                return RowBatch(columns: Array(batch.columns.prefix(wanted)))
-            }
-            page = nil
-            try endPage(decoder)
-        }
-    }
-
-    /// The next batch of a page: decodes the pieces of the answer as they come. Nil once the
-    /// document is complete (it must end with `</rows>`: a page cut short is an error).
-    private static func nextBatch(_ exchange: HTTPExchange, _ decoder: XMLRowsStreamDecoder) throws -> RowBatch? {
-        while true {
-            if let b = try decoder.next() { return b }
-            guard let piece = try exchange.next() else { return try decoder.next(final: true) }
-            decoder.append(piece)
-        }
-    }
-
-    private func pagePath(after: [String]?) -> String {
-        let page = min(max(connection.pageRows, 1), remaining ?? Int.max)
-        var items: [(String, String)] = [("limit", String(page))]
-        items += requested.map { ("columns", $0.name) }
-        // Cast rules that read a column in the engine's own text or JSON form (or zero dates as NULL)
-        // are carried out by the service, on its side.
-        items += requested.filter { $0.readHints.contains(.textForm) }.map { ("text", $0.name) }
-        items += requested.filter { $0.readHints.contains(.jsonForm) }.map { ("json", $0.name) }
-        items += requested.filter { $0.readHints.contains(.zeroDatesAsNull) }.map { ("zerodates", $0.name) }
-        items += requested.filter { $0.readHints.contains(.nativeForm) }.map { ("native", $0.name) }
-        items += (after ?? []).map { ("after", $0) }
-        items += (upTo ?? []).map { ("upto", $0) }
-        items += buckets
-        if descending { items.append(("order", "desc")) }
-        if let snapshot { items.append(("snapshot", snapshot)) }
-        return connection.path(table, "/rows") + HTTPClient.query(items)
-    }
-
-    /// Asks for the next page and waits for its status (retrying a GET that got no answer).
-    private func openPage() throws {
-        let path = pagePath(after: after)
-        var lastError: HTTPTransportError?
-        let client = connection.client
-        while pageAttempts < 4 {
-            if pageAttempts > 0 && lastError != nil { Thread.sleep(forTimeInterval: 0.25 * Double(1 << (pageAttempts - 1))) }
-            pageAttempts += 1
-            do {
-                let exchange = try client.start("GET", path)
-                let status = exchange.status ?? 0
-                guard (200..<300).contains(status) else {
-                    defer { exchange.cancel() }
-                    throw client.error(HTTPReply(status: status, body: try exchange.collect(upTo: 1 << 20)), table: table)
-                }
-                page = (exchange, XMLRowsStreamDecoder(columns: requested, batchSize: batchSize))
-                pageDelivered = false
-                return
-            } catch let e as HTTPTransportError {
-                lastError = e
-            }
-        }
-        throw FerryError.connectionFailed(
-            endpoint: connection.endpoint.redacted,
-            reason: "the service did not answer: \(lastError?.reason ?? "no response"); check the URL and that `ferry serve` runs")
-    }
-
-    /// A page was read to its `</rows>`: where the next one starts, with the checks that no row
-    /// is repeated or lost.
-    private func endPage(_ decoder: XMLRowsStreamDecoder) throws {
-        pageAttempts = 0
-        let rows = decoder.rows
-        var next = decoder.next.map { cells in zip(cells, keyTypes).map { WireValue.keyText(cell: $0, type: $1) } }
-        if let n = next, n == after {
-            // The same page again: the service's key comparison disagrees with its key order.
-            // (Its rows reached the caller already; failing the read fails the copy.)
-            throw FerryError.copyFailed(table: table, endpoint: connection.endpoint.redacted,
-                                        reason: "the service returned a page that does not advance the key (after \(n.joined(separator: ", "))); stopping rather than repeating or losing rows")
-        }
-        if next != nil && rows == 0 {
-            throw FerryError.copyFailed(table: table, endpoint: connection.endpoint.redacted,
-                                        reason: "the service returned an empty page that says more rows follow; stopping rather than losing rows")
-        }
-        if let r = remaining {
-            // A page ends early when it is full by bytes: what is left of the caller's limit.
-            remaining = r - rows
-            if remaining ?? 0 <= 0 { next = nil }
-        }
-        after = next
-        finished = next == nil
-        if finished && remaining == nil && !keyTypes.isEmpty { try checkReachedTheEnd() }
-    }
-
-    /// A walk of the whole table (or range) must end at its last key: the service reports it
-    /// with one descending read of the same range (an index lookup), compared here as text, so a
-    /// key comparison that disagrees with the key order on the service's side fails the read
-    /// instead of cutting it short.
-    private func checkReachedTheEnd() throws {
-        let keyColumns = keyIndexes.map { requested[$0] }
-        let path = connection.path(table, "/rows") + HTTPClient.query(
-            [("limit", "1"), ("order", "desc")] + keyColumns.map { ("columns", $0.name) }
-                + (rangeAfter ?? []).map { ("after", $0) } + (upTo ?? []).map { ("upto", $0) } + buckets
-                + (snapshot.map { [("snapshot", $0)] } ?? []))
-        let body = try connection.client.expect("GET", path, table: table)
-        var last: [String]?
-        let types = keyTypes
-        _ = try XMLRowsDecoder(columns: keyColumns, batchSize: 1).decode(body) { b in
-            guard b.count > 0 else { return }
-            last = zip(keyColumns.indices, types).map { i, type in
-                WireValue.keyText(Value(column: b.columns[i], row: 0, type: type), type: type)
-            }
-        }
-        guard last == lastKey else {
-            func show(_ k: [String]?) -> String { k.map { "(" + $0.joined(separator: ", ") + ")" } ?? "no row" }
-            throw FerryError.copyFailed(
-                table: table, endpoint: connection.endpoint.redacted,
-                reason: "the read through the service ended at key \(show(lastKey)) but the \(rangeAfter == nil && upTo == nil ? "table" : "range")'s last key is \(show(last)): rows would be missing; nothing is reported as copied")
-        }
-    }
-}
-
-/// Posts each batch as one `<rows>` document (one server-side transaction per request). The
-/// body is encoded as it is sent (chunked): the batch is held, its document never is.
-final class HTTPWriter: BatchWriter {
-    let client: HTTPClient
-    let path: String
-    let table: TableName
-    let types: [LogicalType]
-
-    init(client: HTTPClient, path: String, table: TableName, columns: [Column]) {
-        self.client = client
-        self.path = path
-        self.table = table
-        types = columns.map(\.logicalType)
-    }
-
-    func write(_ batch: RowBatch) throws {
-        let (table, types) = (table, types)
-        _ = try client.expect("POST", path, upload: { RowsDocumentSource(table: table, types: types, batch: batch) }, table: table)
-    }
-
-    func finish() throws {}
-
-    /// Each request has been answered before `write` returns: nothing is in flight.
-    func abort() {}
-}
-
-
-/// Reads the readers `next` hands out, one after the other.
-final class ChainedReader: BatchReader {
-    let make: () throws -> (any BatchReader)?
-    var current: (any BatchReader)?
-    init(_ make: @escaping () throws -> (any BatchReader)?) { self.make = make }
-
-    func next() throws -> RowBatch? {
-        while true {
-            if current == nil {
-                guard let r = try make() else { return nil }
-                current = r
-            }
-            if let b = try current?.next() { return b }
-            current?.close()
-            current = nil
-        }
-    }
-
-    func close() {
-        current?.close()
-        current = nil
-    }
-}

@@ -111,7 +111,7 @@ public struct RowsEncoder {
 
 /// The body of a `POST …/rows` request, produced as the transport asks for it: the document's
 /// start, the batch's rows piece by piece, `</rows>`. Holds one piece at a time.
-final class RowsDocumentSource {
+public final class RowsDocumentSource {
     private var encoder: RowsEncoder
     private var pending: [UInt8]
     private var offset = 0
@@ -125,7 +125,7 @@ final class RowsDocumentSource {
     }
 
     /// Copies up to `count` bytes of the document into `buffer`; 0 at the end.
-    func read(into buffer: UnsafeMutablePointer<UInt8>, count: Int) -> Int {
+    public func read(into buffer: UnsafeMutablePointer<UInt8>, count: Int) -> Int {
         while offset == pending.count {
             pending.removeAll(keepingCapacity: true)
             offset = 0

@@ -76,7 +76,7 @@ final class RunningService {
     func waitIdle(endingAbandonedSnapshots abandoned: Bool = false) {
         let until = Date().addingTimeInterval(30)
         while service.requestsInFlight > 0 && Date() < until { usleep(5_000) }
-        if abandoned { service.snapshots.releaseAll() }
+        if abandoned { service.handlers.releaseAll() }
     }
 }
 

@@ -131,6 +131,9 @@ public protocol Connection: AnyObject {
     func pushCommitted(_ id: String) throws -> Bool
 
     func close()
+    /// What this connection can do: everything for the built-in engines; for the protocol's
+    /// client, what the service or plugin declared. Planners refuse work that needs more.
+    var capabilities: Capabilities { get }
 }
 
 extension Connection {
@@ -160,6 +163,7 @@ extension Connection {
         return try PushLedger.contains(self, ledger, id: id)
     }
 
+    public var capabilities: Capabilities { .all }
     public func beginSnapshot() throws { try begin() }
     public func exportSnapshot() throws -> String? { nil }
     public func beginSnapshot(importing id: String) throws { try beginSnapshot() }

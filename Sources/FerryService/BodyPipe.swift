@@ -1,13 +1,12 @@
 import Foundation
-import NIOCore
 
-/// Carries a request body from the server's async side (Hummingbird's body sequence) to the
+/// Carries a request body from the server's async side (the transport's body sequence) to the
 /// blocking side that decodes and writes it (a database thread), piece by piece, bounded in
 /// bytes: the async side waits while `maxBytes` are queued, so it stops reading the socket and
 /// TCP holds the client back.
 final class BodyPipe: @unchecked Sendable {  // unchecked: all state is touched only under `condition`
     private let condition = NSCondition()
-    private var pieces: [ByteBuffer] = []
+    private var pieces: [[UInt8]] = []
     private var head = 0
     private var queued = 0
     private var ended = false
@@ -23,7 +22,7 @@ final class BodyPipe: @unchecked Sendable {  // unchecked: all state is touched 
 
     /// Queues a piece, waiting while the pipe is full. Returns false when the reading side
     /// stopped (the rest of the body is not wanted).
-    func put(_ piece: ByteBuffer) async -> Bool {
+    func put(_ piece: [UInt8]) async -> Bool {
         switch enqueue(piece) {
         case .refused: return false
         case .queued: return true
@@ -35,12 +34,12 @@ final class BodyPipe: @unchecked Sendable {  // unchecked: all state is touched 
 
     private enum Enqueued { case refused, queued, full }
 
-    private func enqueue(_ piece: ByteBuffer) -> Enqueued {
+    private func enqueue(_ piece: [UInt8]) -> Enqueued {
         condition.lock()
         defer { condition.unlock() }
         if closed { return .refused }
         pieces.append(piece)
-        queued += piece.readableBytes
+        queued += piece.count
         condition.broadcast()
         return queued > maxBytes ? .full : .queued
     }
@@ -75,13 +74,13 @@ final class BodyPipe: @unchecked Sendable {  // unchecked: all state is touched 
     // The blocking side.
 
     /// The next piece; nil at the end of the body. Throws when the body could not be read whole.
-    func take() throws -> ByteBuffer? {
+    func take() throws -> [UInt8]? {
         condition.lock()
         while head == pieces.count && !ended { condition.wait() }
         if head < pieces.count {
             let piece = pieces[head]
             head += 1
-            queued -= piece.readableBytes
+            queued -= piece.count
             if head == pieces.count || head > 64 {
                 pieces.removeFirst(head)
                 head = 0

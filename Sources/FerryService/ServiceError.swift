@@ -3,52 +3,62 @@ import FerryXML
 import Foundation
 
 /// An error the service answers with: an HTTP status and `<error code="…" table="…">`.
-struct ServiceError: Error, Sendable {
-    var status: Int
-    var code: String
+public struct ServiceError: Error, Sendable {
+    public var status: Int
+    public var code: String
     var table: String?
-    var message: String
+    public var message: String
     /// For a value the database refused: its row (1-based) in the request's rows, and its column.
     var row: Int?
     var column: String?
     /// What the service logs and never sends: the engine's own message, its SQL, file paths.
-    var detail: String?
+    public var detail: String?
+
+    public init(status: Int, code: String, table: String? = nil, message: String, row: Int? = nil, column: String? = nil, detail: String? = nil) {
+        self.status = status
+        self.code = code
+        self.table = table
+        self.message = message
+        self.row = row
+        self.column = column
+        self.detail = detail
+    }
 
     /// A failure inside the database or the service: the client learns that it happened, the
     /// log learns what it was.
-    static func internalFailure(_ detail: String, table: TableName?) -> ServiceError {
+    public static func internalFailure(_ detail: String, table: TableName?) -> ServiceError {
         ServiceError(
             status: 500, code: "failed", table: table?.description,
             message: "the service could not complete this request (the details are in the service's log)", detail: detail)
     }
 
-    static func notFound(_ table: TableName) -> ServiceError {
+    public static func notFound(_ table: TableName) -> ServiceError {
         ServiceError(status: 404, code: "not_found", table: table.description, message: "table \(table) is not served here; GET /v1/tables lists the tables")
     }
-    static let unauthorized = ServiceError(status: 401, code: "unauthorized", message: "a bearer token is required (Authorization: Bearer TOKEN)")
-    static func forbidden(scope: TokenScope, needed: TokenScope, doing: String) -> ServiceError {
+    public static let unauthorized = ServiceError(status: 401, code: "unauthorized", message: "a bearer token is required (Authorization: Bearer TOKEN)")
+    public static func forbidden(scope: TokenScope, needed: TokenScope, doing: String) -> ServiceError {
         let how = needed == .manage
             ? "a manage token (from the service's --token-file) may; tokens from its --write-token-file write rows only"
             : "a write token (from the service's --write-token-file or --token-file) may"
         return ServiceError(status: 403, code: "forbidden", message: "this token may only \(scope == .read ? "read" : "write rows"), not \(doing); \(how)")
     }
-    static func badRequest(_ message: String, table: String? = nil) -> ServiceError {
+    public static func badRequest(_ message: String, table: String? = nil) -> ServiceError {
         ServiceError(status: 400, code: "bad_request", table: table, message: message)
     }
     /// The database stayed locked past the driver's wait: another writer, or (on SQLite) a read
     /// snapshot a client holds open (one killed mid-read holds it until the idle limit).
-    static func busy(_ detail: String, table: TableName?) -> ServiceError {
+    public static func busy(_ detail: String, table: TableName?) -> ServiceError {
         ServiceError(
             status: 503, code: "busy", table: table?.description,
             message: "the database is busy: another session holds a lock this request needs (a long write, or on SQLite a read snapshot a client left open, which ends after the idle limit); nothing was changed; try again shortly",
             detail: detail)
     }
-    static func tooLarge(_ limit: Int) -> ServiceError {
+    public static func tooLarge(_ limit: Int) -> ServiceError {
         ServiceError(status: 413, code: "too_large", message: "the request body is larger than \(limit) bytes; send smaller batches")
     }
 
     /// Maps any error from the core, a driver or the wire format to a status and code.
-    static func from(_ error: any Error, table: TableName?) -> ServiceError {
+    public static func from(_ error: any Error, table: TableName?) -> ServiceError {
         if let e = error as? ServiceError { return e }
         if let e = error as? any DatabaseBusyError, e.isBusy { return .busy("\(error)", table: table) }
         if let e = error as? XMLWireError {
@@ -80,5 +90,5 @@ struct ServiceError: Error, Sendable {
         return .internalFailure("\(error)", table: table)
     }
 
-    var document: Data { XMLDocuments.error(code: code, table: table, message: message, row: row, column: column) }
+    public var document: Data { XMLDocuments.error(code: code, table: table, message: message, row: row, column: column) }
 }

@@ -1,0 +1,45 @@
+/// What a connection can do, as a plugin or a service declares it (`GET /v1/capabilities`,
+/// docs/plugins.md). Built-in drivers can do everything; the planner refuses, before anything
+/// is written, work that needs what a connection did not declare.
+public struct Capabilities: OptionSet, Sendable, Hashable, CustomStringConvertible {
+    public let rawValue: Int
+    public init(rawValue: Int) { self.rawValue = rawValue }
+
+    /// Tables, schemas, counts and rows can be read.
+    public static let source = Capabilities(rawValue: 1 << 0)
+    /// Tables can be created, dropped, swapped, filled and merged.
+    public static let target = Capabilities(rawValue: 1 << 1)
+    /// Rows come in key order and page by key (bounds, largest-first, key-hash buckets).
+    public static let keyedReads = Capabilities(rawValue: 1 << 2)
+    /// Range digests are computed next to the data.
+    public static let digests = Capabilities(rawValue: 1 << 3)
+    /// A read snapshot can be held and shared by every connection of a run.
+    public static let snapshots = Capabilities(rawValue: 1 << 4)
+    /// Keyed writes (upsert, delete by key), applied all or nothing.
+    public static let keyedWrites = Capabilities(rawValue: 1 << 5)
+    /// Guarded multi-table pushes in one transaction (offline sync).
+    public static let atomicPush = Capabilities(rawValue: 1 << 6)
+
+    public static let all: Capabilities = [.source, .target, .keyedReads, .digests, .snapshots, .keyedWrites, .atomicPush]
+
+    /// Wire names, in documentation order.
+    public static let names: [(String, Capabilities)] = [
+        ("source", .source), ("target", .target), ("keyed-reads", .keyedReads), ("digests", .digests),
+        ("snapshots", .snapshots), ("keyed-writes", .keyedWrites), ("atomic-push", .atomicPush),
+    ]
+
+    /// The wire names of these capabilities.
+    public var list: [String] { Self.names.filter { contains($0.1) }.map(\.0) }
+
+    public var description: String { list.isEmpty ? "none" : list.joined(separator: ", ") }
+
+    /// Refuses, naming `what` needs `needed` and where: "… does not declare keyed-writes, which
+    /// upsert needs".
+    public func require(_ needed: Capabilities, for what: String, endpoint: String) throws {
+        let missing = needed.subtracting(self)
+        guard missing.isEmpty else {
+            throw FerryError.invalidOption(
+                "\(endpoint) does not declare \(missing.list.joined(separator: " and ")), which \(what) needs; nothing was written (its capabilities: \(description))")
+        }
+    }
+}

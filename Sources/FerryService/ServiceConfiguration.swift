@@ -1,0 +1,51 @@
+import FerryCore
+import Foundation
+
+/// What the protocol's handlers serve, whatever carries the requests: the database, whether
+/// it may be written, which tables, and the limits.
+public struct ServiceConfiguration: Sendable {
+    /// The database served (any registered driver).
+    public var database: Endpoint
+    public var registry: DriverRegistry
+    /// Connections are opened as targets (a new SQLite file is created by the first write).
+    public var writable: Bool
+    /// Tables served (empty: every table the catalog lists).
+    public var tables: [TableName]
+    /// Largest request body accepted (413 beyond).
+    public var maxBodyBytes: Int
+    /// Rows per page when the client does not ask, and the most it may ask for.
+    public var defaultPageRows: Int
+    public var maxPageRows: Int
+    /// Bytes of rows after which a page ends early (with `<next>`), whatever its row limit.
+    public var pageBytes: Int
+    /// Read snapshots held for clients at once, and when an unused or old one ends.
+    public var maxSnapshots: Int
+    public var snapshotIdleSeconds: Double
+    public var snapshotLifetimeSeconds: Double
+    /// What `GET /v1/capabilities` announces.
+    public var name: String
+    public var version: String
+    public var capabilities: Capabilities
+
+    public init(
+        database: Endpoint, registry: DriverRegistry, writable: Bool, tables: [TableName] = [], maxBodyBytes: Int = 64 << 20,
+        defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000, pageBytes: Int = 8 << 20, maxSnapshots: Int = 16,
+        snapshotIdleSeconds: Double = 300, snapshotLifetimeSeconds: Double = 3_600, name: String = "ferry", version: String = "",
+        capabilities: Capabilities = .all
+    ) {
+        self.database = database
+        self.registry = registry
+        self.writable = writable
+        self.tables = tables
+        self.maxBodyBytes = maxBodyBytes
+        self.defaultPageRows = defaultPageRows
+        self.maxPageRows = maxPageRows
+        self.pageBytes = pageBytes
+        self.maxSnapshots = maxSnapshots
+        self.snapshotIdleSeconds = snapshotIdleSeconds
+        self.snapshotLifetimeSeconds = snapshotLifetimeSeconds
+        self.name = name
+        self.version = version
+        self.capabilities = writable ? capabilities : capabilities.subtracting([.target, .keyedWrites, .atomicPush])
+    }
+}

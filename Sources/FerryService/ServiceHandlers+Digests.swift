@@ -1,0 +1,40 @@
+import FerryCore
+import FerryXML
+import Foundation
+
+/// Range digests of key-hash buckets, computed next to the data (see docs/xml-protocol.md).
+extension ServiceHandlers {
+    func digests(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try r.table()
+        guard let modulus = r.value("modulus").flatMap({ Int64($0) }), modulus >= 1, modulus <= 1 << 31 else {
+            throw ServiceError.badRequest("modulus must be a whole number from 1 to 2147483648", table: name.description)
+        }
+        let columnNames = r.values("columns")
+        let keyNames = r.values("key")
+        let within = try Self.bucketParameter(r.value("within"), key: keyNames, table: name)
+        // One answer line per bucket: without `within`, at most 2^20 buckets.
+        guard within != nil || modulus <= 1 << 20 else {
+            throw ServiceError.badRequest("modulus above 1048576 needs within= (buckets of a coarser level)", table: name.description)
+        }
+        let snapshot = r.value("snapshot")
+        let data = try await Offload.run { [self] () -> Data in
+            let lease = try read(snapshot: snapshot)
+            defer { lease.release() }
+            let c = lease.connection
+            let schema = try c.describe(try served(name, in: c))
+            func columns(_ names: [String]) throws -> [Column] {
+                try names.map { n in
+                    guard let col = schema.column(named: n), col.logicalType.isSupported else { throw FerryError.columnNotFound(table: schema.name, column: n) }
+                    return col
+                }
+            }
+            let key = try columns(keyNames.isEmpty ? schema.preferredKey?.columns ?? [] : keyNames)
+            guard !key.isEmpty else { throw ServiceError.badRequest("table \(schema.name) has no key: digests need one (key=…)", table: schema.name.description) }
+            let request = DigestRequest(
+                key: key, columns: try columns(columnNames.isEmpty ? schema.columns.filter(\.logicalType.isSupported).map(\.name) : columnNames),
+                modulus: modulus, within: within.map { BucketFilter(key: key, modulus: $0.modulus, residues: $0.residues) })
+            return XMLDocuments.digests(modulus: modulus, try c.bucketDigests(schema, request: request))
+        }
+        return .xml(data)
+    }
+}

@@ -1,0 +1,44 @@
+import FerryCore
+import FerryXML
+import Foundation
+
+/// A guarded push (offline sync): several tables' inserts, updates and deletes, each guarded
+/// by the row it expects, applied in one transaction and recorded under its id; and whether a
+/// push id committed.
+extension ServiceHandlers {
+    func push(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let data = try await body(r)
+        let logger = r.logger
+        let answer = try await Offload.run { [self] () -> Data in
+            let c = try open(write: true)
+            defer { c.close() }
+            let push = try PushDocument.decode(data) { name, names in
+                let t = try served(name, in: c)
+                guard !Self.isStaging(t) else { throw ServiceError.notFound(t) }
+                let schema = try c.describe(t)
+                return try names.map { n in
+                    guard let col = schema.column(named: n), col.logicalType.isSupported, !col.generated else {
+                        throw FerryError.columnNotFound(table: t, column: n)
+                    }
+                    return col
+                }
+            }
+            let outcome = try push.tables.isEmpty ? .applied([:]) : c.applyGuardedPush(push)
+            if case .applied = outcome { logger.info("push \(push.id) applied to \(push.tables.count) tables") }
+            return PushDocument.outcome(outcome, id: push.id)
+        }
+        return .xml(answer)
+    }
+
+    func pushStatus(_ r: ServiceRequest) async throws -> ServiceResponse {
+        guard let id = r.parameters["id"]?.removingPercentEncoding, !id.isEmpty, id.utf8.count <= 64 else {
+            throw ServiceError.badRequest("a push id is 1 to 64 characters")
+        }
+        let committed = try await Offload.run { [self] () -> Bool in
+            let c = try open(write: false)
+            defer { c.close() }
+            return try c.pushCommitted(id)
+        }
+        return .xml(XMLDocuments.pushStatus(id: id, committed: committed))
+    }
+}

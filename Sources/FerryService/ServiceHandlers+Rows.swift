@@ -1,0 +1,137 @@
+import FerryCore
+import FerryXML
+import Foundation
+
+/// Rows: read a page (streamed, keyset-paged, gzip on request) and insert a document of rows.
+extension ServiceHandlers {
+    func readRows(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try r.table()
+        let limit = min(max(r.value("limit").flatMap { Int($0) } ?? configuration.defaultPageRows, 1), configuration.maxPageRows)
+        let after = r.values("after")
+        let upTo = r.values("upto")
+        let wanted = r.values("columns")
+        let buckets = try Self.bucketParameter(r.value("buckets"), key: r.values("bucketkey"), table: name)
+        var hints: [String: ReadHints] = [:]
+        for (parameter, hint) in [("text", ReadHints.textForm), ("json", .jsonForm), ("zerodates", .zeroDatesAsNull), ("native", .nativeForm)] {
+            for c in r.values(parameter) { hints[c, default: []].insert(hint) }
+        }
+        let readHints = hints
+        let descending: Bool
+        switch r.value("order") {
+        case nil, "asc": descending = false
+        case "desc": descending = true
+        case let other?: throw ServiceError.badRequest("order must be asc or desc, not '\(other.prefix(20))'", table: name.description)
+        }
+        let snapshot = r.value("snapshot")
+        let stream = try await Offload.run { [self] in
+            try RowStream(service: self, table: name, after: after, upTo: upTo, columns: wanted, hints: readHints, limit: limit, descending: descending,
+                          buckets: buckets, snapshot: snapshot)
+        }
+        // gzip when the client asks for it (streamed, chunk by chunk).
+        let gzip = r.headers["accept-encoding"].map { $0.lowercased().contains("gzip") } ?? false
+        let logger = r.logger
+        return ServiceResponse(headers: gzip ? [("Content-Encoding", "gzip")] : [], body: .stream { write in
+            defer {
+                logger.info("streamed \(stream.sent) rows of \(stream.table)")
+                stream.close()
+            }
+            let compressor = gzip ? try GzipStream() : nil
+            func send(_ bytes: [UInt8], last: Bool = false) async throws {
+                let out = try compressor.map { try $0.compress(bytes, finish: last) } ?? bytes
+                if !out.isEmpty { try await write(out) }
+            }
+            do {
+                try await send(stream.begin())
+                while let chunk = try await Offload.run({ try stream.nextChunk() }) {
+                    try await send(chunk)
+                }
+                try await send(stream.end(), last: true)
+            } catch {
+                // The status line is gone: say it inside the document, so the client fails too.
+                let e = ServiceError.from(error, table: name)
+                if let detail = e.detail { logger.error("rows of \(name): \(detail)") }
+                var out = Array("<error".utf8)
+                out += Array(" code=\"\(e.code)\">".utf8)
+                XMLText.appendEscaped(e.message, into: &out)
+                out += Array("</error></rows>\n".utf8)
+                try await send(out, last: true)
+            }
+        })
+    }
+
+    /// The body is decoded as it arrives and written batch by batch in one transaction: memory
+    /// holds a batch and the pieces of the body in between, whatever the size of the request.
+    func insertRows(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try r.table()
+        try mayWrite(name, r, doing: "load into")
+        let wanted = r.values("columns")
+        let pipe = BodyPipe()
+        async let inserted: Int = Offload.run { [self] () -> Int in
+            defer { pipe.close() }
+            let c = try open(write: true)
+            defer { c.close() }
+            let t = try served(name, in: c)
+            let schema = try c.describe(t)
+            let columns = try wanted.isEmpty ? schema.columns : wanted.map { w in
+                guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: t, column: w) }
+                return col
+            }
+            let writer = try c.writer(into: schema, columns: columns)
+            return try Self.transaction(c) {
+                do {
+                    return try Self.load(from: pipe, into: writer, columns: columns)
+                } catch {
+                    writer.abort()
+                    throw error
+                }
+            }
+        }
+        // Feeds the pipe; it waits while the pipe is full, so the transport is read no faster
+        // than the rows are written.
+        let maxBody = configuration.maxBodyBytes
+        var total = 0
+        do {
+            while let piece = try await r.body.next() {
+                total += piece.count
+                if total > maxBody {
+                    pipe.finish(error: ServiceError.tooLarge(maxBody))
+                    break
+                }
+                guard await pipe.put(piece) else { break }
+            }
+            pipe.finish()
+        } catch {
+            pipe.finish(error: error)
+        }
+        return .xml(XMLDocuments.applied([("inserted", try await inserted)]))
+    }
+
+    /// Decodes a `<rows>` body from `pipe` as it arrives and writes each batch as it fills.
+    /// A refused value is reported by its row in the request (1-based in the answer), whichever
+    /// batch of the request it was in.
+    static func load(from pipe: BodyPipe, into writer: any BatchWriter, columns: [Column]) throws -> Int {
+        let decoder = XMLRowsStreamDecoder(columns: columns, batchSize: 10_000)
+        // Rows of the request before the batch being written, and before the one written before it.
+        var current = 0
+        var previous = 0
+        func located(_ e: BatchRowError) -> BatchRowError {
+            // A writer reports a row of the batch it was given, or of the one before (`batch` set).
+            BatchRowError(row: (e.batch == nil ? current : previous) + e.row, error: e.error)
+        }
+        func write(_ batch: RowBatch) throws {
+            do { try writer.write(batch) } catch let e as BatchRowError { throw located(e) }
+            previous = current
+            current += batch.count
+        }
+        while let piece = try pipe.take() {
+            piece.withUnsafeBytes { decoder.append($0) }
+            while let batch = try decoder.next() { try write(batch) }
+        }
+        while let batch = try decoder.next(final: true) { try write(batch) }
+        do { try writer.finish() } catch let e as BatchRowError {
+            // Whatever the writer still held belongs to the last batch.
+            throw BatchRowError(row: previous + e.row, error: e.error)
+        }
+        return decoder.rows
+    }
+}

@@ -1,0 +1,168 @@
+import FerryCore
+import FerryXML
+import Foundation
+
+/// Staging operations, which keep the http driver's loads all or nothing: merge a staging
+/// table into its target, swap one in for its target, and apply staged upserts and deletes.
+extension ServiceHandlers {
+    /// Moves every row of a staging table into its target in one transaction, then drops
+    /// the staging table: how the http driver appends without leaving half a load behind.
+    func merge(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let stagingTable = try r.table()
+        let into = try Self.into(r, for: "merge")
+        guard Self.isStaging(stagingTable) else {
+            throw ServiceError.badRequest("\(stagingTable) is not a staging table (\(CopyEngine.internalPrefix)…): only those are merged", table: stagingTable.description)
+        }
+        try staging.check(stagingTable, r.principal, doing: "merge")
+        try mayWrite(into, r, doing: "merge into")
+        let moved = try await Offload.run { [self] () -> Int in
+            let c = try open(write: true)
+            defer { c.close() }
+            // A second connection reads the (committed) staging table while the first writes:
+            // batches stream through, memory stays flat whatever the size of the load.
+            let r = try open(write: false)
+            defer { r.close() }
+            let from = try served(stagingTable, in: c)
+            let to = try served(into, in: c)
+            let schema = try c.describe(from)
+            let target = try c.describe(to)
+            return try Self.transaction(c) {
+                let reader = try r.reader(table: schema, columns: schema.columns, keyRange: nil, batchSize: 10_000)
+                let writer = try c.writer(into: target, columns: schema.columns)
+                var n = 0
+                do {
+                    while let b = try reader.next() {
+                        try writer.write(b)
+                        n += b.count
+                    }
+                    try writer.finish()
+                } catch {
+                    reader.close()
+                    writer.abort()
+                    throw error
+                }
+                reader.close()
+                try c.dropTable(from)
+                staging.forget(from)
+                return n
+            }
+        }
+        return .xml(XMLDocuments.applied([("inserted", moved)]))
+    }
+
+    func swap(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let stagingTable = try r.table()
+        let into = try Self.into(r, for: "swap")
+        try r.principal.require(.manage, "replace tables")
+        try await Offload.run { [self] in
+            let c = try open(write: true)
+            defer { c.close() }
+            let from = try served(stagingTable, in: c)
+            try Self.transaction(c) { try c.swapTable(from, into: into) }
+        }
+        return .xml(XMLDocuments.applied([("swapped", 1)]))
+    }
+
+    /// Keyed writes staged by the http driver, applied in one transaction: the keys of
+    /// `deletes` deleted, the rows of `upserts` inserted or (where they differ) updated by
+    /// `key`, serial counters moved, and the row count checked against `expect`; both
+    /// staging tables dropped. Any failure applies nothing.
+    func apply(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try r.table()
+        let keyNames = r.values("key")
+        let upserts = r.value("upserts").map { TableName(parsing: $0) }
+        let deletes = r.value("deletes").map { TableName(parsing: $0) }
+        let expect = try r.value("expect").map { text -> Int64 in
+            guard let n = Int64(text), n >= 0 else { throw ServiceError.badRequest("expect= is a row count", table: name.description) }
+            return n
+        }
+        let resetSerial = r.value("reset-serial") == "1"
+        let logger = r.logger
+        let principal = r.principal
+        try mayWrite(name, r, doing: "apply into")
+        guard upserts != nil || deletes != nil else {
+            throw ServiceError.badRequest("apply needs ?upserts=STAGING and/or ?deletes=STAGING", table: name.description)
+        }
+        let counts = try await Offload.run { [self] () -> [(String, Int)] in
+            let c = try open(write: true)
+            defer { c.close() }
+            // A second connection reads the (committed) staging tables while the first writes.
+            let r = try open(write: false)
+            defer { r.close() }
+            let t = try served(name, in: c)
+            let schema = try c.describe(t)
+            let key = keyNames.isEmpty ? (schema.preferredKey?.columns ?? []) : keyNames
+            guard !key.isEmpty else { throw FerryError.noKey(table: t) }
+            for k in key where schema.column(named: k) == nil { throw FerryError.columnNotFound(table: t, column: k) }
+            let staged = try [deletes, upserts].map { try $0.map { s -> TableSchema in
+                let staging = try served(s, in: c)
+                guard staging.name.hasPrefix(CopyEngine.internalPrefix) else {
+                    throw ServiceError.badRequest("\(staging) is not a staging table (\(CopyEngine.internalPrefix)…)", table: name.description)
+                }
+                try self.staging.check(staging, principal, doing: "apply")
+                return try c.describe(staging)
+            } }
+            /// Every batch of a staging table, read on `r`; a refused row named by its key.
+            func each(_ staging: TableSchema, _ body: (RowBatch, [Column]) throws -> Void) throws {
+                let columns = try staging.columns.map { s in
+                    guard let col = schema.column(named: s.name) else { throw FerryError.columnNotFound(table: t, column: s.name) }
+                    return Column(name: col.name, nativeType: col.nativeType, logicalType: s.logicalType, isNullable: true)
+                }
+                let reader = try r.reader(table: staging, columns: staging.columns, keyRange: nil, batchSize: 10_000)
+                defer { reader.close() }
+                while let batch = try reader.next() {
+                    do {
+                        try body(batch, columns)
+                    } catch let e as BatchRowError {
+                        let b = e.batch ?? batch
+                        let shown = key.compactMap { k -> String? in
+                            guard let i = columns.firstIndex(where: { $0.name == k }), e.row < b.count else { return nil }
+                            return "\(k)=\(Value(column: b.columns[i], row: e.row, type: columns[i].logicalType))"
+                        }
+                        // Named by its key: the client's row numbers are not the staging table's.
+                        var refused = ServiceError.from(e, table: t)
+                        refused.row = nil
+                        refused.message += " (key (\(shown.joined(separator: ", "))))"
+                        throw refused
+                    }
+                }
+            }
+            let applied = try Self.transaction(c) { () -> MergeCounts in
+                var counts = MergeCounts()
+                // Deletes first: a row going away may free a unique value an upsert takes.
+                if let d = staged[0] {
+                    try each(d) { batch, columns in
+                        counts.deleted += Int64(try c.deleteRows(from: schema, key: columns, keys: batch))
+                    }
+                }
+                if let u = staged[1] {
+                    try each(u) { batch, columns in
+                        counts = counts + (try c.mergeRows(into: schema, columns: columns, key: key, rows: batch))
+                    }
+                }
+                if let expect {
+                    let n = try c.countRows(t)
+                    guard n == expect else {
+                        throw ServiceError(
+                            status: 409, code: "conflict", table: t.description,
+                            message: "after applying, \(t) would hold \(n) rows where \(expect) were expected; this table's key comparison merges keys the source keeps apart (a case-insensitive collation?); nothing was applied")
+                    }
+                }
+                // Last: on MySQL moving a counter is DDL, which commits.
+                if resetSerial, schema.columns.contains(where: \.isSerial) { try c.resetSerial(t, schema: schema) }
+                return counts
+            }
+            // Outside the transaction: dropping a table commits on MySQL. A staging table
+            // left behind by a failure here is dropped by the next load that stages.
+            for s in staged.compactMap({ $0 }) {
+                staging.forget(s.name)
+                do { try Self.transaction(c) { try c.dropTable(s.name) } } catch {
+                    logger.warning("could not drop staging table \(s.name): \(error)")
+                }
+            }
+            return [("inserted", Int(applied.inserted)), ("updated", Int(applied.updated)),
+                    ("unchanged", Int(applied.unchanged)), ("deleted", Int(applied.deleted))]
+        }
+        return .xml(XMLDocuments.applied(counts))
+    }
+}

@@ -1,0 +1,87 @@
+import FerryCore
+import FerryXML
+import Foundation
+
+/// Tables: the list, a schema, the row count, create and drop; and what the service can do.
+extension ServiceHandlers {
+    func capabilities(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let c = configuration
+        return .xml(XMLDocuments.capabilities(.init(name: c.name, version: c.version, capabilities: c.capabilities)))
+    }
+
+    func tables(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let data = try await Offload.run { [self] in
+            let c = try open(write: false)
+            defer { c.close() }
+            let all = try c.listTables()
+            let served = configuration.tables
+            return XMLDocuments.tables(served.isEmpty ? all : all.filter { t in served.contains { t.name.matches($0) } })
+        }
+        return .xml(data)
+    }
+
+    func schema(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try r.table()
+        let snapshot = r.value("snapshot")
+        let data = try await Offload.run { [self] in
+            let lease = try read(snapshot: snapshot)
+            defer { lease.release() }
+            let c = lease.connection
+            return XMLDocuments.schema(try c.describe(try served(name, in: c)))
+        }
+        return .xml(data)
+    }
+
+    func count(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try r.table()
+        let snapshot = r.value("snapshot")
+        let n = try await Offload.run { [self] in
+            let lease = try read(snapshot: snapshot)
+            defer { lease.release() }
+            let c = lease.connection
+            return try c.countRows(try served(name, in: c))
+        }
+        return .xml(XMLDocuments.count(n))
+    }
+
+    func createTable(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let data = try await body(r)
+        let principal = r.principal
+        let result = try await Offload.run { [self] () -> Data in
+            let schema = RequestSchema.sanitized(try XMLDocuments.decodeSchema(data))
+            // A write token creates only the staging tables of its loads.
+            if !Self.isStaging(schema.name) { try principal.require(.manage, "create tables") }
+            let c = try open(write: true)
+            defer { c.close() }
+            // A foreign key (SQLite declares them in CREATE TABLE) may only reference a served table.
+            for fk in schema.foreignKeys { try mayReference(fk.referencedTable) }
+            if try c.tableExists(schema.name) {
+                throw FerryError.targetTableExists(table: schema.name, endpoint: "this service")
+            }
+            do {
+                try Self.transaction(c) { _ = try c.createTable(schema, named: schema.name) }
+            } catch {
+                if !c.dialect.supportsTransactionalDDL { try? c.dropTable(schema.name) }
+                throw error
+            }
+            if Self.isStaging(schema.name) { staging.record(schema.name, token: principal.token) }
+            return XMLDocuments.schema(try c.describe(schema.name))
+        }
+        return .xml(result, status: 201)
+    }
+
+    func dropTable(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try r.table()
+        if Self.isStaging(name) { try staging.check(name, r.principal, doing: "drop") } else {
+            try r.principal.require(.manage, "drop tables")
+        }
+        try await Offload.run { [self] in
+            let c = try open(write: true)
+            defer { c.close() }
+            let t = try served(name, in: c)
+            try Self.transaction(c) { try c.dropTable(t) }
+            staging.forget(t)
+        }
+        return .xml(XMLDocuments.applied([("dropped", 1)]))
+    }
+}

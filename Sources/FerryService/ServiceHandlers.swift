@@ -1,0 +1,189 @@
+import FerryCore
+import FerryXML
+import Foundation
+import Logging
+
+/// The protocol's handlers (docs/xml-protocol.md), free of any transport: each takes a parsed
+/// request and returns a response over a connection the registry opens. `ferry serve` maps
+/// HTTP onto them; a driver plugin built with FerryPluginKit maps its stdin and stdout onto
+/// them. Each request opens its own connection; blocking database work runs off the caller's
+/// threads (`Offload`). The handlers live in files by resource (`ServiceHandlers+Tables`, …).
+public final class ServiceHandlers: Sendable {
+    public let configuration: ServiceConfiguration
+    /// Index and foreign key requests one at a time: each picks names free in the catalog, and
+    /// two at once (a copy with --jobs) would pick the same one.
+    let objectRequests = Locked(())
+    /// Read snapshots held for clients (`POST /v1/snapshots`).
+    let snapshots: SnapshotStore
+    /// Staging tables created by write tokens, and by which.
+    let staging = StagingOwners()
+
+    public init(configuration: ServiceConfiguration) {
+        self.configuration = configuration
+        snapshots = SnapshotStore(
+            maxSnapshots: configuration.maxSnapshots, idleSeconds: configuration.snapshotIdleSeconds,
+            lifetimeSeconds: configuration.snapshotLifetimeSeconds)
+    }
+
+    /// Starts ending snapshots that clients abandoned (every 30 s).
+    public func startSweeping() { snapshots.startSweeping() }
+
+    /// Ends every snapshot held (the service or the plugin is stopping).
+    public func releaseAll() { snapshots.releaseAll() }
+
+    /// The answer to `request`: its handler's, or the error document for what it threw (the
+    /// details a body never carries go to the request's logger).
+    public func respond(_ request: ServiceRequest) async -> ServiceResponse {
+        do {
+            return try await handle(request)
+        } catch {
+            let e = ServiceError.from(error, table: nil)
+            if let detail = e.detail { request.logger.error("\(request.route.method) \(request.route.pattern): \(detail)") }
+            return .error(e)
+        }
+    }
+
+    /// The route table: each endpoint's handler.
+    func handle(_ r: ServiceRequest) async throws -> ServiceResponse {
+        switch r.route {
+        case .capabilities: return try await capabilities(r)
+        case .tables: return try await tables(r)
+        case .schema: return try await schema(r)
+        case .createTable: return try await createTable(r)
+        case .dropTable: return try await dropTable(r)
+        case .count: return try await count(r)
+        case .readRows: return try await readRows(r)
+        case .insertRows: return try await insertRows(r)
+        case .digests: return try await digests(r)
+        case .createSnapshot: return try await createSnapshot(r)
+        case .releaseSnapshot: return try releaseSnapshot(r)
+        case .objects: return try await objects(r)
+        case .indexes, .foreignKeys: return try await createObjects(r)
+        case .merge: return try await merge(r)
+        case .swap: return try await swap(r)
+        case .apply: return try await apply(r)
+        case .changes: return try await changes(r)
+        case .resetSerial: return try await resetSerial(r)
+        case .push: return try await push(r)
+        case .pushStatus: return try await pushStatus(r)
+        }
+    }
+
+    // MARK: Shared by the handlers
+
+    /// Opens a connection for one request. A database served for writing is opened as a
+    /// target even to read (a new SQLite file is then created by the first write, not refused).
+    func open(write: Bool) throws -> any Connection {
+        try configuration.registry.connect(configuration.database, role: write || configuration.writable ? .target : .source)
+    }
+
+    /// A connection for one read: inside snapshot `id` when the request names one
+    /// (`snapshot=ID`), else a new one. `release` it when done.
+    func read(snapshot id: String?) throws -> SnapshotStore.Lease {
+        if let id { return try snapshots.lease(id) { try open(write: false) } }
+        let c = try open(write: false)
+        return SnapshotStore.Lease(connection: c, release: { c.close() })
+    }
+
+    /// A foreign key may reference only a table the service would serve (it need not exist yet:
+    /// a copy creates the tables one by one).
+    func mayReference(_ name: TableName) throws {
+        guard configuration.tables.isEmpty || configuration.tables.contains(where: { name.matches($0) }) else {
+            throw ServiceError.notFound(name)
+        }
+    }
+
+    /// The served table `name`, checked against the catalog before any query touches it.
+    /// Ferry's own staging tables (the `_ferry_` prefix) are served when they exist, so that
+    /// a client can load and swap or merge them.
+    func served(_ name: TableName, in connection: any Connection) throws -> TableName {
+        // A catalog lookup of the one name (listing every table would count every table's rows).
+        guard try connection.tableExists(name) else { throw ServiceError.notFound(name) }
+        if Self.isStaging(name) { return name }
+        guard configuration.tables.isEmpty || configuration.tables.contains(where: { name.matches($0) }) else {
+            throw ServiceError.notFound(name)
+        }
+        return name
+    }
+
+    /// The whole body of a request (a short document), refused beyond `maxBodyBytes`.
+    func body(_ request: ServiceRequest) async throws -> Data {
+        var out = Data()
+        while let piece = try await request.body.next() {
+            guard out.count + piece.count <= configuration.maxBodyBytes else { throw ServiceError.tooLarge(configuration.maxBodyBytes) }
+            out.append(contentsOf: piece)
+        }
+        return out
+    }
+
+    /// Refuses unless the caller may write into `table`: any served table for a write token,
+    /// and of Ferry's staging tables only those its own loads created.
+    func mayWrite(_ table: TableName, _ request: ServiceRequest, doing: String) throws {
+        if Self.isStaging(table) { try staging.check(table, request.principal, doing: doing) }
+    }
+
+    static func isStaging(_ table: TableName) -> Bool { table.name.hasPrefix(CopyEngine.internalPrefix) }
+
+    /// Runs `body` in one transaction on `c`: committed when it returns, rolled back when it throws.
+    static func transaction<T>(_ c: any Connection, _ body: () throws -> T) throws -> T {
+        try c.begin()
+        do {
+            let result = try body()
+            try c.commit()
+            return result
+        } catch {
+            try? c.rollback()
+            throw error
+        }
+    }
+
+    /// The `?into=TABLE` of merge and swap.
+    static func into(_ request: ServiceRequest, for action: String) throws -> TableName {
+        guard let into = request.value("into").map({ TableName(parsing: $0) }) else {
+            throw ServiceError.badRequest("\(action) needs ?into=TABLE")
+        }
+        return into
+    }
+
+    /// Parses `MODULUS:r1,r2,…` (a bucket filter; `key` names its key columns, or the table's
+    /// key when empty). At most 10,000 buckets per request.
+    static func bucketParameter(_ text: String?, key: [String], table: TableName) throws -> (key: [String], modulus: Int64, residues: [Int64])? {
+        guard let text else { return nil }
+        let parts = text.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+        guard parts.count == 2, let modulus = Int64(parts[0]), modulus >= 1, modulus <= 1 << 31 else {
+            throw ServiceError.badRequest("a bucket filter is MODULUS:r1,r2,… with a modulus from 1 to 2147483648", table: table.description)
+        }
+        let residues = try parts[1].split(separator: ",").map { r -> Int64 in
+            guard let v = Int64(r), v >= 0, v < modulus else {
+                throw ServiceError.badRequest("bucket '\(r.prefix(20))' is not a whole number below the modulus \(modulus)", table: table.description)
+            }
+            return v
+        }
+        guard residues.count <= 10_000 else {
+            throw ServiceError.badRequest("at most 10000 buckets per request (\(residues.count) asked)", table: table.description)
+        }
+        return (key, modulus, residues)
+    }
+}
+
+/// The staging tables created by write tokens' loads, and by which token: a write token may
+/// drop, fill, merge or apply only its own. (Kept in memory: after a restart a staging table
+/// left behind by a failed load is a manage token's to drop.)
+final class StagingOwners: Sendable {
+    private let owners = Locked<[TableName: Int]>([:])
+
+    func record(_ table: TableName, token: Int) { owners.withLock { $0[table] = token } }
+    func forget(_ table: TableName) { _ = owners.withLock { $0.removeValue(forKey: table) } }
+    func owner(of table: TableName) -> Int? { owners.withLock { $0[table] } }
+
+    /// Refuses unless `principal` may use staging table `table`: manage tokens any, write tokens
+    /// their own.
+    func check(_ table: TableName, _ principal: RequestPrincipal, doing: String) throws {
+        if principal.scope >= .manage { return }
+        guard owner(of: table) == principal.token else {
+            throw ServiceError(
+                status: 403, code: "forbidden", table: table.description,
+                message: "this token may \(doing) only the staging tables its own loads created, and \(table) is not one (a manage token, from the service's --token-file, may)")
+        }
+    }
+}

@@ -1,0 +1,121 @@
+import FerryCore
+import Foundation
+
+/// How the protocol's requests reach a service: HTTP (`URLSessionTransport`) or a driver
+/// plugin's pipe (FerryPlugins). One request at a time per exchange; an exchange hands the
+/// answer's body over piece by piece as it arrives.
+public protocol ProtocolTransport: AnyObject, Sendable {
+    /// The endpoint, for messages (printed masked).
+    var endpoint: Endpoint { get }
+    /// What answers, in messages: "the service", "plugin ferry-driver-csv".
+    var peer: String { get }
+    /// Starts a request and waits for its status: the body then comes piece by piece from the
+    /// exchange. `target` is relative to the service's base (`v1/tables`). `upload` streams a
+    /// rows document as the request body. Throws `HTTPTransportError` when no answer came and
+    /// asking again is safe; any other error is final.
+    func start(_ method: String, _ target: String, body: Data?, upload: RowsDocumentSource?) throws -> any ProtocolExchange
+    /// What to tell a user whose request got no answer after the retries.
+    func unanswered(_ reason: String) -> FerryError
+    /// What to tell a user whose credentials were refused (401).
+    var unauthorizedAdvice: String { get }
+    /// The connection using this transport has ended (a plugin process may stop).
+    func release()
+}
+
+extension ProtocolTransport {
+    public func release() {}
+}
+
+/// One request in flight: its status, then its body's pieces in order.
+public protocol ProtocolExchange: AnyObject {
+    /// The status; set once `start` has returned.
+    var status: Int? { get }
+    /// The next piece of the body; nil at its end. Throws `HTTPTransportError` when the
+    /// transfer broke off.
+    func next() throws -> Data?
+    /// Stops the transfer (the caller does not want the rest) and drops what was not taken:
+    /// nothing of this answer is ever read as another's.
+    func cancel()
+}
+
+extension ProtocolExchange {
+    /// The whole body (a short document), refused beyond `limit` bytes.
+    public func collect(upTo limit: Int) throws -> Data {
+        var body = Data()
+        while let piece = try next() {
+            guard body.count + piece.count <= limit else {
+                throw HTTPTransportError(FerryError.invalidOption("an answer of more than \(limit) bytes where a short document was expected"), beforeResponse: false)
+            }
+            body.append(piece)
+        }
+        return body
+    }
+}
+
+/// The service's answer to a request, its body collected (short documents only).
+public struct HTTPReply {
+    public var status: Int
+    public var body: Data
+}
+
+/// A request that got no answer, or whose answer broke off: the connection failed or the
+/// transfer was cut. Safe to retry only for a GET none of whose body reached the caller.
+public struct HTTPTransportError: Error, CustomStringConvertible {
+    public var reason: String
+    /// True when the failure came before the status line (nothing of the answer arrived).
+    public var beforeResponse: Bool
+    public var description: String { reason }
+
+    public init(_ error: (any Error)?, beforeResponse: Bool) {
+        self.beforeResponse = beforeResponse
+        if let e = error as? URLError {
+            reason = "\(e.localizedDescription) (URLError \(e.errorCode))"
+        } else {
+            reason = error.map { "\($0)" } ?? "no response"
+        }
+    }
+}
+
+
+/// The protocol's client over any transport: requests with retries for idempotent ones, the
+/// service's `<error>` documents turned into Ferry's errors. Immutable after init.
+final class ProtocolClient: @unchecked Sendable {  // unchecked: immutable after init; transports are thread-safe
+    let transport: any ProtocolTransport
+    var endpoint: Endpoint { transport.endpoint }
+    /// The most of a short document (schema, table list, error) collected in memory.
+    static let maxCollectedBytes = 64 << 20
+
+    init(transport: any ProtocolTransport) { self.transport = transport }
+
+    static func query(_ items: [(String, String)]) -> String { ProtocolRoute.query(items) }
+
+    func start(_ method: String, _ path: String, body: Data? = nil, upload: RowsDocumentSource? = nil) throws -> any ProtocolExchange {
+        try transport.start(method, path, body: body, upload: upload)
+    }
+
+    /// Sends a request and collects its (short) answer. GETs are retried with backoff when the
+    /// connection fails before anything of the answer was used.
+    func send(_ method: String, _ path: String, body: Data? = nil, upload: (() -> RowsDocumentSource)? = nil) throws -> HTTPReply {
+        let attempts = method == "GET" ? 4 : 1
+        var lastError: HTTPTransportError?
+        for attempt in 0..<attempts {
+            if attempt > 0 { Thread.sleep(forTimeInterval: 0.25 * Double(1 << (attempt - 1))) }
+            do {
+                let exchange = try start(method, path, body: body, upload: upload?())
+                defer { exchange.cancel() }
+                let status = exchange.status ?? 0
+                return HTTPReply(status: status, body: try exchange.collect(upTo: Self.maxCollectedBytes))
+            } catch let e as HTTPTransportError {
+                lastError = e
+            }
+        }
+        throw transport.unanswered(lastError?.reason ?? "no response")
+    }
+
+    /// Sends and checks the status, turning the service's `<error>` into Ferry's errors.
+    func expect(_ method: String, _ path: String, body: Data? = nil, upload: (() -> RowsDocumentSource)? = nil, table: TableName? = nil) throws -> Data {
+        let reply = try send(method, path, body: body, upload: upload)
+        guard (200..<300).contains(reply.status) else { throw error(reply, table: table) }
+        return reply.body
+    }
+}
