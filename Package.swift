@@ -1,4 +1,4 @@
-// swift-tools-version:6.1
+// swift-tools-version:6.2
 import PackageDescription
 
 let package = Package(
@@ -14,6 +14,9 @@ let package = Package(
         .library(name: "FerryXML", targets: ["FerryXML"]),
         .library(name: "FerryService", targets: ["FerryService"]),
         .library(name: "FerryServer", targets: ["FerryServer"]),
+        // Turns any Driver into a driver plugin executable (docs/plugins.md).
+        .library(name: "FerryPluginKit", targets: ["FerryPluginKit"]),
+        .library(name: "FerryPlugins", targets: ["FerryPlugins"]),
         .library(name: "FerrySync", targets: ["FerrySync"]),
         .library(name: "FerryCommands", targets: ["FerryCommands"]),
         .library(name: "FerryDriverTestKit", targets: ["FerryDriverTestKit"]),
@@ -26,6 +29,11 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.20.0", traits: []),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
+        // Driver plugins: child processes (Linux and macOS; never in FerryKit's iOS build).
+        .package(url: "https://github.com/swiftlang/swift-subprocess", from: "1.0.0"),
+        .package(url: "https://github.com/apple/swift-system", from: "1.5.0"),
+        // RFC 4180 CSV, streamed (the sample CSV plugin).
+        .package(url: "https://github.com/yaslab/CSV.swift", from: "2.5.0"),
         // `swift package generate-documentation --target FerryKit` (DocC).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
     ],
@@ -68,6 +76,22 @@ let package = Package(
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
             ]),
+        // Driver plugins: `ferry-driver-SCHEME` executables found on FERRY_DRIVER_PATH or PATH,
+        // spoken to over their stdin/stdout (the CLI injects them into its registry).
+        .target(
+            name: "FerryPlugins",
+            dependencies: [
+                "FerryCore", "FerryXML",
+                .product(name: "Subprocess", package: "swift-subprocess"),
+                .product(name: "SystemPackage", package: "swift-system"),
+            ]),
+        // The plugin kit: a Driver served over stdin/stdout through the service's handlers.
+        .target(
+            name: "FerryPluginKit",
+            dependencies: ["FerryCore", "FerryXML", "FerryService", .product(name: "Logging", package: "swift-log")]),
+        // Sample plugins, built by scripts/test: Ferry's SQLite driver through the kit (how the
+        // tests prove the transport), and a folder of CSV files.
+        .executableTarget(name: "ferry-driver-sqlitekit", dependencies: ["FerryPluginKit", "FerrySQLite"], path: "samples/plugins/sqlitekit"),
         // Offline snapshots and two-way sync: a SQLite snapshot file against any origin (drivers
         // come from the caller's registry; never the server).
         .target(name: "FerrySync", dependencies: ["FerryCore", "FerrySQLite"]),
@@ -88,7 +112,7 @@ let package = Package(
         .target(
             name: "FerryCommands",
             dependencies: [
-                "FerryCore", "FerryKit", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryServer", "FerrySync",
+                "FerryCore", "FerryKit", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryServer", "FerrySync", "FerryPlugins",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),

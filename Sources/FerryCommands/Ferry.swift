@@ -21,7 +21,7 @@ public struct Ferry: ParsableCommand {
             \(ExitStatus.table)
             """,
         version: "0.1.0",
-        subcommands: [Tables.self, Describe.self, Copy.self, Verify.self, Serve.self, Snapshot.self, Status.self, Push.self, Pull.self, SyncCommand.self]
+        subcommands: [Tables.self, Describe.self, Copy.self, Verify.self, Serve.self, Snapshot.self, Status.self, Push.self, Pull.self, SyncCommand.self, Drivers.self]
     )
 
     public init() {}
@@ -32,6 +32,7 @@ public struct Ferry: ParsableCommand {
     /// Parses and runs `arguments`, printing errors as one line on stderr, and returns the
     /// exit code (`ExitStatus`).
     public static func run(arguments: [String]) -> Int32 {
+        enablePlugins(arguments: arguments)
         do {
             var command = try parseAsRoot(arguments)
             try command.run()
@@ -127,6 +128,18 @@ struct DriverSettings: ParsableArguments {
 
     @Option(name: .long, help: "MySQL zero dates (0000-00-00) as read: error (default) or null.")
     var zeroDates: ZeroDates = .error
+
+    @Option(name: .long, help: ArgumentHelp(
+        "Let the driver plugin for SCHEME run although its URL came from a file (a snapshot's stored origin), not the command line.",
+        valueName: "scheme"))
+    var allowPlugin: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp("Seconds to wait for a connection or an answer (driver plugins: the handshake and each answer).", valueName: "seconds"))
+    var timeout: Double = 60
+
+    func validate() throws {
+        guard timeout > 0 else { throw ValidationError("--timeout must be a positive number of seconds") }
+    }
 
     enum ZeroDates: String, ExpressibleByArgument, CaseIterable {
         case error, null

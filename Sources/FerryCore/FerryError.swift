@@ -14,7 +14,7 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A URL Ferry cannot parse (`text` is already redacted).
     case invalidEndpoint(text: String, reason: String)
     /// A URL whose scheme no registered driver serves.
-    case unknownScheme(scheme: String, known: [String])
+    case unknownScheme(scheme: String, known: [String], hint: String? = nil)
     /// A command-line option or argument that makes no sense.
     case invalidOption(String)
     /// Could not open the database at all.
@@ -56,8 +56,9 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         switch self {
         case let .invalidEndpoint(text, reason):
             return "invalid database URL '\(text)': \(reason) (examples: sqlite:data/app.db, postgres://user@host:5432/db, mysql://user@host:3306/db)"
-        case let .unknownScheme(scheme, known):
+        case let .unknownScheme(scheme, known, hint):
             return "unknown URL scheme '\(scheme):': Ferry knows \(known.map { $0 + ":" }.joined(separator: ", ")) (e.g. sqlite:path/to/file.db)"
+                + (hint.map { "; \($0)" } ?? "")
         case let .invalidOption(message):
             return message
         case let .connectionFailed(endpoint, reason):

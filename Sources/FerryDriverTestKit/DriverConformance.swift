@@ -171,7 +171,7 @@ public struct DriverConformance {
             ("c_dec", .decimal(precision: 38, scale: 10),
              [.decimal("1234567890123456789012345678.0123456789"), .decimal("-0.0000000001")]),
             ("c_f32", .float32, [.double(Double(Float.greatestFiniteMagnitude)), .double(Double(Float.leastNonzeroMagnitude))]),
-            ("c_f64", .float64, [.double(.infinity), .double(5e-324)]),
+            ("c_f64", .float64, [.double(.infinity), .double(Double.leastNonzeroMagnitude)]),
             ("c_f64b", .float64, [.double(-.infinity), .double(.greatestFiniteMagnitude)]),
             ("c_text", .text, [.text("& < > ' \" \\ \t\r\n é 中文 😀 \u{1}\u{7f}"), .text(big)]),
             ("c_vchar", .text(maxLength: 40, fixed: false), [.text("Ünïcødé"), .text("]]> &amp; <v>")]),

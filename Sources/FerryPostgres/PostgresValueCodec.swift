@@ -223,7 +223,7 @@ enum PostgresValueCodec {
 
     /// Key values as SQL literals (COPY takes no parameters).
     static func literals(_ values: [Value], _ c: PostgresConnection) throws -> String {
-        try values.map { v -> String in
+        values.map { v -> String in
             if case .binary(let bytes) = v {
                 return "'\\x" + bytes.map { String(format: "%02x", $0) }.joined() + "'::bytea"
             }

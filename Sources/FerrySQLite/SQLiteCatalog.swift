@@ -194,7 +194,7 @@ extension SQLiteConnection {
     }
 
     /// `CONSTRAINT name FOREIGN KEY (cols)`, compiled once (an immutable regular expression).
-    nonisolated(unsafe) static let foreignKeyNamePattern: NSRegularExpression? = {
+    static let foreignKeyNamePattern: NSRegularExpression? = {
         let ident = #"("(?:[^"]|"")+"|\[[^\]]+\]|`[^`]+`|[A-Za-z_][A-Za-z0-9_$]*)"#
         return try? NSRegularExpression(pattern: #"CONSTRAINT\s+"# + ident + #"\s+FOREIGN\s+KEY\s*\(([^)]*)\)"#, options: [.caseInsensitive])
     }()

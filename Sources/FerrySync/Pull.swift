@@ -14,6 +14,7 @@ extension Sync {
         let started = Date()
         let origin = try registry.connect(endpoint, role: .source)
         defer { origin.close() }
+        try origin.capabilities.require(.keyedReads, for: "pull (it compares key ranges)", endpoint: endpoint.redacted)
         var report = PullReport(origin: Self.recordedOrigin(endpoint), applied: false, tables: [], conflicts: [], seconds: 0)
         if try file.meta("push_inflight") != nil {
             _ = try settleInflight(file, origin: origin)

@@ -41,6 +41,7 @@ extension Sync {
         let started = Date()
         let origin = try registry.connect(endpoint, role: .target)
         defer { origin.close() }
+        try origin.capabilities.require([.keyedReads, .keyedWrites, .atomicPush], for: "push (all tables' changes in one transaction)", endpoint: endpoint.redacted)
         var report = PushReport(
             origin: Self.recordedOrigin(endpoint), pushId: nil, applied: false, recovered: nil, tables: [], rekeyed: [], conflicts: [], seconds: 0)
         report.recovered = try settleInflight(file, origin: origin)
@@ -82,7 +83,7 @@ extension Sync {
                 // What is being pushed is recorded locally before the origin commits it.
                 try file.recordInflight(pushID, work: work, rekeys: rekeys)
                 report.pushId = pushID
-                let push = try Self.guardedPush(pushID, work: work, rekeys: rekeys)
+                let push = Self.guardedPush(pushID, work: work, rekeys: rekeys)
                 sent = true
                 outcome = try origin.applyGuardedPush(push)
             } catch let error as SyncError {

@@ -68,6 +68,7 @@ public struct Sync: Sendable {
         if FileManager.default.fileExists(atPath: path) { throw SyncError.fileExists(path: path) }
         let origin = try registry.connect(endpoint, role: .source)
         defer { origin.close() }
+        try origin.capabilities.require(.keyedReads, for: "a snapshot (later pulls compare key ranges)", endpoint: endpoint.redacted)
         let target = try SQLiteConnection(endpoint: try Endpoint(parsing: "sqlite:" + path), role: .target)
         var done = false
         defer {

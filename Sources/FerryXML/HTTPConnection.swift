@@ -65,7 +65,11 @@ public final class HTTPConnection: Connection {
                 capabilities = report.capabilities
             }
         }
-        _ = try client.expect("GET", ProtocolRoute.tables.target())
+        do {
+            _ = try XMLDocuments.decodeTables(client.expect("GET", ProtocolRoute.tables.target()))
+        } catch let e as XMLWireError {
+            throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "\(transport.peer) answered with a malformed table list (\(e))")
+        }
     }
 
     public func close() {
@@ -157,6 +161,8 @@ public final class HTTPConnection: Connection {
 
     /// Range digests computed by the service next to its data (`GET …/digests`).
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
+        // Not declared: read the rows and digest them here, as for any connection.
+        guard capabilities.contains(.digests) else { return try DigestComputer.digests(self, table: table, request: request) }
         if request.filter != nil {
             throw FerryError.invalidOption(
                 "--where is SQL, which the XML service does not take (it has no structured filter yet): mirror \(table.name) without --where, or from the database itself")
@@ -408,6 +414,8 @@ public final class HTTPConnection: Connection {
     /// A read snapshot held by the service for this copy (`POST /v1/snapshots`): every page,
     /// count and digest read until `commit`/`rollback` sees one state of the served database.
     public func beginSnapshot() throws {
+        // Not declared: never asked for (reads then see the database as each request finds it).
+        guard capabilities.contains(.snapshots) else { return }
         snapshotID = try XMLDocuments.decodeSnapshotID(client.expect("POST", ProtocolRoute.createSnapshot.target()))
         ownsSnapshot = true
     }

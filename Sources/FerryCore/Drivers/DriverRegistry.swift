@@ -2,6 +2,11 @@
 public struct DriverRegistry: Sendable {
     private var byScheme: [String: any Driver] = [:]
     private var order: [String] = []
+    /// Finds a driver for a scheme no registered driver serves (the CLI's driver plugins,
+    /// `ferry-driver-SCHEME`); nil when there is none. Injected, so that the core spawns nothing.
+    public var fallback: (@Sendable (String) throws -> (any Driver)?)?
+    /// Says where drivers for unknown schemes were looked for, for the error.
+    public var fallbackHint: String?
 
     public init(_ drivers: [any Driver] = []) {
         for d in drivers { register(d) }
@@ -19,10 +24,9 @@ public struct DriverRegistry: Sendable {
     public var schemes: [String] { order }
 
     public func driver(for endpoint: Endpoint) throws -> any Driver {
-        guard let d = byScheme[endpoint.scheme] else {
-            throw FerryError.unknownScheme(scheme: endpoint.scheme, known: order)
-        }
-        return d
+        if let d = byScheme[endpoint.scheme] { return d }
+        if let fallback, let d = try fallback(endpoint.scheme) { return d }
+        throw FerryError.unknownScheme(scheme: endpoint.scheme, known: order, hint: fallbackHint)
     }
 
     /// Parses `url` and connects with the driver serving its scheme.

@@ -22,6 +22,15 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
     private var parameterPairs: [Parameter] = []
     /// Driver options given as values (`DriverOption`), not part of the URL: never printed.
     public var options: [String: String] = [:]
+    /// The URL exactly as written, for a scheme no built-in driver parses (a driver plugin's:
+    /// `csv:data/`, `jsonl://host/x?opt=1`), handed to the plugin as it is. Never printed.
+    public var raw: String?
+    /// True for a URL without `//` after its scheme (`csv:data/`): only `raw` says what it means.
+    public var isOpaque = false
+
+    /// Schemes whose URLs always name a host (`scheme://host…`): a URL of one without `//` is a
+    /// mistake to report, not an opaque URL for a plugin.
+    public static let hostSchemes: Set<String> = ["postgres", "postgresql", "mysql", "mariadb", "http", "https"]
 
     private struct Parameter: Hashable, Sendable {
         var name: String
@@ -79,8 +88,24 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
             return
         }
         guard rest.hasPrefix("//") else {
-            throw FerryError.invalidEndpoint(
-                text: Endpoint.redact(trimmed), reason: "expected \(scheme)://host after the scheme")
+            guard !Endpoint.hostSchemes.contains(scheme) else {
+                throw FerryError.invalidEndpoint(
+                    text: Endpoint.redact(trimmed), reason: "expected \(scheme)://host after the scheme")
+            }
+            // Opaque (`csv:data/`): a plugin's to read.
+            guard !rest.isEmpty else {
+                throw FerryError.invalidEndpoint(text: trimmed, reason: "nothing after '\(scheme):'")
+            }
+            var path = String(rest)
+            var params: [(String, String)] = []
+            if let q = path.firstIndex(of: "?") {
+                params = Endpoint.parseQuery(String(path[path.index(after: q)...]))
+                path = String(path[..<q])
+            }
+            self.init(scheme: scheme, path: path, parameters: params)
+            raw = trimmed
+            isOpaque = true
+            return
         }
         var remainder = String(rest.dropFirst(2))
         var params: [(String, String)] = []
@@ -136,6 +161,7 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
         self.init(
             scheme: scheme, user: user, password: password, host: host.isEmpty ? nil : host.removingPercentEncoding,
             port: port, path: path.removingPercentEncoding ?? path, parameters: params)
+        if !Endpoint.hostSchemes.contains(scheme) { raw = trimmed }
     }
 
     private static func parseQuery(_ q: String) -> [(String, String)] {
@@ -159,6 +185,7 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
 
     /// The URL with the password replaced by `****`: the only form Ferry ever prints.
     public var redacted: String {
+        if isOpaque { return scheme + ":" + path + maskedQuery }
         if scheme == "sqlite" {
             let q = parameterPairs.isEmpty ? "" : "?" + parameterPairs.map { "\($0.name)=\($0.value)" }.joined(separator: "&")
             return "sqlite:" + path + q
@@ -172,12 +199,16 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
         if let host { s += host.contains(":") ? "[\(host)]" : host }
         if let port { s += ":\(port)" }
         s += "/" + path
+        return s + maskedQuery
+    }
+
+    /// `?name=value&…` with the values of secret parameters masked ("" without parameters).
+    private var maskedQuery: String {
         let visible = parameterPairs.map { p -> String in
             let secret = ["password", "sslpassword", "token"].contains(p.name.lowercased())
             return "\(p.name)=\(secret ? "****" : p.value)"
         }
-        if !visible.isEmpty { s += "?" + visible.joined(separator: "&") }
-        return s
+        return visible.isEmpty ? "" : "?" + visible.joined(separator: "&")
     }
 
     public var description: String { redacted }
@@ -185,6 +216,7 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
     public static func == (a: Endpoint, b: Endpoint) -> Bool {
         a.scheme == b.scheme && a.user == b.user && a.password == b.password && a.host == b.host
             && a.port == b.port && a.path == b.path && a.parameterPairs == b.parameterPairs && a.options == b.options
+            && a.raw == b.raw
     }
 
     public func hash(into hasher: inout Hasher) {

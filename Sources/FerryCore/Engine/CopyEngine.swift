@@ -34,6 +34,17 @@ public struct CopyEngine: Sendable {
             warnings.append("--key \(t)=… names a table that is not being copied")
         }
 
+        if options.mode.isKeyed {
+            // Refused before anything is written: these modes walk both sides by key and write by key.
+            let mode = "--mode \(options.mode.rawValue)"
+            try source.capabilities.require(.keyedReads, for: mode, endpoint: source.endpoint.redacted)
+            try target.capabilities.require([.keyedReads, .keyedWrites], for: mode, endpoint: target.endpoint.redacted)
+            if options.mode == .mirror {
+                for side in [source, target] where !side.capabilities.contains(.digests) {
+                    warnings.append("\(side.endpoint.redacted) does not declare digests: Ferry reads its rows and computes the range digests itself")
+                }
+            }
+        }
         var tables: [TablePlan] = []
         var usedRules = Set<Int>()
         // Names planned so far (indexes, foreign keys) and the tables the copy creates: engines
@@ -345,7 +356,12 @@ public struct CopyEngine: Sendable {
             for w in t.sourceSchema.readWarnings { progress.note("warning: \(w)") }
         }
         for line in OtherObject.summary(plan.otherObjects) { progress.note("warning: not copied (Ferry copies tables): \(line)") }
-        let jobs = target.dialect.supportsConcurrentWriters ? max(1, min(options.jobs, plan.tables.count)) : 1
+        var jobs = target.dialect.supportsConcurrentWriters ? max(1, min(options.jobs, plan.tables.count)) : 1
+        if jobs > 1 && !source.capabilities.contains(.snapshots) {
+            // Connections of their own could not see one state of the source.
+            progress.note("note: one job: \(source.endpoint.redacted) does not declare snapshots (one state shared by connections), so its tables are read in turn by one connection")
+            jobs = 1
+        }
         // Per-table results filled by the jobs, and the next table index to hand out.
         let results = Locked<[CopySummary.Table?]>(Array(repeating: nil, count: plan.tables.count))
         let nextIndex = Locked(0)

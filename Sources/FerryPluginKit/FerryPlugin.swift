@@ -1,0 +1,216 @@
+import FerryCore
+import FerryService
+import FerryXML
+import Foundation
+import Logging
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
+/// Turns a `Driver` into a driver plugin (`ferry-driver-SCHEME`, docs/plugins.md): the
+/// protocol's handlers — the ones `ferry serve` runs — served over stdin and stdout.
+///
+/// ```swift
+/// import FerryPluginKit
+/// FerryPlugin.main(driver: MyDriver(), name: "ferry-driver-my", version: "1.0.0")
+/// ```
+public enum FerryPlugin {
+    /// Serves the database named by `FERRY_DRIVER_URL` through `driver` until Ferry closes
+    /// stdin, then exits. `capabilities` are what the driver can do (a driver without keyed
+    /// reads, digests, … declares less; Ferry then never asks for them).
+    public static func main(
+        driver: any Driver, name: String, version: String, capabilities: Capabilities = .all
+    ) -> Never {
+        // Ferry gone mid-answer is a failed write to handle, not a signal that kills.
+        signal(SIGPIPE, SIG_IGN)
+        LoggingSystem.bootstrap { label in
+            var h = StreamLogHandler.standardError(label: label)
+            h.logLevel = .warning
+            return h
+        }
+        let env = ProcessInfo.processInfo.environment
+        guard env["FERRY_PROTOCOL"].map({ $0 == String(ProtocolRoute.version) }) ?? true else {
+            fail("Ferry speaks protocol \(env["FERRY_PROTOCOL"] ?? "?"); \(name) speaks \(ProtocolRoute.version)", status: 2)
+        }
+        guard let url = env["FERRY_DRIVER_URL"], !url.isEmpty else {
+            fail("\(name) is a Ferry driver plugin: Ferry starts it for a URL (FERRY_DRIVER_URL); see docs/plugins.md", status: 2)
+        }
+        let role: ConnectionRole = env["FERRY_DRIVER_ROLE"] == "target" ? .target : .source
+        do {
+            var endpoint = try Endpoint(parsing: url)
+            if !driver.schemes.contains(endpoint.scheme), let own = driver.schemes.first {
+                // The plugin's scheme is not the driver's own (sqlitekit: → sqlite:).
+                endpoint = try Endpoint(parsing: own + url.dropFirst(endpoint.scheme.count))
+            }
+            var configuration = ServiceConfiguration(
+                database: endpoint, registry: DriverRegistry([driver]), writable: role == .target, name: name, version: version)
+            // What the driver can do, whatever this process's role (a source's writes are refused
+            // by its connections, which open read-only).
+            configuration.capabilities = capabilities
+            let server = PipeServer(handlers: ServiceHandlers(configuration: configuration), logger: Logger(label: name))
+            server.run()
+        } catch {
+            fail("\(error)", status: 1)
+        }
+    }
+
+    static func fail(_ message: String, status: Int32) -> Never {
+        FileHandle.standardError.write(Data((message + "\n").utf8))
+        exit(status)
+    }
+}
+
+/// The frames of stdin dispatched to the handlers, one task per request; answers written to
+/// stdout a frame at a time (frames of different streams may interleave).
+final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only under `lock`; stdout only under `writeLock`
+    let handlers: ServiceHandlers
+    let logger: Logger
+    private let lock = NSLock()
+    private let writeLock = NSLock()
+    private var streams: [UInt64: Incoming] = [:]
+    private let running = DispatchGroup()
+
+    /// A request being received, then answered.
+    final class Incoming: @unchecked Sendable {  // unchecked: `cancelled` only under the server's lock
+        let head: [UInt8]
+        let body: AsyncThrowingStream<[UInt8], any Error>
+        let feed: AsyncThrowingStream<[UInt8], any Error>.Continuation
+        var cancelled = false
+        init(head: [UInt8]) {
+            self.head = head
+            (body, feed) = AsyncThrowingStream.makeStream()
+        }
+    }
+
+    init(handlers: ServiceHandlers, logger: Logger) {
+        self.handlers = handlers
+        self.logger = logger
+    }
+
+    func run() -> Never {
+        handlers.startSweeping()
+        let hello = XMLDocuments.capabilities(.init(
+            name: handlers.configuration.name, version: handlers.configuration.version, capabilities: handlers.configuration.capabilities))
+        write(PluginFrame(.hello, stream: 0, payload: Array(hello)))
+        let reader = PluginFrameReader { buffer in
+            while true {
+                let n = read(0, buffer.baseAddress, buffer.count)
+                if n < 0 && errno == EINTR { continue }
+                return max(n, 0)
+            }
+        }
+        while true {
+            let frame: PluginFrame?
+            do { frame = try reader.next() } catch {
+                FerryPlugin.fail("\(handlers.configuration.name): Ferry sent what is not a frame (\(error)); stopping", status: 1)
+            }
+            guard let frame else { break }
+            switch frame.kind {
+            case .request:
+                let incoming = Incoming(head: frame.payload)
+                lock.withLock { streams[frame.stream] = incoming }
+                running.enter()
+                Task { [self] in
+                    await answer(frame.stream, incoming)
+                    running.leave()
+                }
+            case .body:
+                lock.withLock { streams[frame.stream] }?.feed.yield(frame.payload)
+            case .end:
+                lock.withLock { streams[frame.stream] }?.feed.finish()
+            case .cancel:
+                lock.withLock {
+                    streams[frame.stream]?.cancelled = true
+                    streams[frame.stream]?.feed.finish(throwing: CancellationError())
+                }
+            case .hello, .response:
+                FerryPlugin.fail("\(handlers.configuration.name): Ferry sent a \(frame.kind.rawValue) frame, which only a plugin sends; stopping", status: 1)
+            }
+        }
+        // Ferry closed stdin: it is done. Answers under way end (their streams are dropped), snapshots end.
+        _ = running.wait(timeout: .now() + 5)
+        handlers.releaseAll()
+        exit(0)
+    }
+
+    private func isCancelled(_ id: UInt64) -> Bool { lock.withLock { streams[id]?.cancelled ?? true } }
+
+    /// Runs the request's handler and writes its answer.
+    private func answer(_ id: UInt64, _ incoming: Incoming) async {
+        defer { lock.withLock { _ = streams.removeValue(forKey: id) } }
+        let response: ServiceResponse
+        do {
+            let (method, target, headers) = try PluginFrame.parseRequestHead(incoming.head)
+            let pathEnd = target.firstIndex(of: "?") ?? target.endIndex
+            let path = String(target[..<pathEnd])
+            let query = pathEnd < target.endIndex ? ProtocolRoute.parseQuery(target[target.index(after: pathEnd)...]) : []
+            if let (route, parameters) = ProtocolRoute.match(method: method, path: path) {
+                let iterator = BodyIterator(incoming.body.makeAsyncIterator())
+                let request = ServiceRequest(
+                    route: route, parameters: parameters, query: query, headers: headers,
+                    body: RequestBody { try await iterator.next() }, principal: .owner, logger: logger)
+                response = await handlers.respond(request)
+            } else {
+                response = .error(ServiceError(status: 404, code: "not_found", message: "no such endpoint: \(method) \(path)"))
+            }
+        } catch {
+            response = .error(ServiceError.badRequest("\(error)"))
+        }
+        write(PluginFrame(.response, stream: id, payload: PluginFrame.responseHead(status: response.status, headers: response.headers)))
+        switch response.body {
+        case .bytes(let data):
+            send(Array(data), stream: id)
+        case .stream(let produce):
+            do {
+                try await produce { [self] bytes in
+                    if isCancelled(id) { throw CancellationError() }
+                    send(bytes, stream: id)
+                }
+            } catch {
+                // Cancelled, or the body failed after its status: the document stays unfinished,
+                // which the client reads as a failure.
+            }
+        }
+        write(PluginFrame(.end, stream: id))
+    }
+
+    private func send(_ bytes: [UInt8], stream: UInt64) {
+        var offset = 0
+        while offset < bytes.count {
+            let end = min(offset + PluginFrame.maxPayload, bytes.count)
+            write(PluginFrame(.body, stream: stream, payload: Array(bytes[offset..<end])))
+            offset = end
+        }
+    }
+
+    /// Writes one whole frame to stdout; exits when Ferry has gone (stdout closed).
+    private func write(_ frame: PluginFrame) {
+        let bytes = frame.encoded()
+        writeLock.lock()
+        defer { writeLock.unlock() }
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { p in systemWrite(1, p.baseAddress.map { $0 + offset }, bytes.count - offset) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                exit(0)  // Ferry closed the pipe: nobody is listening any more.
+            }
+            offset += n
+        }
+    }
+}
+
+/// A request body's iterator, read by one handler step at a time.
+final class BodyIterator: @unchecked Sendable {  // unchecked: one request's handler reads it, one piece at a time
+    private var iterator: AsyncThrowingStream<[UInt8], any Error>.AsyncIterator
+    init(_ iterator: AsyncThrowingStream<[UInt8], any Error>.AsyncIterator) { self.iterator = iterator }
+    func next() async throws -> [UInt8]? { try await iterator.next() }
+}
+
+#if canImport(Glibc)
+private let systemWrite = Glibc.write
+#else
+private let systemWrite = Darwin.write
+#endif

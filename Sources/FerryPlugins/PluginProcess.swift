@@ -1,0 +1,461 @@
+import FerryCore
+import FerryXML
+import Foundation
+import Subprocess
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Darwin)
+import Darwin
+#endif
+#if canImport(System)
+import System
+#else
+import SystemPackage
+#endif
+
+/// A running driver plugin (docs/plugins.md): the child process, started with swift-subprocess,
+/// its frames read by one thread and handed to the exchange of their stream, its stderr copied
+/// to Ferry's with its name in front. Every connection of a run to one URL shares it.
+final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state only under `condition`; fds written under `writeLock`
+    let name: String
+    let path: String
+    let endpoint: Endpoint
+    let timeout: Double
+    /// What the plugin announced in its handshake.
+    private(set) var report: XMLDocuments.CapabilitiesReport?
+
+    private let input: Int32  // the child's stdin, our end
+    private let output: Int32  // the child's stdout, our end
+    private let errors: Int32  // the child's stderr, our end
+    private let condition = NSCondition()
+    private let writeLock = NSLock()
+    private var pid: pid_t = 0
+    private var streams: [UInt64: StreamState] = [:]
+    private var nextStream: UInt64 = 1
+    /// Why the plugin can no longer be used (it died, misbehaved, or was stopped).
+    private var failure: String?
+    private var exitStatus: String?
+    private var exited = false
+    private var lastStderr = ""
+    /// Its stderr reached its end (everything it said has been copied).
+    private var stderrDone = false
+    private var hello: PluginFrame?
+    /// Our end of its stdin is still open (closed by `stop`, under `writeLock`).
+    private var inputOpen = true
+
+    final class StreamState {
+        var status: Int?
+        var pieces: [Data] = []
+        var finished = false
+        var cancelled = false
+    }
+
+    /// Starts `path` for `endpoint` and waits for its handshake (at most `timeout` seconds).
+    init(name: String, path: String, endpoint: Endpoint, role: ConnectionRole, timeout: Double) throws {
+        self.name = name
+        self.path = path
+        self.endpoint = endpoint
+        self.timeout = timeout
+        // A plugin that died mid-request is an error to report, not a signal that kills Ferry.
+        signal(SIGPIPE, SIG_IGN)
+        var stdinPipe: [Int32] = [0, 0], stdoutPipe: [Int32] = [0, 0], stderrPipe: [Int32] = [0, 0]
+        // Close-on-exec: another plugin started meanwhile must not hold these pipes open.
+        func cloexecPipe(_ fds: inout [Int32]) -> Bool {
+            guard pipe(&fds) == 0 else { return false }
+            _ = fcntl(fds[0], F_SETFD, FD_CLOEXEC)
+            _ = fcntl(fds[1], F_SETFD, FD_CLOEXEC)
+            return true
+        }
+        guard cloexecPipe(&stdinPipe), cloexecPipe(&stdoutPipe), cloexecPipe(&stderrPipe) else {
+            throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "cannot make pipes for plugin \(name): \(String(cString: strerror(errno)))")
+        }
+        input = stdinPipe[1]
+        output = stdoutPipe[0]
+        errors = stderrPipe[0]
+        let started = DispatchSemaphore(value: 0)
+        let pidBox = Locked<pid_t>(0)
+        let launchError = Locked<(any Error)?>(nil)
+        let url = endpoint.raw ?? endpoint.redacted
+        let roleText = role == .source ? "source" : "target"
+        let executable = FilePath(path)
+        let childIn = FileDescriptor(rawValue: stdinPipe[0]), childOut = FileDescriptor(rawValue: stdoutPipe[1]), childErr = FileDescriptor(rawValue: stderrPipe[1])
+        Task.detached { [self] in
+            do {
+                let result = try await Subprocess.run(
+                    .path(executable),
+                    environment: .inherit.updating(["FERRY_DRIVER_URL": url, "FERRY_DRIVER_ROLE": roleText, "FERRY_PROTOCOL": String(ProtocolRoute.version)]),
+                    input: .fileDescriptor(childIn, closeAfterSpawningProcess: true),
+                    output: .fileDescriptor(childOut, closeAfterSpawningProcess: true),
+                    error: .fileDescriptor(childErr, closeAfterSpawningProcess: true)
+                ) { execution in
+                    pidBox.withLock { $0 = execution.processIdentifier.value }
+                    started.signal()
+                }
+                let status: String
+                switch result.terminationStatus {
+                case .exited(let code): status = "exited with status \(code)"
+                case .signaled(let signal): status = "was killed by signal \(signal)"
+                }
+                self.ended(status: status)
+            } catch {
+                launchError.withLock { $0 = error }
+                started.signal()
+                self.ended(status: "not started")
+            }
+        }
+        started.wait()
+        if let e = launchError.withLock({ $0 }) {
+            close(input)
+            close(output)
+            close(errors)
+            throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "plugin \(name) (\(path)) could not be started: \(e)")
+        }
+        pid = pidBox.withLock { $0 }
+        PluginProcess.live.withLock { $0[pid] = true }
+        Thread.detachNewThread { [self] in relayStderr() }
+        Thread.detachNewThread { [self] in readFrames() }
+        try handshake()
+    }
+
+    deinit {
+        writeLock.withLock { if inputOpen { close(input) } }
+        close(output)
+        close(errors)
+    }
+
+    // MARK: The handshake
+
+    private func handshake() throws {
+        condition.lock()
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        while hello == nil && failure == nil {
+            if !condition.wait(until: deadline) && hello == nil && failure == nil {
+                condition.unlock()
+                fail("sent no handshake within \(Self.seconds(timeout)) (--timeout)")
+                throw error()
+            }
+        }
+        let frame = hello
+        condition.unlock()
+        guard let frame else { throw error() }
+        let report: XMLDocuments.CapabilitiesReport
+        do {
+            report = try XMLDocuments.decodeCapabilities(Data(frame.payload))
+        } catch {
+            fail("sent a handshake that is not a <capabilities> document (\(error))")
+            throw self.error()
+        }
+        guard report.protocolVersion == ProtocolRoute.version else {
+            fail("speaks protocol version \(report.protocolVersion); this Ferry speaks \(ProtocolRoute.version) (update the plugin or Ferry)")
+            throw error()
+        }
+        guard !report.capabilities.isEmpty else {
+            fail("declares no capability Ferry knows (\(report.unknown.isEmpty ? "none" : report.unknown.joined(separator: ", ")))")
+            throw error()
+        }
+        self.report = report
+    }
+
+    // MARK: Frames in
+
+    private func readFrames() {
+        let fd = output
+        let reader = PluginFrameReader { buffer in
+            while true {
+                let n = read(fd, buffer.baseAddress, buffer.count)
+                if n < 0 && errno == EINTR { continue }
+                return max(n, 0)
+            }
+        }
+        var first = true
+        while true {
+            let frame: PluginFrame?
+            do {
+                frame = try reader.next()
+            } catch {
+                fail("\(error)")
+                return
+            }
+            guard let frame else {
+                let status = waitForExit(seconds: 1)
+                fail(status ?? "closed its stdout")
+                return
+            }
+            if first {
+                first = false
+                guard frame.kind == .hello else {
+                    fail("wrote a \(frame.kind.rawValue) frame before its handshake (the first frame must be hello)")
+                    return
+                }
+                condition.lock()
+                hello = frame
+                condition.broadcast()
+                condition.unlock()
+                continue
+            }
+            condition.lock()
+            guard let state = streams[frame.stream] else {
+                condition.unlock()
+                if frame.kind == .hello || frame.kind == .request || frame.kind == .cancel {
+                    fail("sent a \(frame.kind.rawValue) frame, which only Ferry sends")
+                    return
+                }
+                continue  // a stream Ferry gave up on
+            }
+            switch frame.kind {
+            case .response:
+                do { state.status = try PluginFrame.parseStatus(frame.payload) } catch {
+                    condition.unlock()
+                    fail("\(error)")
+                    return
+                }
+            case .body:
+                guard state.status != nil else {
+                    condition.unlock()
+                    fail("sent a body before the response's status")
+                    return
+                }
+                if !state.cancelled { state.pieces.append(Data(frame.payload)) }
+            case .end:
+                guard state.status != nil else {
+                    condition.unlock()
+                    fail("ended a stream it never answered")
+                    return
+                }
+                state.finished = true
+                if state.cancelled { streams[frame.stream] = nil }
+            default:
+                condition.unlock()
+                fail("sent a \(frame.kind.rawValue) frame, which only Ferry sends")
+                return
+            }
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+
+    private func relayStderr() {
+        var pending: [UInt8] = []
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(errors, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { break }
+            pending += buffer[0..<n]
+            while let nl = pending.firstIndex(of: 10) {
+                emit(String(decoding: pending[..<nl], as: UTF8.self))
+                pending.removeFirst(nl + 1)
+            }
+        }
+        if !pending.isEmpty { emit(String(decoding: pending, as: UTF8.self)) }
+        condition.lock()
+        stderrDone = true
+        condition.broadcast()
+        condition.unlock()
+    }
+
+    private func emit(_ line: String) {
+        condition.lock()
+        if !line.trimmingCharacters(in: .whitespaces).isEmpty { lastStderr = String(line.prefix(300)) }
+        condition.unlock()
+        FileHandle.standardError.write(Data("\(name): \(line)\n".utf8))
+    }
+
+    // MARK: Requests out
+
+    /// Sends a request (its body as frames) and returns its stream id.
+    func send(method: String, target: String, body: Data?, upload: RowsDocumentSource?) throws -> UInt64 {
+        condition.lock()
+        if failure != nil {
+            condition.unlock()
+            throw error()
+        }
+        let stream = nextStream
+        nextStream += 1
+        streams[stream] = StreamState()
+        condition.unlock()
+        writeLock.lock()
+        defer { writeLock.unlock() }
+        do {
+            guard inputOpen else { throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "stdin closed") }
+            try write(PluginFrame(.request, stream: stream, payload: PluginFrame.requestHead(method: method, target: "/" + target)))
+            if let body {
+                var offset = 0
+                while offset < body.count {
+                    let end = min(offset + PluginFrame.maxPayload, body.count)
+                    try write(PluginFrame(.body, stream: stream, payload: Array(body[body.startIndex + offset..<body.startIndex + end])))
+                    offset = end
+                }
+            }
+            if let upload {
+                var piece = [UInt8](repeating: 0, count: 256 * 1024)
+                while true {
+                    let n = piece.withUnsafeMutableBufferPointer { p in p.baseAddress.map { upload.read(into: $0, count: p.count) } ?? 0 }
+                    if n == 0 { break }
+                    try write(PluginFrame(.body, stream: stream, payload: Array(piece[0..<n])))
+                }
+            }
+            try write(PluginFrame(.end, stream: stream))
+        } catch {
+            fail("stopped reading its stdin (\(error))")
+            throw self.error()
+        }
+        return stream
+    }
+
+    /// Writes a whole frame to the child's stdin (the caller holds `writeLock`).
+    private func write(_ frame: PluginFrame) throws {
+        let bytes = frame.encoded()
+        var offset = 0
+        while offset < bytes.count {
+            let n = bytes.withUnsafeBytes { systemWrite(input, $0.baseAddress! + offset, bytes.count - offset) }
+            if n < 0 {
+                if errno == EINTR { continue }
+                throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: String(cString: strerror(errno)))
+            }
+            offset += n
+        }
+    }
+
+    /// Waits for stream `id`'s status (at most `timeout`).
+    func status(of id: UInt64) throws -> Int {
+        try wait(id) { $0.status }
+    }
+
+    /// The next piece of stream `id`'s body; nil at its end.
+    func next(of id: UInt64) throws -> Data? {
+        let piece: Data?? = try wait(id) { s in
+            if !s.pieces.isEmpty { return .some(s.pieces.removeFirst()) }
+            return s.finished ? .some(nil) : nil
+        }
+        if piece == nil || piece! == nil {
+            condition.lock()
+            if streams[id]?.finished == true && streams[id]?.pieces.isEmpty == true { streams[id] = nil }
+            condition.unlock()
+        }
+        return piece ?? nil
+    }
+
+    private func wait<T>(_ id: UInt64, _ ready: (StreamState) -> T?) throws -> T {
+        condition.lock()
+        let deadline = Date(timeIntervalSinceNow: timeout)
+        while true {
+            if let s = streams[id], let value = ready(s) {
+                condition.unlock()
+                return value
+            }
+            if failure != nil || streams[id] == nil {
+                condition.unlock()
+                throw error()
+            }
+            if !condition.wait(until: deadline) {
+                if let s = streams[id], let value = ready(s) {
+                    condition.unlock()
+                    return value
+                }
+                condition.unlock()
+                fail("did not answer within \(Self.seconds(timeout)) (--timeout); stopped it")
+                throw error()
+            }
+        }
+    }
+
+    /// Ferry stopped reading stream `id`: the plugin is told, and whatever else comes of it is
+    /// dropped.
+    func cancel(_ id: UInt64) {
+        condition.lock()
+        guard let s = streams[id] else {
+            condition.unlock()
+            return
+        }
+        if s.finished {
+            streams[id] = nil
+            condition.unlock()
+            return
+        }
+        s.cancelled = true
+        s.pieces = []
+        let alive = failure == nil
+        condition.unlock()
+        guard alive else { return }
+        writeLock.withLock { if inputOpen { try? write(PluginFrame(.cancel, stream: id)) } }
+    }
+
+    // MARK: The end
+
+    /// Marks the plugin unusable with `reason` (the first reason wins) and stops it.
+    private func fail(_ reason: String) {
+        condition.lock()
+        if failure == nil { failure = reason }
+        condition.broadcast()
+        condition.unlock()
+        kill()
+    }
+
+    private func ended(status: String) {
+        condition.lock()
+        exitStatus = status
+        exited = true
+        if failure == nil { failure = status }
+        condition.broadcast()
+        condition.unlock()
+        PluginProcess.live.withLock { $0[pid] = nil }
+    }
+
+    private func waitForExit(seconds: Double) -> String? {
+        condition.lock()
+        defer { condition.unlock() }
+        let deadline = Date(timeIntervalSinceNow: seconds)
+        while !exited { if !condition.wait(until: deadline) { break } }
+        return exitStatus
+    }
+
+    /// The error for a plugin that can no longer answer: one line, its name and what it did.
+    func error() -> FerryError {
+        condition.lock()
+        // A plugin that exited: what it said last belongs in the line (and before it on stderr).
+        let deadline = Date(timeIntervalSinceNow: 1)
+        while exited && !stderrDone { if !condition.wait(until: deadline) { break } }
+        let reason = failure ?? "stopped"
+        let last = lastStderr
+        condition.unlock()
+        let detail = last.isEmpty || reason.contains(last) ? "" : " (its last message: \(last))"
+        return FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "plugin \(name) \(reason)\(detail)")
+    }
+
+    /// Closes its stdin (it should exit), waits up to 3 s, then kills it.
+    func stop() {
+        condition.lock()
+        if failure == nil { failure = "was stopped" }
+        condition.broadcast()
+        condition.unlock()
+        writeLock.withLock {
+            if inputOpen { close(input) }
+            inputOpen = false
+        }
+        if waitForExit(seconds: 3) == nil { kill() }
+        _ = waitForExit(seconds: 3)
+    }
+
+    private func kill() {
+        if pid > 0 && !exited { _ = systemKill(pid, SIGKILL) }
+    }
+
+    static func seconds(_ s: Double) -> String { s == s.rounded() ? "\(Int(s)) s" : "\(s) s" }
+
+    /// Plugins running now, killed should Ferry exit with them still running.
+    static let live = Locked<[pid_t: Bool]>([:])
+
+    /// Kills every plugin still running (at exit).
+    static func killAll() {
+        for pid in live.withLock({ Array($0.keys) }) { _ = systemKill(pid, SIGKILL) }
+    }
+}
+
+#if canImport(Glibc)
+private let systemWrite = Glibc.write
+private let systemKill = Glibc.kill
+#else
+private let systemWrite = Darwin.write
+private let systemKill = Darwin.kill
+#endif
