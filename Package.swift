@@ -140,6 +140,9 @@ let package = Package(
             name: "FerryServerTests",
             dependencies: ["FerryServer", "FerryXML", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore", "FerrySync", "FerrySyncModel"]),
         .testTarget(
+            name: "FerryPluginTests",
+            dependencies: ["FerryPlugins", "FerryDriverTestKit", "FerryCore", "FerrySQLite", "ferry", "ferry-driver-sqlitekit"]),
+        .testTarget(
             name: "FerryCommandsTests",
             dependencies: ["FerryCommands", "FerryKit", "FerryDriverTestKit", "FerrySQLite", "ferry", "ferry-embedding-sample"]),
     ],

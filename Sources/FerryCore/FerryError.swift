@@ -19,6 +19,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     case invalidOption(String)
     /// Could not open the database at all.
     case connectionFailed(endpoint: String, reason: String)
+    /// A connection that worked ended under the work (a driver plugin died or stopped answering).
+    case connectionLost(endpoint: String, reason: String)
     /// The target cannot be written to.
     case readOnlyTarget(endpoint: String, reason: String)
     case tableNotFound(table: TableName, endpoint: String)
@@ -63,6 +65,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
             return message
         case let .connectionFailed(endpoint, reason):
             return "cannot open \(endpoint): \(reason)"
+        case let .connectionLost(endpoint, reason):
+            return "lost the connection to \(endpoint): \(reason)"
         case let .readOnlyTarget(endpoint, reason):
             return "cannot write to \(endpoint): \(reason)"
         case let .tableNotFound(table, endpoint):

@@ -420,7 +420,9 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
         let last = lastStderr
         condition.unlock()
         let detail = last.isEmpty || reason.contains(last) ? "" : " (its last message: \(last))"
-        return FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "plugin \(name) \(reason)\(detail)")
+        let said = "plugin \(name) \(reason)\(detail)"
+        // After the handshake the connection had worked: it was lost, not refused.
+        return report == nil ? .connectionFailed(endpoint: endpoint.redacted, reason: said) : .connectionLost(endpoint: endpoint.redacted, reason: said)
     }
 
     /// Closes its stdin (it should exit), waits up to 3 s, then kills it.

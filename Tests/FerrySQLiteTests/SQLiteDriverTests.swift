@@ -106,7 +106,7 @@ final class SQLiteDriverTests: XCTestCase {
             [.int(2), .null, .null, .null, .null, .null, .null, .null, .null, .null],
             [.int(3), .text("& < > ' \" é 中文 😀 \u{1}\t\r\n"), .binary([]), .double(-.infinity), .int(.max), .int(42),
              .text("1899-12-31 00:00:00"), .int(0), .null, .text("12.30")],
-            [.int(4), .text(big), .binary(Array(repeating: 0, count: 1000)), .double(5e-324), .int(0), .double(0.1),
+            [.int(4), .text(big), .binary(Array(repeating: 0, count: 1000)), .double(Double.leastNonzeroMagnitude), .int(0), .double(0.1),
              .text("2100-01-01 00:00:00"), .null, .null, .text("[]")],
             [.int(5), .text(" "), .null, .double(-1.7976931348623157e308), .int(-1), .text("-0.0000000001"), .null, .null, .null, .null],
         ]

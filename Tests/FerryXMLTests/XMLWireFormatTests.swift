@@ -45,7 +45,7 @@ final class XMLWireFormatTests: XCTestCase {
              .date(Temporal.days(year: 9999, month: 12, day: 31)), .time(0), .timestamp(0), .timestamp(1), .uuid(Array(repeating: 255, count: 16)),
              .json("12.30"), .text("a")],
             [.int(0), .null, .null, .null, .null, .null, .double(-.infinity), .null, .null, .null, .null, .null, .null, .null, .null, .null],
-            [.int(1), .bool(true), .int(1), .int(1), .decimal("0.1"), .double(5e-324), .double(1.7976931348623157e308), .text(" "),
+            [.int(1), .bool(true), .int(1), .int(1), .decimal("0.1"), .double(Double.leastNonzeroMagnitude), .double(1.7976931348623157e308), .text(" "),
              .binary(Array(repeating: 0, count: 3)), .date(0), .time(1), .timestamp(-1), .timestamp(-1), .uuid(Array(0..<16)), .json("null"), .text("a")],
         ]
         _ = try roundTrip(columns, rows)
