@@ -23,6 +23,8 @@ let package = Package(
         .executable(name: "ferry", targets: ["ferry"]),
         .executable(name: "ferry-embedding-sample", targets: ["ferry-embedding-sample"]),
         .executable(name: "ferry-sync-model", targets: ["ferry-sync-model"]),
+        // `swift package ferry …` in any package that depends on Ferry.
+        .plugin(name: "FerryCommand", targets: ["FerryCommand"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -117,6 +119,17 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         .executableTarget(name: "ferry", dependencies: ["FerryCommands"]),
+        // `swift package ferry …`: runs the tool with the permissions it needs declared.
+        .plugin(
+            name: "FerryCommand",
+            capability: .command(
+                intent: .custom(verb: "ferry", description: "Run the ferry tool (copy, snapshot, verify, …) from the package's folder."),
+                permissions: [
+                    .allowNetworkConnections(scope: .all(), reason: "Ferry connects to the databases named on its command line."),
+                    .writeToPackageDirectory(reason: "Ferry writes the copy or snapshot named on its command line into the package (e.g. Resources/seed.db)."),
+                ]),
+            dependencies: ["ferry"],
+            path: "Plugins/FerryCommand"),
 
         .testTarget(name: "FerryCoreTests", dependencies: ["FerryCore"]),
         .testTarget(

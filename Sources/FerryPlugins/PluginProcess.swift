@@ -70,6 +70,7 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
             throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "cannot make pipes for plugin \(name): \(String(cString: strerror(errno)))")
         }
         input = stdinPipe[1]
+        _ = fcntl(input, F_SETFL, fcntl(input, F_GETFL) | O_NONBLOCK)
         output = stdoutPipe[0]
         errors = stderrPipe[0]
         let started = DispatchSemaphore(value: 0)
@@ -277,7 +278,7 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
         writeLock.lock()
         defer { writeLock.unlock() }
         do {
-            guard inputOpen else { throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "stdin closed") }
+            guard inputOpen else { throw PipeWriteError(reason: "its stdin was closed") }
             try write(PluginFrame(.request, stream: stream, payload: PluginFrame.requestHead(method: method, target: "/" + target)))
             if let body {
                 var offset = 0
@@ -303,17 +304,27 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
         return stream
     }
 
-    /// Writes a whole frame to the child's stdin (the caller holds `writeLock`).
+    /// Writes a whole frame to the child's stdin (the caller holds `writeLock`). The pipe is
+    /// non-blocking: a plugin that stops reading for `timeout` seconds fails the write instead
+    /// of hanging Ferry.
     private func write(_ frame: PluginFrame) throws {
         let bytes = frame.encoded()
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { systemWrite(input, $0.baseAddress! + offset, bytes.count - offset) }
-            if n < 0 {
-                if errno == EINTR { continue }
-                throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: String(cString: strerror(errno)))
+            let n = bytes.withUnsafeBytes { p in systemWrite(input, p.baseAddress.map { $0 + offset }, bytes.count - offset) }
+            if n >= 0 {
+                offset += n
+                continue
             }
-            offset += n
+            switch errno {
+            case EINTR: continue
+            case EAGAIN:
+                var pollfd = pollfd(fd: input, events: Int16(POLLOUT), revents: 0)
+                let ready = poll(&pollfd, 1, Int32(min(timeout * 1000, Double(Int32.max))))
+                if ready == 0 { throw PipeWriteError(reason: "it read nothing for \(Self.seconds(timeout)), --timeout") }
+            default:
+                throw PipeWriteError(reason: String(cString: strerror(errno)))
+            }
         }
     }
 
@@ -324,16 +335,16 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
 
     /// The next piece of stream `id`'s body; nil at its end.
     func next(of id: UInt64) throws -> Data? {
+        // `.some(nil)`: the body ended; nil: nothing yet.
         let piece: Data?? = try wait(id) { s in
             if !s.pieces.isEmpty { return .some(s.pieces.removeFirst()) }
             return s.finished ? .some(nil) : nil
         }
-        if piece == nil || piece! == nil {
-            condition.lock()
-            if streams[id]?.finished == true && streams[id]?.pieces.isEmpty == true { streams[id] = nil }
-            condition.unlock()
+        guard case .some(.some(let data)) = piece else {
+            condition.withLock { streams[id] = nil }
+            return nil
         }
-        return piece ?? nil
+        return data
     }
 
     private func wait<T>(_ id: UInt64, _ ready: (StreamState) -> T?) throws -> T {
@@ -461,3 +472,9 @@ private let systemKill = Glibc.kill
 private let systemWrite = Darwin.write
 private let systemKill = Darwin.kill
 #endif
+
+/// Why a frame could not be written to a plugin's stdin.
+struct PipeWriteError: Error, CustomStringConvertible {
+    var reason: String
+    var description: String { reason }
+}

@@ -46,6 +46,9 @@ extension ServiceHandlers {
                     try await send(chunk)
                 }
                 try await send(stream.end(), last: true)
+            } catch let cancelled as CancellationError {
+                // The client stopped reading (a plugin's cancel): nothing to tell it.
+                throw cancelled
             } catch {
                 // The status line is gone: say it inside the document, so the client fails too.
                 let e = ServiceError.from(error, table: name)
