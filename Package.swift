@@ -94,6 +94,10 @@ let package = Package(
         // Sample plugins, built by scripts/test: Ferry's SQLite driver through the kit (how the
         // tests prove the transport), and a folder of CSV files.
         .executableTarget(name: "ferry-driver-sqlitekit", dependencies: ["FerryPluginKit", "FerrySQLite"], path: "samples/plugins/sqlitekit"),
+        .executableTarget(
+            name: "ferry-driver-csv",
+            dependencies: ["FerryPluginKit", "FerryXML", "FerryCore", .product(name: "CSV", package: "CSV.swift")],
+            path: "samples/plugins/csv", exclude: ["README.md"]),
         // Offline snapshots and two-way sync: a SQLite snapshot file against any origin (drivers
         // come from the caller's registry; never the server).
         .target(name: "FerrySync", dependencies: ["FerryCore", "FerrySQLite"]),
@@ -154,7 +158,10 @@ let package = Package(
             dependencies: ["FerryServer", "FerryXML", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore", "FerrySync", "FerrySyncModel"]),
         .testTarget(
             name: "FerryPluginTests",
-            dependencies: ["FerryPlugins", "FerryDriverTestKit", "FerryCore", "FerrySQLite", "ferry", "ferry-driver-sqlitekit"]),
+            dependencies: [
+                "FerryPlugins", "FerryDriverTestKit", "FerryCore", "FerrySQLite", "FerryPostgres", "FerryMySQL",
+                "ferry", "ferry-driver-sqlitekit", "ferry-driver-csv",
+            ]),
         .testTarget(
             name: "FerryCommandsTests",
             dependencies: ["FerryCommands", "FerryKit", "FerryDriverTestKit", "FerrySQLite", "ferry", "ferry-embedding-sample"]),

@@ -10,10 +10,14 @@ extension Ferry {
         static let configuration = CommandConfiguration(
             abstract: "List the built-in drivers and the driver plugins found.",
             discussion: """
-                A URL whose scheme no built-in driver serves is handed to an executable
-                ferry-driver-SCHEME, looked for in the folders of FERRY_DRIVER_PATH, then on PATH
-                (docs/plugins.md). Each plugin found is started for its handshake only, to show
+                A URL whose scheme no built-in driver serves (csv:data/) is handed to an
+                executable ferry-driver-SCHEME, looked for in the folders of FERRY_DRIVER_PATH,
+                then on PATH; it speaks Ferry's protocol over its stdin and stdout (see
+                docs/plugins.md). Each plugin found is started for its handshake only, to show
                 its version and capabilities, or why it was refused.
+
+                A plugin found only on PATH runs for a URL typed on the command line; for one
+                read from a file (a snapshot's stored origin) it needs --allow-plugin SCHEME.
 
                 Examples:
                   ferry drivers

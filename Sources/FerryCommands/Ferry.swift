@@ -12,6 +12,8 @@ public struct Ferry: ParsableCommand {
             A database is named by a URL:
               sqlite:path/to/file.db   sqlite:///absolute/path.db
               postgres://user@host:5432/db   mysql://user@host:3306/db   http://host:8080/
+              SCHEME:… for any other scheme, served by a driver plugin ferry-driver-SCHEME
+              (ferry drivers lists them)
 
             Examples:
               ferry tables sqlite:samples/chinook.sqlite
@@ -135,7 +137,7 @@ struct DriverSettings: ParsableArguments {
     var allowPlugin: [String] = []
 
     @Option(name: .long, help: ArgumentHelp("Seconds to wait for a connection or an answer (driver plugins: the handshake and each answer).", valueName: "seconds"))
-    var timeout: Double = 60
+    var timeout: Double = 300
 
     func validate() throws {
         guard timeout > 0 else { throw ValidationError("--timeout must be a positive number of seconds") }

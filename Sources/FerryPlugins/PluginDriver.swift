@@ -19,7 +19,7 @@ public struct PluginDriver: Driver {
         hosts = PluginHosts.shared
     }
 
-    public static let defaultTimeout = 60.0
+    public static let defaultTimeout = 300.0
 
     /// Kills every plugin process still running (Ferry is exiting).
     public static func stopAll() { PluginProcess.killAll() }

@@ -1,5 +1,7 @@
 import FerryCore
 import FerryDriverTestKit
+@testable import FerryMySQL
+@testable import FerryPostgres
 @testable import FerrySQLite
 import Foundation
 import XCTest
@@ -54,6 +56,77 @@ final class PluginCommandTests: XCTestCase {
         XCTAssertTrue(r.err.contains("7 updated, 1 deleted"), r.err)
         r = try ferry(["verify", "sqlite:" + changed, "sqlitekit:" + viaPlugin])
         XCTAssertEqual(r.code, 0, r.err + r.out)
+        XCTAssertEqual(PluginFixtures.processes(under: [PluginFixtures.products.path]), [])
+    }
+
+    /// The walk: CSV files into PostgreSQL and MySQL into CSV files through the sample
+    /// plugin with two jobs, verify both ways; mirror into CSV moves only what changed; a snapshot
+    /// of the CSV folder pulls its changes; push to it is refused (no atomic multi-table writes).
+    func testCSVPluginBetweenServers() throws {
+        let schema = "plugin_\(UInt32.random(in: 0...UInt32.max))"
+        let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let myURL = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        guard let pg = try PostgresDriver().connect(Endpoint(parsing: pgURL), role: .target) as? PostgresConnection,
+              let my = try MySQLDriver().connect(Endpoint(parsing: myURL), role: .target) as? MySQLConnection
+        else { throw ConformanceFailure("the drivers returned other kinds of connections") }
+        try pg.execute("CREATE SCHEMA \(schema)")
+        try my.execute("CREATE DATABASE \(schema)")
+        defer {
+            try? pg.execute("DROP SCHEMA \(schema) CASCADE")
+            try? my.execute("DROP DATABASE \(schema)")
+            pg.close()
+            my.close()
+        }
+        let music = PluginFixtures.root.appendingPathComponent("samples/csv-music").path
+        let postgres = pgURL + (pgURL.contains("?") ? "&" : "?") + "options=-csearch_path%3D\(schema)"
+        guard var mysqlEndpoint = URLComponents(string: myURL) else { throw ConformanceFailure("bad MySQL URL") }
+        mysqlEndpoint.path = "/" + schema
+        let mysql = try XCTUnwrap(mysqlEndpoint.string)
+        var r = try ferry(["copy", "csv:" + music, postgres, "--jobs", "2"])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(r.err.contains("copied 5 of 5 tables, 4155 rows"), r.err)
+        r = try ferry(["copy", postgres, mysql, "--jobs", "2", "--schema", schema])
+        XCTAssertEqual(r.code, 0, r.err)
+        let out = folder.path("out")
+        r = try ferry(["copy", mysql, "csv:" + out + "/", "--jobs", "2"])
+        XCTAssertEqual(r.code, 0, r.err)
+        for (a, b) in [("csv:" + music, postgres), (mysql, "csv:" + out), ("csv:" + out, mysql), ("csv:" + out, "csv:" + music)] {
+            r = try ferry(["verify", a, b])
+            XCTAssertEqual(r.code, 0, "\(a) vs \(b): \(r.err) \(r.out)")
+        }
+        // Mirror into the CSV folder: only the changed rows move.
+        try my.execute("UPDATE \(schema).`Track` SET `Name` = CONCAT('changed ', `TrackId`) WHERE `TrackId` IN (5, 500, 3000)")
+        try my.execute("DELETE FROM \(schema).`Track` WHERE `TrackId` = 3503")
+        try my.execute("INSERT INTO \(schema).`Artist` VALUES (9999, 'New, \\\"quoted\\\" artist')")
+        r = try ferry(["copy", mysql, "csv:" + out, "--mode", "mirror"])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(r.err.contains("(1 inserted, 3 updated, 1 deleted, 4151 unchanged)"), r.err)
+        r = try ferry(["verify", mysql, "csv:" + out])
+        XCTAssertEqual(r.code, 0, r.err + r.out)
+        // A snapshot of the CSV folder, and a pull of a change made to it.
+        let snap = folder.path("snap.db")
+        r = try ferry(["snapshot", "csv:" + out, snap])
+        XCTAssertEqual(r.code, 0, r.err)
+        r = try ferry(["copy", mysql, "csv:" + out, "--mode", "upsert", "--tables", "Genre"])
+        XCTAssertEqual(r.code, 0, r.err)
+        try my.execute("UPDATE \(schema).`Genre` SET `Name` = 'Changed genre' WHERE `GenreId` = 1")
+        r = try ferry(["copy", mysql, "csv:" + out, "--mode", "mirror", "--tables", "Genre"])
+        XCTAssertEqual(r.code, 0, r.err)
+        r = try ferry(["pull", snap])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue((r.out + r.err).contains("1 rows changed") || (r.out + r.err).contains("1 row changed"), r.out + r.err)
+        r = try ferry(["verify", "csv:" + out, "sqlite:" + snap, "--tables", "Genre"])
+        XCTAssertEqual(r.code, 0, r.err + r.out)
+        // Push needs atomic multi-table writes, which the CSV plugin does not declare.
+        let file = try sqlite(snap)
+        try file.execute("UPDATE \"Genre\" SET \"Name\" = 'offline' WHERE \"GenreId\" = 2")
+        file.close()
+        let before = try Data(contentsOf: URL(fileURLWithPath: out + "/Genre.csv"))
+        r = try ferry(["push", snap])
+        XCTAssertEqual(r.code, 2, r.err)
+        XCTAssertEqual(r.ferryLines.count, 1, r.err)
+        XCTAssertTrue(r.err.contains("does not declare atomic-push, which push (all tables' changes in one transaction) needs; nothing was written"), r.err)
+        XCTAssertEqual(try Data(contentsOf: URL(fileURLWithPath: out + "/Genre.csv")), before)
         XCTAssertEqual(PluginFixtures.processes(under: [PluginFixtures.products.path]), [])
     }
 

@@ -30,6 +30,24 @@ final class PluginConformanceTests: XCTestCase {
         XCTAssertEqual(PluginFixtures.processes(under: [PluginFixtures.products.path]), before, "every plugin process ended with its connections")
     }
 
+    func testCSVPlugin() throws {
+        let folder = try TemporaryFolder()
+        var options = DriverConformance.Options()
+        options.capabilities = [.source, .target, .keyedReads, .digests, .snapshots, .keyedWrites]
+        options.describesPlannedTypes = false
+        let driver = PluginDriver(scheme: "csv", path: PluginFixtures.products.appendingPathComponent("ferry-driver-csv").path)
+        var n = 0
+        let kit = DriverConformance(options: options) {
+            n += 1
+            return try driver.connect(Endpoint(parsing: "csv:" + folder.path("kit\(n)")), role: .target)
+        }
+        XCTAssertEqual(kit.checks.count, 14, "every check applies: the CSV plugin declares keyed reads and writes")
+        for check in kit.checks {
+            do { try check.run() } catch { XCTFail("\(check.name): \(error)") }
+        }
+        XCTAssertEqual(PluginFixtures.processes(under: [PluginFixtures.products.path]), [], "every plugin process ended with its connections")
+    }
+
     func testPythonJSONLinesPlugin() throws {
         let folder = try TemporaryFolder()
         var options = DriverConformance.Options()
