@@ -25,6 +25,7 @@ extension Ferry {
                   ferry verify sqlite:samples/chinook.sqlite sqlite:/tmp/chinook.db
                   ferry verify mysql://app@db/shop sqlite:shop.db --zero-dates null
                   ferry verify postgres://dba@db/shop sqlite:shop.db --tables orders --json
+                  ferry verify csv:samples/csv-music postgres://dba@db/music --jobs 2
                   ferry copy sqlite:app.db postgres://dba@db/app --verify
                   ferry verify mysql://app@db/shop postgres://dba@pg/shop --cast 'type tinyint to boolean using tinyint-to-boolean'
                 """)
@@ -38,6 +39,9 @@ extension Ferry {
         @Option(name: .long, help: "Differences listed per table.")
         var max: Int = 20
 
+        @Option(name: .long, help: "Tables compared at the same time, each job on its own connections inside the same snapshots (sides that cannot share one use 1).")
+        var jobs: Int = 1
+
         @OptionGroup var tableOptions: TableOptions
 
         @OptionGroup var castOptions: CastOptions
@@ -47,6 +51,10 @@ extension Ferry {
         @OptionGroup var passwordFiles: PasswordFiles
 
         @OptionGroup var output: OutputOptions
+
+        func validate() throws {
+            guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be between 1 and 64, not \(jobs)") }
+        }
 
         func run() throws {
             var options = Verifier.Options()
@@ -67,7 +75,11 @@ extension Ferry {
                     Console.error("warning: \(c.endpoint) could not start a read snapshot (\(error)); each table is read as of its own moment")
                 }
             }
-            let report = try Verifier().verify(source: src, target: dst, options: options)
+            options.jobs = jobs
+            let registry = Ferry.registry
+            let report = try Verifier().verify(
+                source: src, target: dst, options: options, connect: { try registry.connect($0, role: .source) },
+                note: { Console.error("note: \($0)") })
             try? src.rollback()
             try? dst.rollback()
             try Self.print(report, json: output.json)

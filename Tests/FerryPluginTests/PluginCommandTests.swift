@@ -91,9 +91,15 @@ final class PluginCommandTests: XCTestCase {
         r = try ferry(["copy", mysql, "csv:" + out + "/", "--jobs", "2"])
         XCTAssertEqual(r.code, 0, r.err)
         for (a, b) in [("csv:" + music, postgres), (mysql, "csv:" + out), ("csv:" + out, mysql), ("csv:" + out, "csv:" + music)] {
-            r = try ferry(["verify", a, b])
+            r = try ferry(["verify", a, b, "--jobs", "2"])
             XCTAssertEqual(r.code, 0, "\(a) vs \(b): \(r.err) \(r.out)")
+            XCTAssertTrue((r.out + r.err).contains("all 5 tables are equal"), r.out + r.err)
         }
+        // Both sides share their snapshots (the plugin's, PostgreSQL's): two jobs, no note.
+        r = try ferry(["verify", postgres, "csv:" + music, "--jobs", "2"] + ["Artist", "Album", "Genre", "MediaType", "Track"].flatMap { ["--tables", schema + "." + $0] })
+        XCTAssertEqual(r.code, 0, r.err + r.out)
+        XCTAssertFalse(r.err.contains("one job"), r.err)
+        XCTAssertTrue((r.out + r.err).contains("\(schema).Track: equal (3503 rows in the source, 3503 in the target)"), r.out + r.err)
         // Mirror into the CSV folder: only the changed rows move.
         try my.execute("UPDATE \(schema).`Track` SET `Name` = CONCAT('changed ', `TrackId`) WHERE `TrackId` IN (5, 500, 3000)")
         try my.execute("DELETE FROM \(schema).`Track` WHERE `TrackId` = 3503")

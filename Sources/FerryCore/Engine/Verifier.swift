@@ -16,6 +16,9 @@ public struct Verifier: Sendable {
         /// Differences listed per table.
         public var maxReported: Int = 20
         public var batchSize: Int = 10_000
+        /// Tables compared at once, each job on connections of its own that read the snapshot
+        /// the given connections hold (sides that cannot share one are compared by one job).
+        public var jobs: Int = 1
         public init() {}
     }
 
@@ -68,23 +71,97 @@ public struct Verifier: Sendable {
 
     /// Compares each chosen table. With `cancellation`, a cancel stops before the next table
     /// and throws `FerryError.cancelled`.
-    public func verify(source: any Connection, target: any Connection, options: Options, cancellation: Cancellation? = nil) throws -> Report {
+    ///
+    /// With `options.jobs` above 1 and `connect` (which opens another connection to an endpoint),
+    /// tables are compared by that many jobs; each extra job reads inside the snapshots `source`
+    /// and `target` hold (`exportSnapshot`). When a side cannot share its snapshot, `note` says so
+    /// and one job compares every table, so that all see one moment of each side.
+    public func verify(
+        source: any Connection, target: any Connection, options: Options, cancellation: Cancellation? = nil,
+        connect: ((Endpoint) throws -> any Connection)? = nil, note: (String) -> Void = { _ in }
+    ) throws -> Report {
         let chosen = try CopyEngine.selectTables(in: source, tables: options.tables, exclude: options.exclude).chosen
-        var reports: [TableReport] = []
-        for table in chosen {
-            if cancellation?.isCancelled == true { throw FerryError.cancelled }
-            let started = Date()
-            do {
-                var r = try verifyTable(table, source: source, target: target, options: options)
-                r.seconds = Date().timeIntervalSince(started)
-                reports.append(r)
-            } catch {
-                reports.append(TableReport(
-                    source: table.description, target: table.unqualified.description, sourceRows: 0, targetRows: 0, status: .failed,
-                    differences: [], truncated: false, error: "\(error)", seconds: Date().timeIntervalSince(started)))
+        var jobs = connect == nil ? 1 : max(1, min(options.jobs, chosen.count))
+        var shared: [String?] = [nil, nil]
+        if jobs > 1 {
+            shared = [try? source.exportSnapshot(), try? target.exportSnapshot()]
+            if let i = shared.firstIndex(where: { $0 == nil }) {
+                note("one job: \([source, target][i].endpoint.redacted) cannot share its read snapshot between connections, so one connection compares every table")
+                jobs = 1
             }
         }
-        return Report(source: source.endpoint.redacted, target: target.endpoint.redacted, tables: reports)
+        let results = Locked<[TableReport?]>(Array(repeating: nil, count: chosen.count))
+        let next = Locked(0)
+        let failure = Locked<(any Error)?>(nil)
+        /// Compares tables until none is left, on its own pair of connections.
+        func work(_ s: any Connection, _ t: any Connection) {
+            while true {
+                if cancellation?.isCancelled == true {
+                    failure.withLock { $0 = $0 ?? FerryError.cancelled }
+                    return
+                }
+                let i = next.withLock { n -> Int in
+                    defer { n += 1 }
+                    return n
+                }
+                guard i < chosen.count, failure.withLock({ $0 == nil }) else { return }
+                let table = chosen[i]
+                let started = Date()
+                var r: TableReport
+                do {
+                    r = try verifyTable(table, source: s, target: t, options: options)
+                } catch {
+                    r = TableReport(
+                        source: table.description, target: table.unqualified.description, sourceRows: 0, targetRows: 0, status: .failed,
+                        differences: [], truncated: false, error: "\(error)", seconds: 0)
+                }
+                r.seconds = Date().timeIntervalSince(started)
+                let report = r
+                results.withLock { $0[i] = report }
+            }
+        }
+        if jobs > 1, let connect {
+            let group = DispatchGroup()
+            for _ in 1..<jobs {
+                group.enter()
+                let pair = Locked<(any Connection, any Connection)?>(nil)
+                do {
+                    let s = try connect(source.endpoint)
+                    let t: any Connection
+                    do { t = try connect(target.endpoint) } catch {
+                        s.close()
+                        throw error
+                    }
+                    pair.withLock { $0 = (s, t) }
+                    try shared[0].map { try s.beginSnapshot(importing: $0) }
+                    try shared[1].map { try t.beginSnapshot(importing: $0) }
+                } catch {
+                    note("one job fewer: \(error)")
+                    pair.withLock { $0.map { $0.0.close(); $0.1.close() } }
+                    group.leave()
+                    continue
+                }
+                // The job's body and connections, handed to its thread: each connection is used
+                // by that thread alone, and `work` shares only locked state with the others.
+                let body = Handoff(work)
+                let job = Thread {
+                    defer { group.leave() }
+                    guard let (s, t) = pair.withLock({ $0 }) else { return }
+                    body.value(s, t)
+                    try? s.rollback()
+                    try? t.rollback()
+                    s.close()
+                    t.close()
+                }
+                job.start()
+            }
+            work(source, target)
+            group.wait()
+        } else {
+            work(source, target)
+        }
+        if let e = failure.withLock({ $0 }) { throw e }
+        return Report(source: source.endpoint.redacted, target: target.endpoint.redacted, tables: results.withLock { $0.compactMap { $0 } })
     }
 
     /// What one pass over one side yields.
