@@ -89,7 +89,10 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
                     output: .fileDescriptor(childOut, closeAfterSpawningProcess: true),
                     error: .fileDescriptor(childErr, closeAfterSpawningProcess: true)
                 ) { execution in
-                    pidBox.withLock { $0 = execution.processIdentifier.value }
+                    let pid = execution.processIdentifier.value
+                    pidBox.withLock { $0 = pid }
+                    // Known from here until `ended` (after the child was reaped), for `killAll`.
+                    PluginProcess.live.withLock { $0[pid] = true }
                     started.signal()
                 }
                 let status: String
@@ -97,6 +100,7 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
                 case .exited(let code): status = "exited with status \(code)"
                 case .signaled(let signal): status = "was killed by signal \(signal)"
                 }
+                PluginProcess.live.withLock { $0[pidBox.withLock { $0 }] = nil }
                 self.ended(status: status)
             } catch {
                 launchError.withLock { $0 = error }
@@ -112,10 +116,16 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
             throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "plugin \(name) (\(path)) could not be started: \(e)")
         }
         pid = pidBox.withLock { $0 }
-        PluginProcess.live.withLock { $0[pid] = true }
         Thread.detachNewThread { [self] in relayStderr() }
         Thread.detachNewThread { [self] in readFrames() }
-        try handshake()
+        do {
+            try handshake()
+        } catch {
+            // Refused: the child is stopped and reaped before the error reaches the caller.
+            kill()
+            _ = waitForExit(seconds: 5)
+            throw error
+        }
     }
 
     deinit {
@@ -410,7 +420,6 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
         if failure == nil { failure = status }
         condition.broadcast()
         condition.unlock()
-        PluginProcess.live.withLock { $0[pid] = nil }
     }
 
     private func waitForExit(seconds: Double) -> String? {
@@ -451,7 +460,8 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
     }
 
     private func kill() {
-        if pid > 0 && !exited { _ = systemKill(pid, SIGKILL) }
+        let running = condition.withLock { !exited }
+        if pid > 0 && running { _ = systemKill(pid, SIGKILL) }
     }
 
     static func seconds(_ s: Double) -> String { s == s.rounded() ? "\(Int(s)) s" : "\(s) s" }
