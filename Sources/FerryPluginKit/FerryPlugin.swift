@@ -146,7 +146,11 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
             let pathEnd = target.firstIndex(of: "?") ?? target.endIndex
             let path = String(target[..<pathEnd])
             let query = pathEnd < target.endIndex ? ProtocolRoute.parseQuery(target[target.index(after: pathEnd)...]) : []
-            if let (route, parameters) = ProtocolRoute.match(method: method, path: path) {
+            if let (route, _) = ProtocolRoute.match(method: method, path: path), !route.isRead, !handlers.configuration.writable {
+                // Started as a source: nothing is created or changed, whatever is asked.
+                response = .error(ServiceError(
+                    status: 403, code: "read_only", message: "\(handlers.configuration.name) was started as a source (FERRY_DRIVER_ROLE=source): it changes nothing"))
+            } else if let (route, parameters) = ProtocolRoute.match(method: method, path: path) {
                 let iterator = BodyIterator(incoming.body.makeAsyncIterator())
                 let request = ServiceRequest(
                     route: route, parameters: parameters, query: query, headers: headers,

@@ -110,9 +110,7 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
         }
         started.wait()
         if let e = launchError.withLock({ $0 }) {
-            close(input)
-            close(output)
-            close(errors)
+            // Our ends of the pipes are closed by deinit.
             throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "plugin \(name) (\(path)) could not be started: \(e)")
         }
         pid = pidBox.withLock { $0 }
