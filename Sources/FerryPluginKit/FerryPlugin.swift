@@ -44,11 +44,11 @@ public enum FerryPlugin {
                 // The plugin's scheme is not the driver's own (sqlitekit: → sqlite:).
                 endpoint = try Endpoint(parsing: own + url.dropFirst(endpoint.scheme.count))
             }
-            var configuration = ServiceConfiguration(
-                database: endpoint, registry: DriverRegistry([driver]), writable: role == .target, name: name, version: version)
-            // What the driver can do, whatever this process's role (a source's writes are refused
-            // by its connections, which open read-only).
-            configuration.capabilities = capabilities
+            // The driver's capabilities whatever this process's role: a source refuses writes
+            // itself (PipeServer), and `ferry drivers` probes as a source.
+            let configuration = ServiceConfiguration(
+                database: endpoint, registry: DriverRegistry([driver]), writable: role == .target, name: name, version: version,
+                capabilities: capabilities)
             let server = PipeServer(handlers: ServiceHandlers(configuration: configuration), logger: Logger(label: name))
             server.run()
         } catch {

@@ -77,11 +77,14 @@ public struct ServerConfiguration: Sendable {
 
     /// What the protocol's handlers serve.
     var service: ServiceConfiguration {
-        ServiceConfiguration(
-            database: database, registry: registry, writable: !readWriteTokens.isEmpty || !writeTokens.isEmpty, tables: tables,
+        let writable = !readWriteTokens.isEmpty || !writeTokens.isEmpty
+        return ServiceConfiguration(
+            database: database, registry: registry, writable: writable, tables: tables,
             maxBodyBytes: maxBodyBytes, defaultPageRows: defaultPageRows, maxPageRows: maxPageRows, pageBytes: pageBytes,
             maxSnapshots: maxSnapshots, snapshotIdleSeconds: snapshotIdleSeconds, snapshotLifetimeSeconds: snapshotLifetimeSeconds,
-            name: "ferry serve", version: ServerConfiguration.version)
+            name: "ferry serve", version: ServerConfiguration.version,
+            // Served with read-only tokens only: nothing can be written through it.
+            capabilities: writable ? .all : Capabilities.all.subtracting([.target, .keyedWrites, .atomicPush]))
     }
 
     /// Ferry's version, as `GET /v1/capabilities` announces it.

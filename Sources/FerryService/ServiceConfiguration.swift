@@ -22,7 +22,8 @@ public struct ServiceConfiguration: Sendable {
     public var maxSnapshots: Int
     public var snapshotIdleSeconds: Double
     public var snapshotLifetimeSeconds: Double
-    /// What `GET /v1/capabilities` announces.
+    /// What `GET /v1/capabilities` announces (what the served driver can do; a transport that
+    /// serves it read-only announces less).
     public var name: String
     public var version: String
     public var capabilities: Capabilities
@@ -46,6 +47,6 @@ public struct ServiceConfiguration: Sendable {
         self.snapshotLifetimeSeconds = snapshotLifetimeSeconds
         self.name = name
         self.version = version
-        self.capabilities = writable ? capabilities : capabilities.subtracting([.target, .keyedWrites, .atomicPush])
+        self.capabilities = capabilities
     }
 }

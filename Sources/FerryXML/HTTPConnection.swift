@@ -77,28 +77,23 @@ public final class HTTPConnection: Connection {
         client.transport.release()
     }
 
-    /// The request target of `route` for `table` (`v1/tables/Artist/rows`).
-    func path(_ route: ProtocolRoute, _ table: TableName) -> String {
-        route.target(table: table)
-    }
-
     public func listTables() throws -> [TableInfo] {
         try XMLDocuments.decodeTables(client.expect("GET", ProtocolRoute.tables.target()))
     }
 
     /// `?snapshot=ID` while this connection reads inside the service's snapshot.
-    var snapshotQuery: String { snapshotID.map { ProtocolClient.query([("snapshot", $0)]) } ?? "" }
+    var snapshotQuery: String { snapshotID.map { ProtocolRoute.query([("snapshot", $0)]) } ?? "" }
 
     public func countRows(_ table: TableName) throws -> Int64 {
-        try XMLDocuments.decodeCount(client.expect("GET", path(.count, table) + snapshotQuery, table: table))
+        try XMLDocuments.decodeCount(client.expect("GET", ProtocolRoute.count.target(table: table) + snapshotQuery, table: table))
     }
 
     public func describe(_ table: TableName) throws -> TableSchema {
-        try XMLDocuments.decodeSchema(client.expect("GET", path(.schema, table) + snapshotQuery, table: table))
+        try XMLDocuments.decodeSchema(client.expect("GET", ProtocolRoute.schema.target(table: table) + snapshotQuery, table: table))
     }
 
     public func tableExists(_ table: TableName) throws -> Bool {
-        let reply = try client.send("GET", path(.schema, table))
+        let reply = try client.send("GET", ProtocolRoute.schema.target(table: table))
         if reply.status == 404 { return false }
         guard (200..<300).contains(reply.status) else { throw client.error(reply, table: table) }
         return true
@@ -174,7 +169,7 @@ public final class HTTPConnection: Connection {
         } ?? [[]]
         var out: [BucketDigest] = []
         for within in withins {
-            let data = try client.expect("GET", path(.digests, table.name) + ProtocolClient.query(base + within), table: table.name)
+            let data = try client.expect("GET", ProtocolRoute.digests.target(table: table.name) + ProtocolRoute.query(base + within), table: table.name)
             guard let digests = try XMLDocuments.decodeDigests(data) else {
                 throw FerryError.copyFailed(table: table.name, endpoint: endpoint.redacted, reason: "\(client.transport.peer) sent a malformed digest")
             }
@@ -212,10 +207,10 @@ public final class HTTPConnection: Connection {
         }
         out.foreignKeys = schema.foreignKeys
         if !out.indexes.isEmpty {
-            out.indexStatements = ["POST /\(path(.indexes, indexesOn))\n" + String(decoding: XMLDocuments.objects(indexes: out.indexes, foreignKeys: []), as: UTF8.self)]
+            out.indexStatements = ["POST /\(ProtocolRoute.indexes.target(table: indexesOn))\n" + String(decoding: XMLDocuments.objects(indexes: out.indexes, foreignKeys: []), as: UTF8.self)]
         }
         if !out.foreignKeys.isEmpty {
-            out.foreignKeyStatements = ["POST /\(path(.foreignKeys, table))\n" + String(decoding: XMLDocuments.objects(indexes: [], foreignKeys: out.foreignKeys), as: UTF8.self)]
+            out.foreignKeyStatements = ["POST /\(ProtocolRoute.foreignKeys.target(table: table))\n" + String(decoding: XMLDocuments.objects(indexes: [], foreignKeys: out.foreignKeys), as: UTF8.self)]
         }
         return out
     }
@@ -225,14 +220,14 @@ public final class HTTPConnection: Connection {
     public func createIndexes(_ objects: PlannedObjects) throws -> [SkippedObject] {
         guard !objects.indexes.isEmpty else { return [] }
         let reply = try client.expect(
-            "POST", path(.indexes, objects.indexesOn), body: XMLDocuments.objects(indexes: objects.indexes, foreignKeys: []), table: objects.table)
+            "POST", ProtocolRoute.indexes.target(table: objects.indexesOn), body: XMLDocuments.objects(indexes: objects.indexes, foreignKeys: []), table: objects.table)
         return try XMLDocuments.decodeSkipped(reply, table: objects.table)
     }
 
     public func createForeignKeys(_ objects: PlannedObjects) throws -> [SkippedObject] {
         guard !objects.foreignKeys.isEmpty else { return [] }
         let reply = try client.expect(
-            "POST", path(.foreignKeys, objects.table), body: XMLDocuments.objects(indexes: [], foreignKeys: objects.foreignKeys), table: objects.table)
+            "POST", ProtocolRoute.foreignKeys.target(table: objects.table), body: XMLDocuments.objects(indexes: [], foreignKeys: objects.foreignKeys), table: objects.table)
         return try XMLDocuments.decodeSkipped(reply, table: objects.table)
     }
 
@@ -241,13 +236,13 @@ public final class HTTPConnection: Connection {
     }
 
     public func dropTable(_ name: TableName) throws {
-        let reply = try client.send("DELETE", path(.dropTable, name))
+        let reply = try client.send("DELETE", ProtocolRoute.dropTable.target(table: name))
         guard (200..<300).contains(reply.status) || reply.status == 404 else { throw client.error(reply, table: name) }
         created.remove(name)
     }
 
     public func swapTable(_ staging: TableName, into target: TableName) throws {
-        _ = try client.expect("POST", path(.swap, staging) + ProtocolClient.query([("into", target.description)]), table: target)
+        _ = try client.expect("POST", ProtocolRoute.swap.target(table: staging) + ProtocolRoute.query([("into", target.description)]), table: target)
         created.remove(staging)
     }
 
@@ -269,7 +264,7 @@ public final class HTTPConnection: Connection {
             pendingMerges.append((staging, table))
             into = staging
         }
-        return HTTPWriter(client: client, path: path(.insertRows, into) + ProtocolClient.query(columns.map { ("columns", $0.name) }),
+        return HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: into) + ProtocolRoute.query(columns.map { ("columns", $0.name) }),
                           table: into, columns: columns)
     }
 
@@ -313,7 +308,7 @@ public final class HTTPConnection: Connection {
             pending[keyPath: slot] = staging
             pendingApplies[table.name] = pending
         }
-        try HTTPWriter(client: client, path: path(.insertRows, staging) + ProtocolClient.query(columns.map { ("columns", $0.name) }),
+        try HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: staging) + ProtocolRoute.query(columns.map { ("columns", $0.name) }),
                        table: staging, columns: columns).write(rows)
     }
 
@@ -322,7 +317,7 @@ public final class HTTPConnection: Connection {
     /// or left behind) — `base` with a random suffix.
     private func freeStaging(_ base: TableName) throws -> TableName {
         guard try tableExists(base) else { return base }
-        let reply = try client.send("DELETE", path(.dropTable, base))
+        let reply = try client.send("DELETE", ProtocolRoute.dropTable.target(table: base))
         if (200..<300).contains(reply.status) || reply.status == 404 {
             created.remove(base)
             return base
@@ -396,8 +391,8 @@ public final class HTTPConnection: Connection {
 
     /// Posts a change set; the service applies it in one transaction.
     func changes(_ table: TableName, columns: [Column], key: [String], _ body: Data) throws -> (inserted: Int, upserted: Int, deleted: Int) {
-        let query = ProtocolClient.query(columns.map { ("columns", $0.name) } + key.map { ("key", $0) })
-        let counts = try XMLDocuments.decodeApplied(client.expect("POST", path(.changes, table) + query, body: body, table: table))
+        let query = ProtocolRoute.query(columns.map { ("columns", $0.name) } + key.map { ("key", $0) })
+        let counts = try XMLDocuments.decodeApplied(client.expect("POST", ProtocolRoute.changes.target(table: table) + query, body: body, table: table))
         func n(_ k: String) -> Int { Int(counts[k] ?? 0) }
         return (n("inserted"), n("upserted"), n("deleted"))
     }
@@ -446,7 +441,7 @@ public final class HTTPConnection: Connection {
     public func commit() throws {
         guard snapshotID == nil else { return endSnapshot() }
         for merge in pendingMerges {
-            _ = try client.expect("POST", path(.merge, merge.staging) + ProtocolClient.query([("into", merge.target.description)]), table: merge.target)
+            _ = try client.expect("POST", ProtocolRoute.merge.target(table: merge.staging) + ProtocolRoute.query([("into", merge.target.description)]), table: merge.target)
         }
         pendingMerges = []
         var counts: MergeCounts?
@@ -456,7 +451,7 @@ public final class HTTPConnection: Connection {
             if let d = apply.deletes { query.append(("deletes", d.description)) }
             if let e = apply.expect { query.append(("expect", String(e))) }
             if apply.resetSerial { query.append(("reset-serial", "1")) }
-            let applied = try XMLDocuments.decodeApplied(client.expect("POST", path(.apply, table) + ProtocolClient.query(query), table: table))
+            let applied = try XMLDocuments.decodeApplied(client.expect("POST", ProtocolRoute.apply.target(table: table) + ProtocolRoute.query(query), table: table))
             func n(_ k: String) -> Int64 { applied[k] ?? 0 }
             counts = (counts ?? MergeCounts()) + MergeCounts(inserted: n("inserted"), updated: n("updated"), unchanged: n("unchanged"), deleted: n("deleted"))
             // Applied: the staging tables are gone.
@@ -487,7 +482,7 @@ public final class HTTPConnection: Connection {
             pendingApplies[table]?.resetSerial = true
             return
         }
-        _ = try client.expect("POST", path(.resetSerial, table), table: table)
+        _ = try client.expect("POST", ProtocolRoute.resetSerial.target(table: table), table: table)
     }
 }
 

@@ -149,7 +149,7 @@ final class HTTPReader: BatchReader {
         items += buckets
         if descending { items.append(("order", "desc")) }
         if let snapshot { items.append(("snapshot", snapshot)) }
-        return connection.path(.readRows, table) + ProtocolClient.query(items)
+        return ProtocolRoute.readRows.target(table: table) + ProtocolRoute.query(items)
     }
 
     /// Asks for the next page and waits for its status (retrying a GET that got no answer).
@@ -211,7 +211,7 @@ final class HTTPReader: BatchReader {
     /// instead of cutting it short.
     private func checkReachedTheEnd() throws {
         let keyColumns = keyIndexes.map { requested[$0] }
-        let path = connection.path(.readRows, table) + ProtocolClient.query(
+        let path = ProtocolRoute.readRows.target(table: table) + ProtocolRoute.query(
             [("limit", "1"), ("order", "desc")] + keyColumns.map { ("columns", $0.name) }
                 + (rangeAfter ?? []).map { ("after", $0) } + (upTo ?? []).map { ("upto", $0) } + buckets
                 + (snapshot.map { [("snapshot", $0)] } ?? []))

@@ -87,8 +87,6 @@ final class ProtocolClient: @unchecked Sendable {  // unchecked: immutable after
 
     init(transport: any ProtocolTransport) { self.transport = transport }
 
-    static func query(_ items: [(String, String)]) -> String { ProtocolRoute.query(items) }
-
     func start(_ method: String, _ path: String, body: Data? = nil, upload: RowsDocumentSource? = nil) throws -> any ProtocolExchange {
         try transport.start(method, path, body: body, upload: upload)
     }

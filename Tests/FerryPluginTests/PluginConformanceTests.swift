@@ -5,64 +5,52 @@ import Foundation
 import XCTest
 
 /// The driver conformance kit, run against driver plugins: Ferry's SQLite driver through the
-/// plugin kit (which proves the transport against a driver the other tests know), and the
-/// Python sample plugin (which proves the protocol, not Swift, is the contract). Each check
-/// talks to real plugin processes over their pipes.
+/// plugin kit (which proves the transport against a driver the other tests know), the CSV
+/// sample, and the Python sample (which proves the protocol, not Swift, is the contract). Each
+/// check talks to real plugin processes over their pipes.
 final class PluginConformanceTests: XCTestCase {
-    func testSQLiteThroughThePluginKit() throws {
+    /// Runs every check `options.capabilities` allows against the plugin at `path`, each on a
+    /// fresh database `SCHEME:folder/kitN`, and checks that no plugin process outlives the kit.
+    func runKit(scheme: String, path: String, options: DriverConformance.Options, expectedChecks: Int,
+                file: StaticString = #filePath, line: UInt = #line) throws {
         let folder = try TemporaryFolder()
-        let before = PluginFixtures.processes(under: [PluginFixtures.products.path])
+        let driver = PluginDriver(scheme: scheme, path: path)
+        var n = 0
+        let kit = DriverConformance(options: options) {
+            n += 1
+            return try driver.connect(Endpoint(parsing: "\(scheme):" + folder.path("kit\(n)")), role: .target)
+        }
+        XCTAssertEqual(kit.checks.count, expectedChecks, "the checks for capabilities \(options.capabilities)", file: file, line: line)
+        for check in kit.checks {
+            do { try check.run() } catch { XCTFail("\(check.name): \(error)", file: file, line: line) }
+        }
+        let folderOfPlugin = (path as NSString).deletingLastPathComponent
+        XCTAssertEqual(PluginFixtures.processes(under: [folderOfPlugin]), [], "every plugin process ended with its connections", file: file, line: line)
+    }
+
+    func testSQLiteThroughThePluginKit() throws {
         var options = DriverConformance.Options()
         // What SQLite refuses (see SQLiteConformanceTests); the plugin maps planned types itself.
         options.keepsNaN = false
         options.keepsNegativeZero = false
         options.describesPlannedTypes = false
-        let driver = PluginDriver(scheme: "sqlitekit", path: PluginFixtures.products.appendingPathComponent("ferry-driver-sqlitekit").path)
-        var n = 0
-        let kit = DriverConformance(options: options) {
-            n += 1
-            return try driver.connect(Endpoint(parsing: "sqlitekit:" + folder.path("kit\(n).db")), role: .target)
-        }
-        XCTAssertEqual(kit.checks.count, 14, "every check applies to a plugin that declares everything")
-        for check in kit.checks {
-            do { try check.run() } catch { XCTFail("\(check.name): \(error)") }
-        }
-        XCTAssertEqual(PluginFixtures.processes(under: [PluginFixtures.products.path]), before, "every plugin process ended with its connections")
+        try runKit(scheme: "sqlitekit", path: PluginFixtures.products.appendingPathComponent("ferry-driver-sqlitekit").path,
+                   options: options, expectedChecks: 14)
     }
 
     func testCSVPlugin() throws {
-        let folder = try TemporaryFolder()
         var options = DriverConformance.Options()
         options.capabilities = [.source, .target, .keyedReads, .digests, .snapshots, .keyedWrites]
         options.describesPlannedTypes = false
-        let driver = PluginDriver(scheme: "csv", path: PluginFixtures.products.appendingPathComponent("ferry-driver-csv").path)
-        var n = 0
-        let kit = DriverConformance(options: options) {
-            n += 1
-            return try driver.connect(Endpoint(parsing: "csv:" + folder.path("kit\(n)")), role: .target)
-        }
-        XCTAssertEqual(kit.checks.count, 14, "every check applies: the CSV plugin declares keyed reads and writes")
-        for check in kit.checks {
-            do { try check.run() } catch { XCTFail("\(check.name): \(error)") }
-        }
-        XCTAssertEqual(PluginFixtures.processes(under: [PluginFixtures.products.path]), [], "every plugin process ended with its connections")
+        try runKit(scheme: "csv", path: PluginFixtures.products.appendingPathComponent("ferry-driver-csv").path,
+                   options: options, expectedChecks: 14)
     }
 
     func testPythonJSONLinesPlugin() throws {
-        let folder = try TemporaryFolder()
         var options = DriverConformance.Options()
         options.describesPlannedTypes = false
+        // A source and a target without keyed reads or writes.
         options.capabilities = [.source, .target]
-        let driver = PluginDriver(scheme: "jsonl", path: PluginFixtures.jsonlFolder + "/ferry-driver-jsonl")
-        var n = 0
-        let kit = DriverConformance(options: options) {
-            n += 1
-            return try driver.connect(Endpoint(parsing: "jsonl:" + folder.path("kit\(n)")), role: .target)
-        }
-        XCTAssertEqual(kit.checks.count, 11, "the checks for a source and target without keyed reads or writes")
-        for check in kit.checks {
-            do { try check.run() } catch { XCTFail("\(check.name): \(error)") }
-        }
-        XCTAssertEqual(PluginFixtures.processes(under: [PluginFixtures.jsonlFolder]), [], "every plugin process ended with its connections")
+        try runKit(scheme: "jsonl", path: PluginFixtures.jsonlFolder + "/ferry-driver-jsonl", options: options, expectedChecks: 11)
     }
 }

@@ -120,46 +120,51 @@ public struct Verifier: Sendable {
                 results.withLock { $0[i] = report }
             }
         }
-        if jobs > 1, let connect {
-            let group = DispatchGroup()
-            for _ in 1..<jobs {
-                group.enter()
-                let pair = Locked<(any Connection, any Connection)?>(nil)
+        /// Another pair of connections, reading inside the snapshots the given pair holds.
+        func openJob(_ connect: (Endpoint) throws -> any Connection) throws -> (any Connection, any Connection) {
+            let s = try connect(source.endpoint)
+            do {
+                let t = try connect(target.endpoint)
                 do {
-                    let s = try connect(source.endpoint)
-                    let t: any Connection
-                    do { t = try connect(target.endpoint) } catch {
-                        s.close()
-                        throw error
-                    }
-                    pair.withLock { $0 = (s, t) }
                     try shared[0].map { try s.beginSnapshot(importing: $0) }
                     try shared[1].map { try t.beginSnapshot(importing: $0) }
+                    return (s, t)
                 } catch {
-                    note("one job fewer: \(error)")
-                    pair.withLock { $0.map { $0.0.close(); $0.1.close() } }
-                    group.leave()
-                    continue
-                }
-                // The job's body and connections, handed to its thread: each connection is used
-                // by that thread alone, and `work` shares only locked state with the others.
-                let body = Handoff(work)
-                let job = Thread {
-                    defer { group.leave() }
-                    guard let (s, t) = pair.withLock({ $0 }) else { return }
-                    body.value(s, t)
-                    try? s.rollback()
-                    try? t.rollback()
-                    s.close()
                     t.close()
+                    throw error
                 }
-                job.start()
+            } catch {
+                s.close()
+                throw error
             }
-            work(source, target)
-            group.wait()
-        } else {
-            work(source, target)
         }
+        let group = DispatchGroup()
+        for _ in 1..<max(jobs, 1) {
+            guard let connect else { break }
+            let job: (work: (any Connection, any Connection) -> Void, s: any Connection, t: any Connection)
+            do {
+                let (s, t) = try openJob(connect)
+                job = (work, s, t)
+            } catch {
+                note("one job fewer: \(error)")
+                continue
+            }
+            // The job's body and connections, handed to its thread: each connection is used by
+            // that thread alone, and `work` shares only locked state with the others.
+            let handoff = Handoff(job)
+            group.enter()
+            Thread {
+                defer { group.leave() }
+                let (body, s, t) = handoff.value
+                body(s, t)
+                try? s.rollback()
+                try? t.rollback()
+                s.close()
+                t.close()
+            }.start()
+        }
+        work(source, target)
+        group.wait()
         if let e = failure.withLock({ $0 }) { throw e }
         return Report(source: source.endpoint.redacted, target: target.endpoint.redacted, tables: results.withLock { $0.compactMap { $0 } })
     }

@@ -56,21 +56,10 @@ struct CSVFramer {
                     recordHasBytes = true
                     state = b == quote ? .quoted : b == comma ? .fieldStart : .unquoted
                 }
-            case .unquoted:
-                if b == comma {
-                    state = .fieldStart
-                } else if b == lf {
-                    emit(offset + 1, false)
-                    state = .fieldStart
-                    recordHasBytes = false
-                } else if b == cr {
-                    crEnd = offset + 1
-                    crBlank = false
-                    state = .afterCR
-                }
             case .quoted:
                 if b == quote { state = .quoteInQuoted }
-            case .quoteInQuoted:
+            case .unquoted, .quoteInQuoted:
+                // After a field's text or its closing quote: a comma or a line end ends it.
                 if b == comma {
                     state = .fieldStart
                 } else if b == lf {
@@ -81,7 +70,7 @@ struct CSVFramer {
                     crEnd = offset + 1
                     crBlank = false
                     state = .afterCR
-                } else {
+                } else if case .quoteInQuoted = state {
                     // `""` is a quote inside the field; any other byte is taken into it.
                     state = .quoted
                 }
