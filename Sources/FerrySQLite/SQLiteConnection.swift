@@ -178,8 +178,16 @@ public final class SQLiteConnection: Connection {
             sqlite3_close_v2(handle)
             return false
         }
-        sqlite3_busy_timeout(handle, 30_000)
-        guard sqlite3_exec(handle, "BEGIN IMMEDIATE", nil, nil, nil) == SQLITE_OK else {
+        // Polled every half millisecond for up to 30 s, not through SQLite's busy handler: its
+        // sleeps grow to 100 ms, and an application committing in a tight loop leaves the write
+        // lock free only for moments that such sleeps almost always miss.
+        var rc = sqlite3_exec(handle, "BEGIN IMMEDIATE", nil, nil, nil)
+        let deadline = Date().addingTimeInterval(30)
+        while (rc == SQLITE_BUSY || rc == SQLITE_LOCKED) && Date() < deadline {
+            usleep(500)
+            rc = sqlite3_exec(handle, "BEGIN IMMEDIATE", nil, nil, nil)
+        }
+        guard rc == SQLITE_OK else {
             let message = String(cString: sqlite3_errmsg(handle))
             sqlite3_close_v2(handle)
             throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "could not hold writes while the jobs begin reading: \(message)")
