@@ -6,6 +6,8 @@ import Foundation
 final class GzipStream {
     private var stream = z_stream()
     private var open = false
+    /// The gzip trailer was written: the stream takes nothing more.
+    private var finished = false
 
     init(level: Int32 = 6) throws {
         guard ferry_deflate_init_gzip(&stream, level) == Z_OK else {
@@ -18,7 +20,10 @@ final class GzipStream {
 
     /// Compresses `input`; `finish` ends the stream (gzip trailer). Returns the bytes produced.
     func compress(_ input: [UInt8], finish: Bool) throws -> [UInt8] {
+        // After Z_STREAM_END deflate makes no progress, and the loop below would never end.
+        guard !finished else { throw FerryServiceGzipError(message: "the gzip stream has ended") }
         var out: [UInt8] = []
+        var ended = false
         var chunk = [UInt8](repeating: 0, count: 64 * 1024)
         try input.withUnsafeBufferPointer { inBuf in
             stream.next_in = UnsafeMutablePointer(mutating: inBuf.baseAddress)
@@ -31,11 +36,13 @@ final class GzipStream {
                     guard rc == Z_OK || rc == Z_STREAM_END || rc == Z_BUF_ERROR else {
                         throw FerryServiceGzipError(message: "zlib deflate failed (\(rc))")
                     }
+                    if rc == Z_STREAM_END { ended = true }
                     return outBuf.count - Int(stream.avail_out)
                 }
                 out.append(contentsOf: chunk[0..<produced])
-            } while stream.avail_out == 0 || (finish && stream.avail_in > 0)
+            } while !ended && (stream.avail_out == 0 || (finish && stream.avail_in > 0))
         }
+        if ended { finished = true }
         stream.next_in = nil
         return out
     }

@@ -38,7 +38,9 @@ extension ServiceHandlers {
             let compressor = gzip ? try GzipStream() : nil
             func send(_ bytes: [UInt8], last: Bool = false) async throws {
                 let out = try compressor.map { try $0.compress(bytes, finish: last) } ?? bytes
-                if !out.isEmpty { try await write(out) }
+                if !out.isEmpty {
+                    do { try await write(out) } catch { throw ClientGone(error: error) }
+                }
             }
             do {
                 try await send(stream.begin())
@@ -49,6 +51,9 @@ extension ServiceHandlers {
             } catch let cancelled as CancellationError {
                 // The client stopped reading (a plugin's cancel): nothing to tell it.
                 throw cancelled
+            } catch let gone as ClientGone {
+                // The client went away: no one reads an error document now.
+                throw gone.error
             } catch {
                 // The status line is gone: say it inside the document, so the client fails too.
                 let e = ServiceError.from(error, table: name)
@@ -137,4 +142,9 @@ extension ServiceHandlers {
         }
         return decoder.rows
     }
+}
+
+/// A response body's write failed: the client is gone (not a failure of the rows to report).
+private struct ClientGone: Error {
+    var error: any Error
 }
