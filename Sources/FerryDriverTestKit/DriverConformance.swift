@@ -44,6 +44,9 @@ public struct DriverConformance {
         /// What the connections declare (driver plugins declare less than everything); checks
         /// needing more are not part of this driver's kit.
         public var capabilities: Capabilities = .all
+        /// Values in the engine's stored form, for engines whose stored form is the value
+        /// (SQLite: `StoredFormSample.sqlite`); nil where values are their canonical forms.
+        public var storedForm: StoredFormSample?
         public init() {}
     }
 
@@ -53,7 +56,11 @@ public struct DriverConformance {
     }
 
     /// The checks that apply to a driver with `options.capabilities`.
-    public var checks: [Check] { allChecks.filter { options.capabilities.isSuperset(of: $0.requires) } }
+    public var checks: [Check] {
+        allChecks.filter { options.capabilities.isSuperset(of: $0.requires) && ($0.name != Self.storedFormCheck || options.storedForm != nil) }
+    }
+
+    static let storedFormCheck = "a copy into a database of the same engine keeps every stored value, byte for byte"
 
     var allChecks: [Check] {
         [
@@ -71,6 +78,7 @@ public struct DriverConformance {
             Check(name: "upsert and delete by key", requires: [.keyedReads, .keyedWrites], run: upsertAndDelete),
             Check(name: "a row error in the middle of a large load leaves the target as it was", run: abortMidLoad),
             Check(name: "batches end by bytes as well as rows", run: batchesByBytes),
+            Check(name: Self.storedFormCheck, requires: [.keyedReads, .keyedWrites], run: storedFormsSurviveACopy),
         ]
     }
 

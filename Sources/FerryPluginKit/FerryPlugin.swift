@@ -92,7 +92,8 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
     func run() -> Never {
         handlers.startSweeping()
         let hello = XMLDocuments.capabilities(.init(
-            name: handlers.configuration.name, version: handlers.configuration.version, capabilities: handlers.configuration.capabilities))
+            name: handlers.configuration.name, version: handlers.configuration.version, capabilities: handlers.configuration.capabilities,
+            storedForm: handlers.configuration.storedForm))
         write(PluginFrame(.hello, stream: 0, payload: Array(hello)))
         let reader = PluginFrameReader { buffer in
             while true {

@@ -31,7 +31,8 @@ enum SQLiteDDL {
             } else {
                 if let cast = col.declaredType {
                     declared = cast  // named by a cast rule; checked by SQLiteDialect.logicalType(forDeclaredType:)
-                } else if sameEngine, !col.nativeType.isEmpty {
+                } else if sameEngine, !col.nativeType.isEmpty || col.travelsNatively {
+                    // (A column declared without a type stays without one: values as stored.)
                     declared = col.nativeType
                 } else {
                     guard let mapped = SQLiteTypeMap.declaredType(for: col.logicalType) else {

@@ -26,4 +26,8 @@ public struct SQLiteDialect: Dialect {
     }
 
     public func ddlType(for type: LogicalType) -> String? { SQLiteTypeMap.declaredType(for: type) }
+
+    /// SQLite to SQLite: a value is its storage class and its stored bytes (the text
+    /// `12:00:00.500000`, not the instant), whatever the column's declared type says.
+    public func keepsStoredForm(fromEngine engine: Engine) -> Bool { engine == .sqlite }
 }

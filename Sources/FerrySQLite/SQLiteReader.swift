@@ -4,7 +4,8 @@ import FerryCore
 /// Steps one prepared SELECT into batches. Each value's storage class is checked against the
 /// column's logical type: what can be carried exactly is converted (an INTEGER in a REAL
 /// column, a REAL in a NUMERIC column as its exact decimal text), anything else is an error
-/// naming table, column and key — never a silent change.
+/// naming table, column and key — never a silent change. A column that travels natively
+/// (into another SQLite database) is read as stored, whatever its storage class.
 final class SQLiteReader: BatchReader {
     private let statement: SQLiteStatement
     private let types: [LogicalType]
@@ -35,15 +36,19 @@ final class SQLiteReader: BatchReader {
         // Bounds in the form the values are stored in (SQLiteValueCodec), or they compare wrongly.
         // `binds` holds the lower bound's key, then the upper bound's (KeyRange.sqlSuffix's order).
         // Then each tuple of a key list (`keyColumns` order).
-        let keyTypes = (keyRange?.key ?? []).map { k in table.column(named: k)?.logicalType ?? .text }
-        let listTypes = (keyRange?.keyColumns ?? []).map { k in table.column(named: k)?.logicalType ?? .text }
-        let boundTypes = (keyRange?.after == nil || keyTypes.isEmpty ? [] : keyTypes) + (keyRange?.upTo == nil || keyTypes.isEmpty ? [] : keyTypes)
-            + Array(repeating: listTypes, count: keyRange?.keys?.count ?? 0).flatMap { $0 }
-        let rc = try SQLiteValueCodec.bind(statement.handle, values: binds, types: boundTypes)
+        // A key column read in its stored form has its bounds in that form too.
+        func keyColumn(_ k: String) -> Column {
+            columns.first { $0.name == k } ?? table.column(named: k) ?? Column(name: k, nativeType: "", logicalType: .text)
+        }
+        let keyColumns = (keyRange?.key ?? []).map(keyColumn)
+        let listColumns = (keyRange?.keyColumns ?? []).map(keyColumn)
+        let boundColumns = (keyRange?.after == nil || keyColumns.isEmpty ? [] : keyColumns) + (keyRange?.upTo == nil || keyColumns.isEmpty ? [] : keyColumns)
+            + Array(repeating: listColumns, count: keyRange?.keys?.count ?? 0).flatMap { $0 }
+        let rc = try SQLiteValueCodec.bind(statement.handle, values: binds, columns: boundColumns)
         guard rc == SQLITE_OK else { throw connection.error(rc, sql: sql) }
         self.columns = columns
         self.types = columns.map(\.logicalType)
-        self.kinds = columns.map { ReadKind($0.logicalType) }
+        self.kinds = columns.map { $0.travelsNatively ? .stored : ReadKind($0.logicalType) }
         self.table = table.name
         self.batchSize = batchSize
         let key = table.preferredKey?.columns ?? []
@@ -120,6 +125,8 @@ final class SQLiteReader: BatchReader {
         }
         let type = types[Int(i)]
         switch kind {
+        case .stored:
+            StoredForm.read(st, i, storage: storage, into: &col)
         case .integer, .boolean:
             switch storage {
             case SQLITE_INTEGER:
@@ -199,6 +206,8 @@ final class SQLiteReader: BatchReader {
     /// How a column is read, decided once per reader rather than per value.
     enum ReadKind: Equatable {
         case integer, boolean, double, decimal, text, binary, uuid, date, time, timestamp, unsupported
+        /// Any storage class, as stored (`StoredForm`).
+        case stored
 
         init(_ type: LogicalType) {
             switch type {

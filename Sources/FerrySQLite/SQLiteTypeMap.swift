@@ -106,8 +106,11 @@ public enum SQLiteTypeMap {
             return n.map { "VARCHAR(\($0))" } ?? "TEXT"
         case .binary(let n): return n.map { "VARBINARY(\($0))" } ?? "BLOB"
         case .date: return "DATE"
-        case .time(let n): return "TIME" + p(n)
-        case .timestamp(let n, let tz): return (tz ? "TIMESTAMPTZ" : "DATETIME") + p(n)
+        // One fraction width per column (the declared precision; six digits, microseconds,
+        // where the source declares none), so that text order and text equality agree with
+        // time: `12:00:00.500000` is never also stored as `12:00:00.5`.
+        case .time(let n): return "TIME" + p(n ?? 6)
+        case .timestamp(let n, let tz): return (tz ? "TIMESTAMPTZ" : "DATETIME") + p(n ?? 6)
         case .uuid: return "UUID"
         case .json: return "JSON TEXT"
         case .enumeration: return "TEXT"

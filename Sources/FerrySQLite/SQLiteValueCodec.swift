@@ -18,6 +18,16 @@ enum SQLiteValueCodec {
         case integer, double, date, blob, text, uuid
         case time(digits: Int?)
         case timestamp(digits: Int?, utc: Bool)
+        /// The value as SQLite stored it (`StoredForm`), bound in its own storage class.
+        case stored
+
+        var isStored: Bool { if case .stored = self { return true } else { return false } }
+
+        /// How `column` is bound: in its stored form when it travels natively, else by its
+        /// logical type in the form of the target column `storedIn`.
+        init(_ column: Column, storedIn target: LogicalType?) {
+            if column.travelsNatively { self = .stored } else { self.init(column.logicalType, storedIn: target) }
+        }
 
         init(_ type: LogicalType) {
             switch type {
@@ -85,6 +95,8 @@ enum SQLiteValueCodec {
         case .text:
             let b = col.bytes(row)
             return sqlite3_bind_text(st, index, b.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(b.count), nil)
+        case .stored:
+            return StoredForm.bind(st, index, col.bytes(row), copy: false)
         }
     }
 
@@ -96,13 +108,17 @@ enum SQLiteValueCodec {
     /// sorts at or before the six-digit text of the same instant (a prefix is smaller; a zone
     /// suffix sorts below any digit) and after the six-digit text of any earlier instant, so
     /// `key > bound` and `key <= bound` keep their meaning whatever digits the rows have.
-    static func bind(_ st: OpaquePointer, values: [Value], types: [LogicalType], first: Int32 = 1) throws -> Int32 {
+    ///
+    /// `columns` are the key columns as read: one that travels natively has its bounds in its
+    /// stored form and they are bound as stored (SQLite then compares them as it orders them).
+    static func bind(_ st: OpaquePointer, values: [Value], columns: [Column], first: Int32 = 1) throws -> Int32 {
         guard !values.isEmpty else { return SQLITE_OK }
+        let types = columns.map(\.logicalType)
         let batch = try RowBatch(rows: [values], types: types)
-        return try PinnedBatch.with(batch) { try bind(st, pinned: $0, types: types, first: first) }
+        return try PinnedBatch.with(batch) { try bind(st, pinned: $0, columns: columns, first: first) }
     }
 
-    private static func bind(_ st: OpaquePointer, pinned: PinnedBatch, types: [LogicalType], first: Int32) throws -> Int32 {
+    private static func bind(_ st: OpaquePointer, pinned: PinnedBatch, columns: [Column], first: Int32) throws -> Int32 {
         var scratch: [UInt8] = []
         for (i, col) in pinned.columns.enumerated() {
             let index = first + Int32(i)
@@ -110,7 +126,7 @@ enum SQLiteValueCodec {
             if col.isNull(0) {
                 rc = sqlite3_bind_null(st, index)
             } else {
-                var form = Form(types[i])
+                var form = Form(columns[i], storedIn: nil)
                 switch form {
                 case .time: form = .time(digits: 6)
                 case .timestamp(_, let utc): form = .timestamp(digits: 6, utc: utc)
@@ -123,6 +139,8 @@ enum SQLiteValueCodec {
                 case .text:
                     let b = col.bytes(0)
                     rc = sqlite3_bind_text(st, index, b.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(b.count), ferry_sqlite_transient())
+                case .stored:
+                    rc = StoredForm.bind(st, index, col.bytes(0), copy: true)
                 case let form:
                     rc = bind(st, index, form: form, column: col, row: 0, scratch: &scratch)
                 }
@@ -133,4 +151,61 @@ enum SQLiteValueCodec {
     }
 
     static let utcSuffix = Array("+00:00".utf8)
+}
+
+/// A SQLite value in its stored form (`StoredValue`): its storage class and its bytes, exactly as the file
+/// holds them, carried when both ends are SQLite (`SQLiteDialect.keepsStoredForm`). In SQLite
+/// the stored form is the value: `12:00:00.500000` and `12:00:00.5` are different texts to an
+/// application's `WHERE`, and a column may hold any storage class whatever its declared type.
+///
+/// One tag byte, then the payload: `i` INTEGER (8 bytes, big-endian two's complement), `r`
+/// REAL (8 bytes, big-endian IEEE 754 bits), `t` TEXT (UTF-8), `b` BLOB. NULL is the batch's
+/// NULL. Documented in docs/xml-protocol.md (such a column travels as binary).
+enum StoredForm {
+    static let integer = StoredValue.integer, real = StoredValue.real, text = StoredValue.text, blob = StoredValue.blob
+
+    /// Appends column `i` of the current row of `st` (not NULL) to `col`.
+    @inline(__always)
+    static func read(_ st: OpaquePointer, _ i: Int32, storage: Int32, into col: inout ColumnBuffer) {
+        switch storage {
+        case SQLITE_INTEGER:
+            var v = UInt64(bitPattern: sqlite3_column_int64(st, i)).bigEndian
+            withUnsafeBytes(of: &v) { col.append(tag: integer, bytes: $0) }
+        case SQLITE_FLOAT:
+            var v = sqlite3_column_double(st, i).bitPattern.bigEndian
+            withUnsafeBytes(of: &v) { col.append(tag: real, bytes: $0) }
+        case SQLITE_TEXT:
+            // sqlite3_column_text before sqlite3_column_bytes: the length of the UTF-8 form.
+            let p = sqlite3_column_text(st, i)
+            col.append(tag: text, bytes: UnsafeRawBufferPointer(start: p, count: Int(sqlite3_column_bytes(st, i))))
+        default:
+            let p = sqlite3_column_blob(st, i)
+            col.append(tag: blob, bytes: UnsafeRawBufferPointer(start: p, count: Int(sqlite3_column_bytes(st, i))))
+        }
+    }
+
+    /// Binds a stored value to parameter `index` in its own storage class; SQLITE_MISMATCH for
+    /// bytes that are not a stored value. `copy` false binds text and blobs in place (the bytes
+    /// must outlive the step).
+    @inline(__always)
+    static func bind(_ st: OpaquePointer, _ index: Int32, _ b: UnsafeRawBufferPointer, copy: Bool) -> Int32 {
+        guard let tag = b.first else { return SQLITE_MISMATCH }
+        let payload = UnsafeRawBufferPointer(rebasing: b[1...])
+        let destructor = copy ? ferry_sqlite_transient() : nil
+        switch tag {
+        case integer where payload.count == 8:
+            return sqlite3_bind_int64(st, index, Int64(bitPattern: UInt64(bigEndian: payload.loadUnaligned(as: UInt64.self))))
+        case real where payload.count == 8:
+            return sqlite3_bind_double(st, index, Double(bitPattern: UInt64(bigEndian: payload.loadUnaligned(as: UInt64.self))))
+        case text:
+            // Never a nil pointer: SQLite binds NULL for one, and '' is not NULL.
+            let p = (payload.baseAddress ?? b.baseAddress)?.assumingMemoryBound(to: CChar.self)
+            return sqlite3_bind_text(st, index, p, Int32(payload.count), destructor)
+        case blob:
+            if payload.isEmpty { return sqlite3_bind_zeroblob(st, index, 0) }
+            return sqlite3_bind_blob(st, index, payload.baseAddress, Int32(payload.count), destructor)
+        default:
+            return SQLITE_MISMATCH
+        }
+    }
 }

@@ -2,7 +2,8 @@ import CSQLite
 import FerryCore
 
 /// Inserts batches with one prepared INSERT, reused for every row; the caller holds the
-/// transaction. Values are bound in Ferry's SQLite forms (SQLiteValueCodec);
+/// transaction. Values are bound in Ferry's SQLite forms (SQLiteValueCodec), or as stored when
+/// they come from another SQLite database (`StoredForm`);
 /// values SQLite would change are refused: NaN (stored as NULL) and -0.0 in a column whose
 /// affinity stores it as the integer 0.
 final class SQLiteWriter: BatchWriter {
@@ -36,7 +37,7 @@ final class SQLiteWriter: BatchWriter {
             + columns.map { _ in "?" }.joined(separator: ", ") + ")"
         statement = try SQLiteStatement(connection, custom ?? sql)
         self.columns = columns
-        self.kinds = columns.map { SQLiteValueCodec.Form($0.logicalType, storedIn: target.column(named: $0.name)?.logicalType) }
+        self.kinds = columns.map { SQLiteValueCodec.Form($0, storedIn: target.column(named: $0.name)?.logicalType) }
         self.table = table
     }
 
@@ -83,8 +84,10 @@ final class SQLiteWriter: BatchWriter {
                     rc = SQLiteValueCodec.bind(st, idx, form: kinds[c], column: col, row: row, scratch: &scratch)
                 }
                 guard rc == SQLITE_OK else {
-                    throw BatchRowError(row: row, error: .invalidValue(
-                        table: table, column: columns[c].name, key: nil, message: statement.connection.error(rc, sql: nil).message))
+                    let message = rc == SQLITE_MISMATCH && kinds[c].isStored
+                        ? "the value is not a SQLite stored value (a tag i, r, t or b and its bytes)"
+                        : statement.connection.error(rc, sql: nil).message
+                    throw BatchRowError(row: row, error: .invalidValue(table: table, column: columns[c].name, key: nil, message: message))
                 }
             }
             let rc = sqlite3_step(st)

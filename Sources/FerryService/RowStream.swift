@@ -79,8 +79,9 @@ final class RowStream {
                 }
                 range = KeyRange(key: key, after: try bound(after, "after"), upTo: try bound(upTo, "upto"), limit: limit, descending: descending)
                 if let buckets {
+                    // As read: a key column read in its stored form is hashed as stored.
                     let bucketKey = try (buckets.key.isEmpty ? key : buckets.key).map { n in
-                        guard let col = schema.column(named: n) else { throw FerryError.columnNotFound(table: table, column: n) }
+                        guard let col = columns.first(where: { $0.name == n }) ?? schema.column(named: n) else { throw FerryError.columnNotFound(table: table, column: n) }
                         return col
                     }
                     range?.buckets = BucketFilter(key: bucketKey, modulus: buckets.modulus, residues: buckets.residues)

@@ -27,6 +27,12 @@ public struct ServiceConfiguration: Sendable {
     public var name: String
     public var version: String
     public var capabilities: Capabilities
+    /// The engine whose stored form rows may be read and written in (`native=` columns): the
+    /// served engine when its dialect keeps its own stored form (SQLite), else nil.
+    public var storedForm: Engine? {
+        guard let dialect = try? registry.driver(for: database).dialect else { return nil }
+        return dialect.keepsStoredForm(fromEngine: dialect.engine) ? dialect.engine : nil
+    }
 
     public init(
         database: Endpoint, registry: DriverRegistry, writable: Bool, tables: [TableName] = [], maxBodyBytes: Int = 64 << 20,

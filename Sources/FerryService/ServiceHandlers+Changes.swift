@@ -10,21 +10,22 @@ extension ServiceHandlers {
         try mayWrite(name, r, doing: "change")
         let wanted = r.values("columns")
         let keyNames = r.values("key")
+        let native = r.values("native")
         let data = try await body(r)
         let counts = try await Offload.run { [self] () -> [(String, Int)] in
             let c = try open(write: true)
             defer { c.close() }
             let t = try served(name, in: c)
             let schema = try c.describe(t)
-            let columns = try wanted.isEmpty ? schema.columns.filter { $0.logicalType.isSupported && !$0.generated } : wanted.map { w in
+            let columns = try (wanted.isEmpty ? schema.columns.filter { $0.logicalType.isSupported && !$0.generated } : wanted.map { w in
                 guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: t, column: w) }
                 return col
-            }
+            }).map { try requested($0, native: native, table: t) }
             let key = keyNames.isEmpty ? (schema.preferredKey?.columns ?? []) : keyNames
             guard !key.isEmpty else { throw FerryError.noKey(table: t) }
             let keyColumns = try key.map { k in
                 guard let col = schema.column(named: k) else { throw FerryError.columnNotFound(table: t, column: k) }
-                return col
+                return try requested(col, native: native, table: t)
             }
             let set = try ChangeSet.decode(data, columns: columns, key: keyColumns)
             return try Self.transaction(c) {

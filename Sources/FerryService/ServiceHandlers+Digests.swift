@@ -11,6 +11,7 @@ extension ServiceHandlers {
         }
         let columnNames = r.values("columns")
         let keyNames = r.values("key")
+        let native = r.values("native")
         let within = try Self.bucketParameter(r.value("within"), key: keyNames, table: name)
         // One answer line per bucket: without `within`, at most 2^20 buckets.
         guard within != nil || modulus <= 1 << 20 else {
@@ -25,7 +26,7 @@ extension ServiceHandlers {
             func columns(_ names: [String]) throws -> [Column] {
                 try names.map { n in
                     guard let col = schema.column(named: n), col.logicalType.isSupported else { throw FerryError.columnNotFound(table: schema.name, column: n) }
-                    return col
+                    return try requested(col, native: native, table: schema.name)
                 }
             }
             let key = try columns(keyNames.isEmpty ? schema.preferredKey?.columns ?? [] : keyNames)

@@ -73,6 +73,7 @@ extension ServiceHandlers {
         let name = try r.table()
         try mayWrite(name, r, doing: "load into")
         let wanted = r.values("columns")
+        let native = r.values("native")
         let pipe = BodyPipe()
         async let inserted: Int = Offload.run { [self] () -> Int in
             defer { pipe.close() }
@@ -80,10 +81,10 @@ extension ServiceHandlers {
             defer { c.close() }
             let t = try served(name, in: c)
             let schema = try c.describe(t)
-            let columns = try wanted.isEmpty ? schema.columns : wanted.map { w in
+            let columns = try (wanted.isEmpty ? schema.columns : wanted.map { w in
                 guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: t, column: w) }
                 return col
-            }
+            }).map { try requested($0, native: native, table: t) }
             let writer = try c.writer(into: schema, columns: columns)
             return try Self.transaction(c) {
                 do {

@@ -27,8 +27,9 @@ extension ServiceHandlers {
             let schema = try c.describe(from)
             let target = try c.describe(to)
             return try Self.transaction(c) {
-                let reader = try r.reader(table: schema, columns: schema.columns, keyRange: nil, batchSize: 10_000)
-                let writer = try c.writer(into: target, columns: schema.columns)
+                let columns = movedColumns(schema.columns)
+                let reader = try r.reader(table: schema, columns: columns, keyRange: nil, batchSize: 10_000)
+                let writer = try c.writer(into: target, columns: columns)
                 var n = 0
                 do {
                     while let b = try reader.next() {
@@ -104,11 +105,11 @@ extension ServiceHandlers {
             } }
             /// Every batch of a staging table, read on `r`; a refused row named by its key.
             func each(_ staging: TableSchema, _ body: (RowBatch, [Column]) throws -> Void) throws {
-                let columns = try staging.columns.map { s in
+                let columns = movedColumns(try staging.columns.map { s in
                     guard let col = schema.column(named: s.name) else { throw FerryError.columnNotFound(table: t, column: s.name) }
                     return Column(name: col.name, nativeType: col.nativeType, logicalType: s.logicalType, isNullable: true)
-                }
-                let reader = try r.reader(table: staging, columns: staging.columns, keyRange: nil, batchSize: 10_000)
+                })
+                let reader = try r.reader(table: staging, columns: movedColumns(staging.columns), keyRange: nil, batchSize: 10_000)
                 defer { reader.close() }
                 while let batch = try reader.next() {
                     do {

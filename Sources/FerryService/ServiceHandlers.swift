@@ -122,6 +122,22 @@ public final class ServiceHandlers: Sendable {
         if Self.isStaging(table) { try staging.check(table, request.principal, doing: doing) }
     }
 
+    /// `column` as a write request names it: in the served engine's stored form when the
+    /// request lists it in `native=` (refused where the service keeps none).
+    func requested(_ column: Column, native: [String], table: TableName) throws -> Column {
+        guard native.contains(column.name) else { return column }
+        guard configuration.storedForm != nil else {
+            throw ServiceError.badRequest("native=\(column.name): this service reads and writes values in no stored form", table: table.description)
+        }
+        return column.storedForm
+    }
+
+    /// Columns moved inside the served database (staging table to target): in its stored form
+    /// where it keeps one, so the move rewrites no value.
+    func movedColumns(_ columns: [Column]) -> [Column] {
+        configuration.storedForm == nil ? columns : columns.map { $0.generated ? $0 : $0.storedForm }
+    }
+
     static func isStaging(_ table: TableName) -> Bool { table.name.hasPrefix(CopyEngine.internalPrefix) }
 
     /// Runs `body` in one transaction on `c`: committed when it returns, rolled back when it throws.

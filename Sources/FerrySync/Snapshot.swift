@@ -120,7 +120,12 @@ public struct Sync: Sendable {
             var synced: [SyncedTable] = []
             for t in Self.parentsFirst(plan.tables.map { ($0.target.name, $0) }) {
                 var origin = t.sourceSchema
-                origin.columns = t.columns
+                // The origin's columns as read; one copied in its stored form (SQLite into the
+                // snapshot: byte for byte) is recorded as the origin types it, for push and pull.
+                origin.columns = t.columns.map { c in
+                    guard c.travelsNatively, let typed = t.sourceSchema.column(named: c.name), typed.logicalType.isSupported else { return c }
+                    return typed
+                }
                 let key = t.key?.columns ?? []
                 let serial = Self.serialKey(t.sourceSchema, key: key)
                 var table = SyncedTable(local: t.target.name, origin: origin, localSchema: t.writesInto, key: key, filter: t.filter, serial: serial)

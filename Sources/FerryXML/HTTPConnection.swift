@@ -7,7 +7,7 @@ import Foundation
 /// one server-side transaction at commit.
 public final class HTTPConnection: Connection {
     public let endpoint: Endpoint
-    public let dialect: any Dialect = HTTPDialect()
+    public let dialect: any Dialect
     public var defaultSchema: String { "" }
     let client: ProtocolClient
     /// Tables created since `begin`, and appends waiting to be merged (staging → target).
@@ -44,9 +44,10 @@ public final class HTTPConnection: Connection {
 
     /// A connection over `transport`. `capabilities` when the transport knows them already
     /// (a plugin's handshake); else they are asked for.
-    public init(transport: any ProtocolTransport, capabilities declared: Capabilities? = nil) throws {
+    public init(transport: any ProtocolTransport, capabilities declared: Capabilities? = nil, storedForm declaredForm: Engine? = nil) throws {
         endpoint = transport.endpoint
         client = ProtocolClient(transport: transport)
+        var storedForm = declaredForm
         if let declared {
             capabilities = declared
         } else {
@@ -63,8 +64,10 @@ public final class HTTPConnection: Connection {
                         reason: "the service speaks protocol version \(report.protocolVersion); this Ferry speaks \(ProtocolRoute.version): use a Ferry of the same version on both sides")
                 }
                 capabilities = report.capabilities
+                storedForm = report.storedForm
             }
         }
+        dialect = HTTPDialect(storedForm: storedForm)
         do {
             _ = try XMLDocuments.decodeTables(client.expect("GET", ProtocolRoute.tables.target()))
         } catch let e as XMLWireError {
@@ -162,7 +165,10 @@ public final class HTTPConnection: Connection {
             throw FerryError.invalidOption(
                 "--where is SQL, which the XML service does not take (it has no structured filter yet): mirror \(table.name) without --where, or from the database itself")
         }
+        // Columns in the stored form are digested as stored on the service's side too.
+        let native = (request.columns + request.key).filter(\.travelsNatively).map(\.name)
         let base = [("modulus", String(request.modulus))] + request.columns.map { ("columns", $0.name) } + request.key.map { ("key", $0.name) }
+            + Array(Set(native)).sorted().map { ("native", $0) }
             + (snapshotID.map { [("snapshot", $0)] } ?? [])
         let withins: [[(String, String)]] = request.within.map { w in
             Self.bucketParameters(w).map { $0.filter { $0.0 == "buckets" }.map { ("within", $0.1) } }
@@ -264,7 +270,7 @@ public final class HTTPConnection: Connection {
             pendingMerges.append((staging, table))
             into = staging
         }
-        return HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: into) + ProtocolRoute.query(columns.map { ("columns", $0.name) }),
+        return HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: into) + ProtocolRoute.query(Self.columnItems(columns)),
                           table: into, columns: columns)
     }
 
@@ -308,7 +314,7 @@ public final class HTTPConnection: Connection {
             pending[keyPath: slot] = staging
             pendingApplies[table.name] = pending
         }
-        try HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: staging) + ProtocolRoute.query(columns.map { ("columns", $0.name) }),
+        try HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: staging) + ProtocolRoute.query(Self.columnItems(columns)),
                        table: staging, columns: columns).write(rows)
     }
 
@@ -389,9 +395,15 @@ public final class HTTPConnection: Connection {
         return 0
     }
 
+    /// The `columns=` of a write, and `native=` for those that travel in the served engine's
+    /// stored form (the service reads their values as stored, not by their types).
+    static func columnItems(_ columns: [Column]) -> [(String, String)] {
+        columns.map { ("columns", $0.name) } + columns.filter(\.travelsNatively).map { ("native", $0.name) }
+    }
+
     /// Posts a change set; the service applies it in one transaction.
     func changes(_ table: TableName, columns: [Column], key: [String], _ body: Data) throws -> (inserted: Int, upserted: Int, deleted: Int) {
-        let query = ProtocolRoute.query(columns.map { ("columns", $0.name) } + key.map { ("key", $0) })
+        let query = ProtocolRoute.query(Self.columnItems(columns) + key.map { ("key", $0) })
         let counts = try XMLDocuments.decodeApplied(client.expect("POST", ProtocolRoute.changes.target(table: table) + query, body: body, table: table))
         func n(_ k: String) -> Int { Int(counts[k] ?? 0) }
         return (n("inserted"), n("upserted"), n("deleted"))
@@ -441,7 +453,13 @@ public final class HTTPConnection: Connection {
     public func commit() throws {
         guard snapshotID == nil else { return endSnapshot() }
         for merge in pendingMerges {
-            _ = try client.expect("POST", ProtocolRoute.merge.target(table: merge.staging) + ProtocolRoute.query([("into", merge.target.description)]), table: merge.target)
+            do {
+                _ = try client.expect("POST", ProtocolRoute.merge.target(table: merge.staging) + ProtocolRoute.query([("into", merge.target.description)]), table: merge.target)
+            } catch let e as BatchRowError {
+                // A row of the staging table the target refused (a key already there): its
+                // number counts the staged rows, not the caller's batch.
+                throw e.error
+            }
         }
         pendingMerges = []
         var counts: MergeCounts?

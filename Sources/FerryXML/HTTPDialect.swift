@@ -4,8 +4,14 @@ import Foundation
 /// The service's naming rules on the client side: Ferry quotes nothing itself (names travel in
 /// URLs and XML); DDL is not transactional across requests, so a failed create is dropped.
 public struct HTTPDialect: Dialect {
-    public init() {}
+    /// The engine whose stored form the service or plugin reads and writes, as it declared
+    /// (`stored-form` in its capabilities); nil when it declared none.
+    public let storedForm: Engine?
+    public init(storedForm: Engine? = nil) { self.storedForm = storedForm }
     public var engine: Engine { .http }
+    /// Values from a database of the engine behind the service keep their stored form when the
+    /// service declared it (SQLite served, SQLite on the other side).
+    public func keepsStoredForm(fromEngine engine: Engine) -> Bool { storedForm == engine }
     public var supportsTransactionalDDL: Bool { false }
     /// Upserts and deletes travel as change sets (`POST …/changes`); the service's own engine
     /// writes them in its syntax, and likewise enumerations and serial columns.

@@ -58,7 +58,8 @@ final class HTTPReader: BatchReader {
         self.requested = requested
         self.wanted = columns.count
         self.batchSize = batchSize
-        self.keyTypes = key.map { k in table.column(named: k)?.logicalType ?? .text }
+        // As the key is read: one read in its stored form travels (and bounds) as binary.
+        self.keyTypes = key.map { k in (requested.first { $0.name == k } ?? table.column(named: k))?.logicalType ?? .text }
         self.keyIndexes = key.compactMap { k in requested.firstIndex { $0.name == k } }
         let keyTypes = self.keyTypes
         let wire = { (bound: [Value]?) throws -> [String]? in
@@ -137,19 +138,24 @@ final class HTTPReader: BatchReader {
     private func pagePath(after: [String]?) -> String {
         let page = min(max(connection.pageRows, 1), remaining ?? Int.max)
         var items: [(String, String)] = keyed ? [("limit", String(page))] : []
-        items += requested.map { ("columns", $0.name) }
-        // Cast rules that read a column in the engine's own text or JSON form (or zero dates as NULL)
-        // are carried out by the service, on its side.
-        items += requested.filter { $0.readHints.contains(.textForm) }.map { ("text", $0.name) }
-        items += requested.filter { $0.readHints.contains(.jsonForm) }.map { ("json", $0.name) }
-        items += requested.filter { $0.readHints.contains(.zeroDatesAsNull) }.map { ("zerodates", $0.name) }
-        items += requested.filter { $0.readHints.contains(.nativeForm) }.map { ("native", $0.name) }
+        items += Self.columnItems(requested)
         items += (after ?? []).map { ("after", $0) }
         items += (upTo ?? []).map { ("upto", $0) }
         items += buckets
         if descending { items.append(("order", "desc")) }
         if let snapshot { items.append(("snapshot", snapshot)) }
         return ProtocolRoute.readRows.target(table: table) + ProtocolRoute.query(items)
+    }
+
+    /// `columns=` of a read, and the hints the service carries out on its side: cast rules that
+    /// read a column in the engine's own text or JSON form (or zero dates as NULL), and columns
+    /// read in the engine's stored form (`native=`).
+    static func columnItems(_ columns: [Column]) -> [(String, String)] {
+        var items = columns.map { ("columns", $0.name) }
+        for (parameter, hint) in [("text", ReadHints.textForm), ("json", .jsonForm), ("zerodates", .zeroDatesAsNull), ("native", .nativeForm)] {
+            items += columns.filter { $0.readHints.contains(hint) }.map { (parameter, $0.name) }
+        }
+        return items
     }
 
     /// Asks for the next page and waits for its status (retrying a GET that got no answer).
@@ -212,7 +218,7 @@ final class HTTPReader: BatchReader {
     private func checkReachedTheEnd() throws {
         let keyColumns = keyIndexes.map { requested[$0] }
         let path = ProtocolRoute.readRows.target(table: table) + ProtocolRoute.query(
-            [("limit", "1"), ("order", "desc")] + keyColumns.map { ("columns", $0.name) }
+            [("limit", "1"), ("order", "desc")] + Self.columnItems(keyColumns)
                 + (rangeAfter ?? []).map { ("after", $0) } + (upTo ?? []).map { ("upto", $0) } + buckets
                 + (snapshot.map { [("snapshot", $0)] } ?? []))
         let body = try connection.client.expect("GET", path, table: table)

@@ -92,22 +92,29 @@ extension XMLDocuments {
         public var capabilities: Capabilities
         /// Capability names this build of Ferry does not know (a newer plugin): kept, not used.
         public var unknown: [String]
-        public init(protocolVersion: Int = ProtocolRoute.version, name: String, version: String, capabilities: Capabilities, unknown: [String] = []) {
+        /// The engine whose stored form the served database reads and writes (`native=`
+        /// columns, `Dialect.keepsStoredForm`): a copy from or into another database of that
+        /// engine keeps every value as stored. nil when values travel in canonical forms only.
+        public var storedForm: Engine?
+        public init(protocolVersion: Int = ProtocolRoute.version, name: String, version: String, capabilities: Capabilities, unknown: [String] = [],
+                    storedForm: Engine? = nil) {
             self.protocolVersion = protocolVersion
             self.name = name
             self.version = version
             self.capabilities = capabilities
             self.unknown = unknown
+            self.storedForm = storedForm
         }
     }
 
-    /// `<capabilities protocol="1" name version><capability name="…"/>…</capabilities>`
+    /// `<capabilities protocol="1" name version [stored-form="sqlite"]><capability name="…"/>…</capabilities>`
     public static func capabilities(_ report: CapabilitiesReport) -> Data {
         var out = declaration
         out.append(contentsOf: "<capabilities".utf8)
         attr("protocol", String(report.protocolVersion), into: &out)
         attr("name", report.name, into: &out)
         attr("version", report.version, into: &out)
+        if let engine = report.storedForm { attr("stored-form", engine.rawValue, into: &out) }
         out.append(contentsOf: ">\n".utf8)
         for name in report.capabilities.list + report.unknown {
             out.append(contentsOf: "  <capability".utf8)
@@ -133,6 +140,6 @@ extension XMLDocuments {
         }
         return CapabilitiesReport(
             protocolVersion: version, name: root.attributes["name"] ?? "", version: root.attributes["version"] ?? "",
-            capabilities: caps, unknown: unknown)
+            capabilities: caps, unknown: unknown, storedForm: root.attributes["stored-form"].flatMap { $0.isEmpty ? nil : Engine($0) })
     }
 }

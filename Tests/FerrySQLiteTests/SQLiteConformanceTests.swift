@@ -11,6 +11,8 @@ final class SQLiteConformanceTests: XCTestCase {
         // SQLite turns NaN into NULL and stores -0.0 in REAL columns as 0: the driver refuses both.
         options.keepsNaN = false
         options.keepsNegativeZero = false
+        // SQLite to SQLite keeps stored values as stored (the fidelity check).
+        options.storedForm = .sqlite
         let kit = DriverConformance(options: options) {
             n += 1
             return try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path("db\(n).sqlite")), role: .target)

@@ -219,18 +219,85 @@ final class SQLiteDriverTests: XCTestCase {
     func testMismatchedStorageIsReportedWithTheKey() throws {
         let src = try open("mismatch.db")
         try src.execute("CREATE TABLE m (id INTEGER PRIMARY KEY, n INTEGER, d DATE); INSERT INTO m VALUES (1, 5, '2020-01-01'), (7, 'seven', '2020-01-02')")
+        // Into another SQLite database every value goes as stored, whatever its storage class.
         let dst = try open("mismatch-copy.db")
-        let summary = try copy(src, dst)
-        XCTAssertFalse(summary.ok)
-        let message = summary.tables[0].error ?? ""
-        XCTAssertTrue(message.contains("table m, column n, key (id=7)"), message)
-        XCTAssertTrue(message.contains("a TEXT value 'seven'"), message)
-        XCTAssertFalse(try dst.tableExists(TableName("m")), "a failed create must leave no table behind")
-
+        XCTAssertTrue(try copy(src, dst).ok)
+        XCTAssertEqual(try raw(dst, "m"), try raw(src, "m"))
+        // Read by its types (as into another engine): the value that has none is named by its key.
+        XCTAssertThrowsError(try DriverConformance.readAll(src, TableName("m"))) { error in
+            let message = "\(error)"
+            XCTAssertTrue(message.contains("table m, column n, key (id=7)"), message)
+            XCTAssertTrue(message.contains("a TEXT value 'seven'"), message)
+        }
         try src.execute("CREATE TABLE dates (id INTEGER PRIMARY KEY, d DATE); INSERT INTO dates VALUES (3, 20200101)")
-        let s2 = try copy(src, dst, tables: ["dates"])
-        XCTAssertTrue(s2.tables[0].error?.contains("key (id=3)") == true, "\(s2.tables[0].error ?? "")")
-        XCTAssertTrue(s2.tables[0].error?.contains("ISO-8601") == true)
+        XCTAssertThrowsError(try DriverConformance.readAll(src, TableName("dates"))) { error in
+            let message = "\(error)"
+            XCTAssertTrue(message.contains("key (id=3)") && message.contains("ISO-8601"), message)
+        }
+    }
+
+    /// The fidelity finding: SQLite to SQLite keeps each stored text, not the instant it stands
+    /// for (`…10.000010` was copied as `…10.00001`, `00:00:00.500000` as `00:00:00.5`, and verify
+    /// called the files equal), and keyed walks and bounds work on stored values.
+    func testSQLiteToSQLiteKeepsStoredValues() throws {
+        let src = try open("stored.db")
+        try src.execute("""
+            CREATE TABLE s (ts DATETIME PRIMARY KEY, tm TIME, u UUID, amount DECIMAL(10,2), x);
+            INSERT INTO s VALUES ('1969-12-31 23:01:10.000010', '00:00:00.500000', '550E8400-E29B-41D4-A716-446655440000', '12.30', 1.5),
+                                 ('2020-01-01 00:00:00.5', '12:00', X'00112233445566778899AABBCCDDEEFF', 12.5, 'x'),
+                                 (1700000000, 3.25, 'not a uuid', 'n/a', X'00');
+            """)
+        let dst = try open("stored-copy.db")
+        XCTAssertTrue(try copy(src, dst, batchSize: 1).ok)
+        func sorted(_ db: SQLiteConnection) throws -> [[String?]] { try raw(db, "s").sorted { ($0[0] ?? "") < ($1[0] ?? "") } }
+        XCTAssertEqual(try sorted(dst), try sorted(src))
+        XCTAssertEqual(try dst.describe(TableName("s")).columns.map(\.nativeType), ["DATETIME", "TIME", "UUID", "DECIMAL(10,2)", ""])
+        XCTAssertEqual(try Verifier().verify(source: src, target: dst, options: Verifier.Options()).tables.map(\.status), [.equal])
+        // Only the stored text differs: verify sees it; mirror puts it back.
+        try dst.execute("UPDATE s SET ts = '1969-12-31 23:01:10.00001' WHERE ts = '1969-12-31 23:01:10.000010'")
+        let report = try Verifier().verify(source: src, target: dst, options: Verifier.Options())
+        XCTAssertEqual(report.tables.map(\.status), [.different])
+        // A changed key: missing in the target and extra there, each shown as its stored text.
+        XCTAssertEqual(Set(report.tables.first?.differences.map(\.key) ?? []),
+                       ["(ts='1969-12-31 23:01:10.000010')", "(ts='1969-12-31 23:01:10.00001')"])
+        XCTAssertTrue(try copy(src, dst, mode: .mirror, batchSize: 1).ok)
+        XCTAssertEqual(try sorted(dst), try sorted(src))
+        // Key ranges over stored keys (what --jobs and the service's pages use).
+        let schema = try src.describe(TableName("s"))
+        let stored = schema.columns.map(\.storedForm)
+        // In SQLite's order of stored values: INTEGER before TEXT.
+        let all = try DriverConformance.readAll(src, TableName("s"), columns: stored, keyRange: KeyRange(key: ["ts"]))
+        let keys: [String?] = all.map { row -> String? in
+            guard case .binary(let b) = row[0] else { return nil }
+            return StoredValue.describe(b)
+        }
+        XCTAssertEqual(keys, ["1700000000", "'1969-12-31 23:01:10.000010'", "'2020-01-01 00:00:00.5'"])
+        XCTAssertEqual(all.count, 3)
+        let after = try DriverConformance.readAll(src, TableName("s"), columns: stored, keyRange: KeyRange(key: ["ts"], after: [all[0][0]]))
+        XCTAssertEqual(after, Array(all.dropFirst()))
+    }
+
+    /// Into a SQLite column Ferry creates from another engine, times and timestamps take one
+    /// fraction width per column (six without a declared precision), so text order and text
+    /// equality agree with time.
+    func testTimesFromAnotherEngineTakeOneFractionWidth() throws {
+        let db = try open("width.db")
+        let schema = TableSchema(
+            name: TableName("w"), engine: Engine("postgres"),
+            columns: [
+                Column(name: "ts", nativeType: "timestamp", logicalType: .timestamp(precision: nil, timeZone: false)),
+                Column(name: "tm", nativeType: "time", logicalType: .time(precision: nil)),
+                Column(name: "t3", nativeType: "timestamp(3)", logicalType: .timestamp(precision: 3, timeZone: false)),
+            ])
+        try db.createTable(schema, named: TableName("w"))
+        XCTAssertEqual(try db.describe(TableName("w")).columns.map(\.nativeType), ["DATETIME(6)", "TIME(6)", "DATETIME(3)"])
+        let w = try db.writer(into: try db.describe(TableName("w")), columns: schema.columns)
+        try w.write(RowBatch(rows: [[.timestamp(-2_929_999_990), .time(500_000), .timestamp(120_000)], [.timestamp(0), .time(0), .timestamp(0)]],
+                             types: schema.columns.map(\.logicalType)))
+        XCTAssertEqual(try raw(db, "w"), [
+            ["text:'1969-12-31 23:11:10.000010'", "text:'00:00:00.500000'", "text:'1970-01-01 00:00:00.120'"],
+            ["text:'1970-01-01 00:00:00.000000'", "text:'00:00:00.000000'", "text:'1970-01-01 00:00:00.000'"],
+        ])
     }
 
     func testReplaceKeepsTheOldTableOnFailure() throws {
@@ -239,9 +306,10 @@ final class SQLiteDriverTests: XCTestCase {
         try src.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, n INTEGER); INSERT INTO t VALUES (1, 1), (2, 2)")
         XCTAssertTrue(try copy(src, dst).ok)
         let before = try raw(dst, "t")
-        // The new source has a value that cannot be read exactly: the replace must fail whole.
+        // The new source has a value that cannot be read as the cast asks (SQLite to SQLite
+        // copies it as stored without one): the replace must fail whole.
         try src.execute("INSERT INTO t VALUES (3, 3); INSERT INTO t VALUES (4, 'four')")
-        let failed = try copy(src, dst, mode: .replace, batchSize: 1)
+        let failed = try harness.copy(src, dst, mode: .replace, batchSize: 1, casts: ["column t.n to int64"])
         XCTAssertFalse(failed.ok)
         XCTAssertEqual(try raw(dst, "t"), before)
         XCTAssertEqual(try dst.listTables().map(\.name.name), ["t"], "no staging table left behind")
@@ -287,11 +355,14 @@ final class SQLiteDriverTests: XCTestCase {
         let types: [LogicalType] = [.boolean, .int16, .int32, .int64, .decimal(precision: 12, scale: 3), .float32, .float64,
                                     .text(maxLength: 9, fixed: false), .text(maxLength: 2, fixed: true), .text, .binary(maxLength: 16),
                                     .binary(maxLength: nil), .date, .time(precision: 3), .timestamp(precision: 6, timeZone: false),
-                                    .timestamp(precision: nil, timeZone: true), .uuid, .json]
+                                    .timestamp(precision: 0, timeZone: true), .uuid, .json]
         for t in types {
             let declared = SQLiteTypeMap.declaredType(for: t) ?? "?"
             XCTAssertEqual(SQLiteTypeMap.logicalType(declared: declared), t, "\(t) -> \(declared)")
         }
+        // Without a precision: six digits, one width per column (text order is time order).
+        XCTAssertEqual(SQLiteTypeMap.declaredType(for: .timestamp(precision: nil, timeZone: true)), "TIMESTAMPTZ(6)")
+        XCTAssertEqual(SQLiteTypeMap.declaredType(for: .time(precision: nil)), "TIME(6)")
         XCTAssertEqual(SQLiteTypeMap.affinity(of: "DECIMAL TEXT(38,10)"), .text)
         XCTAssertEqual(SQLiteTypeMap.affinity(of: "JSON TEXT"), .text)
         XCTAssertNil(SQLiteTypeMap.declaredType(for: .unsupported(native: "tsvector")))

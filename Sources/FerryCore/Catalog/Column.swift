@@ -55,6 +55,28 @@ public struct Column: Hashable, Sendable, Codable {
     }
 
     public var isSerial: Bool { serial != nil }
+
+    /// True when the column travels in its engine's own form (`ReadHints.nativeForm`): as
+    /// binary, read and written back by the same engine's driver exactly as stored.
+    public var travelsNatively: Bool { readHints.contains(.nativeForm) }
+
+    /// Row `row` of `column` (laid out for this column) in one line for messages: a stored
+    /// form shown as the value it holds (`'2024-01-31 12:00:00.500000'`, `12`), else as `Value`.
+    public func display(_ column: ColumnBuffer, row: Int) -> String {
+        if readHints.contains(.storedForm), !column.isNull(row), let shown = StoredValue.describe(column.bytes(row)) { return shown }
+        return Value(column: column, row: row, type: logicalType).description
+    }
+
+    /// The column as read and written in its engine's stored form (see
+    /// `Dialect.keepsStoredForm`): logical type binary, hint `nativeForm`, the declared type
+    /// kept for a table created from it. Its values are opaque outside the engine's driver.
+    public var storedForm: Column {
+        var c = self
+        c.logicalType = .binary(maxLength: nil)
+        c.readHints.formUnion([.nativeForm, .storedForm])
+        if !nativeType.isEmpty, declaredType == nil { c.declaredType = nativeType }
+        return c
+    }
 }
 
 /// Ways a cast rule asks a reader to read a column instead of by its logical type.
@@ -67,7 +89,12 @@ public struct ReadHints: OptionSet, Hashable, Sendable, Codable {
     public static let jsonForm = ReadHints(rawValue: 2)
     /// MySQL zero dates (`0000-00-00`) read as NULL.
     public static let zeroDatesAsNull = ReadHints(rawValue: 4)
-    /// A type with no logical type, copied into the same engine: its values travel as the
-    /// engine's own binary form (logical type binary) and are written back as they are.
+    /// A type with no logical type, copied into the same engine, or any column between two
+    /// databases of an engine that keeps stored forms (`Dialect.keepsStoredForm`): its values
+    /// travel as the engine's own binary form (logical type binary) and are written back as
+    /// they are.
     public static let nativeForm = ReadHints(rawValue: 8)
+    /// With `nativeForm`: the engine's stored form of any column (`Column.storedForm`), whose
+    /// bytes are a `StoredValue` (shown readably in messages).
+    public static let storedForm = ReadHints(rawValue: 16)
 }

@@ -30,6 +30,12 @@ public protocol Dialect: Sendable {
     /// can be created with its own native type here and its values written in their native
     /// binary form (a copy between two databases of this engine).
     func carriesNatively(_ column: Column, fromEngine engine: Engine) -> Bool
+    /// True when every value read from the `engine` driver keeps its stored form here: the
+    /// stored form *is* the value (SQLite, where a column may hold any storage class and the
+    /// stored text — `12:00:00.500000`, an upper-case UUID, `12.30` — is what applications
+    /// compare). Every column of such a copy travels in the stored form (`Column.storedForm`)
+    /// instead of the canonical forms, which would rewrite it.
+    func keepsStoredForm(fromEngine engine: Engine) -> Bool
 
     // Syntax for keyed writes and created tables, declared here so that keyed modes and sync
     // never branch on an engine's name.
@@ -113,6 +119,7 @@ extension Dialect {
     public func logicalType(forDeclaredType native: String) -> LogicalType? { nil }
     public func ddlType(for type: LogicalType) -> String? { nil }
     public func carriesNatively(_ column: Column, fromEngine engine: Engine) -> Bool { false }
+    public func keepsStoredForm(fromEngine engine: Engine) -> Bool { false }
 
     public func literal(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "''") + "'" }
     public var indexNamesArePerTable: Bool { false }

@@ -763,7 +763,7 @@ public struct CopyEngine: Sendable {
         var parts: [String] = []
         for name in keyColumns {
             guard let i = table.columns.firstIndex(where: { $0.name == name }) else { continue }
-            parts.append("\(name)=\(Value(column: batch.columns[i], row: row, type: table.columns[i].logicalType))")
+            parts.append("\(name)=\(table.columns[i].display(batch.columns[i], row: row))")
         }
         return parts.isEmpty ? "row \(row + 1) of its batch (the table has no key)" : "(" + parts.joined(separator: ", ") + ")"
     }

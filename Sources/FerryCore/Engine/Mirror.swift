@@ -12,13 +12,21 @@ extension CopyEngine {
     ) throws -> (rows: Int64, counts: MergeCounts, stats: CopySummary.MirrorStats) {
         guard let keyNames = table.key?.columns, !keyNames.isEmpty else { throw FerryError.noKey(table: table.source) }
         let sourceColumns = table.columns
-        let targetColumns = table.targetSchema.columns.map { into.column(named: $0.name) ?? $0 }
+        // The target's columns as it describes them, in the form the copy carries them (a stored
+        // form is digested as stored on both sides).
+        func described(_ planned: Column) -> Column? {
+            guard let c = into.column(named: planned.name) else { return nil }
+            return planned.travelsNatively ? c.storedForm : c
+        }
+        let targetColumns = table.targetSchema.columns.map { described($0) ?? $0 }
         let sourceKey = try keyNames.map { name in
             guard let c = sourceColumns.first(where: { $0.name == name }) else { throw FerryError.noKey(table: table.source) }
             return c
         }
         let targetKey = try keyNames.map { name in
-            guard let c = into.column(named: name) else { throw FerryError.columnNotFound(table: into.name, column: name) }
+            guard let planned = table.targetSchema.column(named: name) ?? into.column(named: name), let c = described(planned) else {
+                throw FerryError.columnNotFound(table: into.name, column: name)
+            }
             return c
         }
         var stats = CopySummary.MirrorStats()

@@ -197,6 +197,8 @@ public struct Verifier: Sendable {
         let types = resolved.write.map(\.logicalType)
         let targetColumns = resolved.write.compactMap { w -> Column? in
             guard var t = targetSchema.column(named: w.name) else { return nil }
+            // Stored forms are compared as stored (SQLite to SQLite: the stored text is the value).
+            if w.travelsNatively { t = t.storedForm }
             t.logicalType = w.logicalType
             return t
         }
@@ -255,7 +257,14 @@ public struct Verifier: Sendable {
         let (left, right) = try Worker.both(
             { try collect(source, sourceSchema, columns, converting: true) }, { try collect(target, targetSchema, targetColumns, converting: false) })
         func keyText(_ k: [Value]) -> String {
-            "(" + zip(key, k).map { "\($0)=\($1)" }.joined(separator: ", ") + ")"
+            "(" + zip(key, k).map { name, value in
+                // A stored form shown as the value it holds, not as bytes.
+                if case .binary(let bytes) = value, columns.first(where: { $0.name == name })?.readHints.contains(.storedForm) == true,
+                   let shown = StoredValue.describe(bytes) {
+                    return "\(name)=\(shown)"
+                }
+                return "\(name)=\(value)"
+            }.joined(separator: ", ") + ")"
         }
         var found: [Difference] = []
         for (k, row) in left {

@@ -60,6 +60,19 @@ public struct CastRuleSet: Sendable {
     public func resolve(_ column: Column, in table: TableName, engine: Engine, target: (any Dialect)?) throws -> Resolution {
         let mapName = "\(engine) type map"
         guard let index = rules.firstIndex(where: { $0.matches(column, in: table) }) else {
+            // Between two databases of an engine whose stored form is the value (SQLite): every
+            // column keeps it, byte for byte. Serial integers are the exception that needs none
+            // (a rowid is always an INTEGER) and stay typed, so the target's serial is planned.
+            if !column.generated, !column.isSerial, let target, target.keepsStoredForm(fromEngine: engine) {
+                let carried = column.storedForm
+                return Resolution(
+                    ruleIndex: nil,
+                    decision: ColumnDecision(
+                        column: column.name, nativeType: column.nativeType, logicalType: column.logicalType,
+                        targetType: (column.nativeType.isEmpty ? "(no type)" : column.nativeType) + " (stored form)",
+                        decidedBy: mapName + ", same engine"),
+                    read: carried, write: carried, skipReason: nil, transforms: [])
+            }
             // Same engine on both sides: a type with no logical type keeps its native type, its
             // values their native binary form.
             if !column.logicalType.isSupported, !column.generated, let target, target.carriesNatively(column, fromEngine: engine),

@@ -85,6 +85,16 @@ public struct ColumnBuffer: Sendable {
         markRow(null: false)
     }
 
+    /// Appends one value made of a leading byte and `bytes` (a driver's tagged native form).
+    @inline(__always)
+    public mutating func append(tag: UInt8, bytes: UnsafeRawBufferPointer) {
+        precondition(storage == .bytes, "bytes appended to a \(storage) column")
+        arena.append(tag)
+        arena.append(contentsOf: bytes)
+        offsets.append(arena.count)
+        markRow(null: false)
+    }
+
     public mutating func append<S: Sequence>(bytes: S) where S.Element == UInt8 {
         precondition(storage == .bytes, "bytes appended to a \(storage) column")
         arena.append(contentsOf: bytes)
