@@ -1,0 +1,209 @@
+import Foundation
+
+/// One table's copy: its target transaction, and the pump from reader to writer (the hot path).
+extension CopyEngine {
+    /// Loads one table in one target transaction.
+    func copyTable(
+        _ table: TablePlan, source: any Connection, target: any Connection, options: CopyOptions, mode: WriteMode,
+        progress: ProgressReporter, cancellation: Cancellation? = nil, swaps: Locked<Void> = Locked(())
+    ) -> CopySummary.Table {
+        let label = table.source.description
+        let started = Date()
+        var rows: Int64 = 0
+        var created: TableName?
+        progress.started(label, estimate: table.sourceSchema.rowEstimate)
+        do {
+            try target.begin()
+            // The load runs the planned DDL as planned, and writes into the planned (or described) table.
+            var into = table.writesInto
+            switch mode {
+            case .create:
+                if try target.tableExists(table.target) {
+                    throw FerryError.targetTableExists(table: table.target, endpoint: target.endpoint.redacted)
+                }
+                if let planned = table.creates { try target.createTable(planned) }
+                created = table.target
+            case .replace:
+                if try target.tableExists(into.name) { try target.dropTable(into.name) }
+                if let planned = table.creates { try target.createTable(planned) }
+                created = into.name
+            case .append, .upsert, .mirror:
+                if let planned = table.creates {
+                    if try target.tableExists(planned.schema.name) {
+                        // Created by someone else since the plan: write into it as it is.
+                        into = try target.describe(planned.schema.name)
+                    } else {
+                        try target.createTable(planned)
+                        created = planned.schema.name
+                    }
+                }
+            }
+            let loadName = into.name
+
+            var merge = mode.isKeyed ? MergeWriter(target: target, table: into, columns: table.targetSchema.columns, key: table.key?.columns ?? []) : nil
+            var mirrored: (counts: MergeCounts, stats: CopySummary.MirrorStats)?
+            if mode == .mirror && created == nil {
+                let m = try mirrorTable(table, source: source, target: target, into: into, options: options, progress: progress, cancellation: cancellation)
+                rows = m.rows
+                mirrored = (m.counts, m.stats)
+                merge = nil
+            } else {
+                rows = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
+                                cancellation: cancellation, writer: merge)
+            }
+            if cancellation?.isCancelled == true { throw FerryError.cancelled }
+
+            if mode == .create || mode == .replace {
+                let landed = try target.countRows(loadName)
+                guard landed == rows else {
+                    throw FerryError.copyFailed(
+                        table: table.source, endpoint: target.endpoint.redacted,
+                        reason: "\(rows) rows were read but the target table holds \(landed)")
+                }
+            }
+            if table.targetSchema.columns.contains(where: \.isSerial) {
+                try target.resetSerial(loadName, schema: table.targetSchema)
+            }
+            var declined: [SkippedObject] = []
+            if let objects = table.objects, !table.indexesAfterSwap { declined += try target.createIndexes(objects) }
+            if mode == .replace {
+                // One swap at a time: a swap moves other tables' foreign keys, and two at once
+                // would move each other's (or deadlock).
+                try swaps.withLock { _ in
+                    try target.swapTable(loadName, into: table.target)
+                    if let objects = table.objects, table.indexesAfterSwap { declined += try target.createIndexes(objects) }
+                    try target.commit()
+                }
+            } else {
+                try target.commit()
+            }
+            let seconds = Date().timeIntervalSince(started)
+            progress.finished(label, rows: rows, seconds: seconds, error: nil)
+            var result = CopySummary.Table(
+                source: label, target: table.target.description, rows: rows, seconds: seconds,
+                rowsPerSecond: seconds > 0 ? Double(rows) / seconds : 0, skippedColumns: table.skipped,
+                status: .ok, error: nil)
+            result.counts = mirrored?.counts ?? merge?.counts
+            // Staged keyed writes (the XML service) count when the commit applied them.
+            if let applied = target.committedCounts, mode.isKeyed { result.counts = (result.counts ?? MergeCounts()) + applied }
+            result.mirror = mirrored?.stats
+            result.indexes = (table.objects?.indexes.count ?? 0) - declined.count
+            result.skippedObjects = table.skippedObjects + declined
+            for o in declined { progress.note("warning: \(o)") }
+            // SQLite declares its foreign keys in CREATE TABLE: they exist with the table.
+            if let objects = table.objects, objects.foreignKeyStatements.isEmpty { result.foreignKeys = table.creates?.schema.foreignKeys.count ?? 0 }
+            return result
+        } catch {
+            try? target.rollback()
+            if !target.dialect.supportsTransactionalDDL, let created {
+                try? target.dropTable(created)
+            }
+            let seconds = Date().timeIntervalSince(started)
+            let message = Self.describe(error, table: table.source)
+            progress.finished(label, rows: rows, seconds: seconds, error: message)
+            var result = failed(table, error: message, rows: rows, seconds: seconds)
+            if case .cancelled? = error as? FerryError { result.status = .cancelled }
+            return result
+        }
+    }
+
+    /// The copy's pipeline: a reader thread reads batch N+1 (and converts it) while this thread
+    /// writes batch N; the queue between them is bounded in batches and in bytes. Drivers stay
+    /// sequential: each connection is used by one thread at a time. On any failure the reader
+    /// is stopped and joined and the writer aborted (in-flight work finished or cancelled)
+    /// before the caller touches the target connection again (to roll back).
+    func pump(
+        _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema,
+        options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, writer custom: (any BatchWriter)? = nil,
+        buckets: BucketFilter? = nil
+    ) throws -> Int64 {
+        let range = table.filter == nil && buckets == nil ? nil : KeyRange(key: [], filter: table.filter, buckets: buckets)
+        let reader = Handoff(try source.reader(
+            table: table.sourceSchema, columns: table.columns, keyRange: range, batchSize: max(1, options.batchSize)))
+        let writer: any BatchWriter
+        do {
+            writer = try custom ?? target.writer(into: into, columns: table.targetSchema.columns)
+        } catch {
+            reader.value.close()
+            throw error
+        }
+        let queue = BoundedQueue<RowBatch>(capacity: options.queueDepth, maxCost: options.queueBytes) { $0.byteSize }
+        let producer = Worker(name: "ferry-read-\(table.source.name)") {
+            do {
+                // Read only when there is room: a batch waiting to be queued is one more in memory.
+                while queue.waitForRoom(), let batch = try reader.value.next() {
+                    let converted = try Self.convert(batch, table.conversions, columns: table.columns)
+                    if !queue.put(converted) { break }
+                }
+                queue.finish()
+            } catch {
+                queue.finish(error: error)
+            }
+        }
+        var rows: Int64 = 0
+        do {
+            var last: RowBatch?
+            do {
+                while let batch = try queue.take() {
+                    if cancellation?.isCancelled == true { throw FerryError.cancelled }
+                    last = batch
+                    try writer.write(batch)
+                    rows += Int64(batch.count)
+                    progress.advanced(table.source.description, by: batch.count)
+                    // Written: nothing holds the batch any more, and the reader may fill its room.
+                    last = nil
+                    queue.release()
+                }
+                try writer.finish()
+            } catch let e as BatchRowError {
+                guard let batch = e.batch ?? last else { throw e.error.adding(table: table.source) }
+                throw e.error.adding(table: table.source, key: keyDescription(table, batch: batch, row: e.row))
+            }
+        } catch {
+            queue.cancel()
+            producer.join()
+            reader.value.close()
+            writer.abort()
+            throw error
+        }
+        producer.join()
+        reader.value.close()
+        return rows
+    }
+
+    /// Applies a plan's cast conversions to a batch as read. A value that does not convert is
+    /// reported with the batch as read, so the key can be named.
+    static func convert(_ batch: RowBatch, _ conversions: [ColumnConversion], columns: [Column]) throws -> RowBatch {
+        guard !conversions.isEmpty else { return batch }
+        var out = batch
+        for c in conversions {
+            do {
+                out.columns[c.index] = try ValueConversion.convert(batch.columns[c.index], from: c.from, to: c.to, transforms: c.transforms)
+            } catch let e as BatchRowError {
+                throw BatchRowError(row: e.row, error: e.error.adding(column: columns[c.index].name), batch: batch)
+            }
+        }
+        return out
+    }
+
+    /// `(id=5)` for row `row` of a batch, using the plan's key (or every column when none).
+    func keyDescription(_ table: TablePlan, batch: RowBatch, row: Int) -> String {
+        let keyColumns = table.key?.columns ?? []
+        var parts: [String] = []
+        for name in keyColumns {
+            guard let i = table.columns.firstIndex(where: { $0.name == name }) else { continue }
+            parts.append("\(name)=\(table.columns[i].display(batch.columns[i], row: row))")
+        }
+        return parts.isEmpty ? "row \(row + 1) of its batch (the table has no key)" : "(" + parts.joined(separator: ", ") + ")"
+    }
+
+    static func describe(_ error: any Error, table: TableName) -> String {
+        if let e = error as? FerryError {
+            switch e {
+            case .invalidValue: return e.adding(table: table).description
+            default: return e.description
+            }
+        }
+        return "\(error)"
+    }
+}
