@@ -1,12 +1,12 @@
 #!/usr/bin/env python3
 """The DuckDB peer of scripts/bench/copy: ATTACH the source read-only and the target, then
-CREATE TABLE dst.T AS SELECT * FROM src.T (what DuckDB's own docs give for moving a table
-between engines).
+CREATE TABLE dst.T AS SELECT * FROM src.T (the earlier bench rig's duck_copy.py, adapted).
 
 usage: duck_copy.py SRC DST TABLE      (SRC, DST: pg:DB | my:DB | sqlite:/path/file)
        duck_copy.py --version          (DuckDB's version and the scanner builds it loads)
 
-Servers from the environment (never from the command line, so no password shows in `ps`):
+Servers from the environment (never from the command line, so no password shows in `ps`),
+handed to DuckDB as temporary secrets:
   FERRY_BENCH_PG_HOST, FERRY_BENCH_PG_PORT, FERRY_BENCH_PG_USER, PGPASSWORD
   FERRY_BENCH_MY_HOST, FERRY_BENCH_MY_PORT, FERRY_BENCH_MY_USER, MYSQL_PWD
 
@@ -45,40 +45,32 @@ def connect(kinds):
     return con
 
 
-def quote(value):
-    """A libpq / MySQL key=value connection-string value."""
-    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+def literal(value):
+    """A SQL string literal."""
+    return "'" + value.replace("'", "''") + "'"
 
 
 def attach(con, spec, alias, read_only):
+    """ATTACH through a temporary secret (host, port, database, user, password), so no password
+    sits in a connection string that an error message could quote."""
     kind, _, rest = spec.partition(":")
     opts = ", READ_ONLY" if read_only else ""
     env = os.environ
-    if kind == "pg":
-        dsn = " ".join([
-            f"host={quote(env.get('FERRY_BENCH_PG_HOST', '127.0.0.1'))}",
-            f"port={env['FERRY_BENCH_PG_PORT']}",
-            f"dbname={quote(rest)}",
-            f"user={quote(env['FERRY_BENCH_PG_USER'])}",
-            f"password={quote(env.get('PGPASSWORD', ''))}",
-        ])
-        kind_sql = "postgres"
-    elif kind == "my":
-        dsn = " ".join([
-            f"host={quote(env.get('FERRY_BENCH_MY_HOST', '127.0.0.1'))}",
-            f"port={env['FERRY_BENCH_MY_PORT']}",
-            f"database={quote(rest)}",
-            f"user={quote(env['FERRY_BENCH_MY_USER'])}",
-            f"password={quote(env.get('MYSQL_PWD', ''))}",
-        ])
-        kind_sql = "mysql"
+    if kind in ("pg", "my"):
+        prefix, kind_sql, password = {
+            "pg": ("FERRY_BENCH_PG_", "postgres", "PGPASSWORD"),
+            "my": ("FERRY_BENCH_MY_", "mysql", "MYSQL_PWD"),
+        }[kind]
+        con.execute(
+            f"CREATE TEMPORARY SECRET {alias}_secret (TYPE {kind_sql}, "
+            f"HOST {literal(env.get(prefix + 'HOST', '127.0.0.1'))}, PORT {int(env[prefix + 'PORT'])}, "
+            f"DATABASE {literal(rest)}, USER {literal(env[prefix + 'USER'])}, "
+            f"PASSWORD {literal(env.get(password, ''))})")
+        con.execute(f"ATTACH '' AS {alias} (TYPE {kind_sql}, SECRET {alias}_secret{opts})")
     elif kind == "sqlite":
-        dsn = rest
-        kind_sql = "sqlite"
+        con.execute(f"ATTACH {literal(rest)} AS {alias} (TYPE sqlite{opts})")
     else:
         sys.exit(f"duck_copy.py: unknown database spec {spec!r} (pg:DB, my:DB, sqlite:/path)")
-    dsn = dsn.replace("'", "''")
-    con.execute(f"ATTACH '{dsn}' AS {alias} (TYPE {kind_sql}{opts})")
 
 
 def main(argv):
