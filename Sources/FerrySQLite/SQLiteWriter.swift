@@ -1,13 +1,19 @@
 import CSQLite
 import FerryCore
 
-/// Inserts batches with one prepared INSERT, reused for every row; the caller holds the
-/// transaction. Values are bound in Ferry's SQLite forms (SQLiteValueCodec), or as stored when
-/// they come from another SQLite database (`StoredForm`);
-/// values SQLite would change are refused: NaN (stored as NULL) and -0.0 in a column whose
+/// Inserts batches with a prepared multi-row INSERT (and a one-row one for the rest of a
+/// batch), reused for every batch; the caller holds the transaction. Values are bound in
+/// Ferry's SQLite forms (SQLiteValueCodec), or as stored when they come from another SQLite
+/// database (`StoredForm`); values SQLite would change are refused: NaN (stored as NULL) and -0.0 in a column whose
 /// affinity stores it as the integer 0.
 final class SQLiteWriter: BatchWriter {
     private let statement: SQLiteStatement
+    /// The default INSERT with `rowsPerStatement` rows of parameters: one statement per row
+    /// costs SQLite a cursor opened and closed, a statement halted and their allocations per row
+    /// (a sixth of all instructions of a narrow copy, measured with callgrind); nil for a custom
+    /// statement or when one row fills SQLite's parameter limit.
+    private let multiRow: SQLiteStatement?
+    private let rowsPerStatement: Int
     private let columns: [Column]
     private let kinds: [SQLiteValueCodec.Form]
     /// Per column: true when -0.0 would lose its sign (REAL, NUMERIC, INTEGER affinity).
@@ -16,6 +22,12 @@ final class SQLiteWriter: BatchWriter {
 
     /// Total rows changed by the statements run (sqlite3_changes after each step).
     private(set) var changed = 0
+
+    /// Rows per multi-row INSERT, at most (fewer when the columns would pass SQLite's parameter
+    /// limit). Measured copying 500,000 rows of two integers from PostgreSQL (callgrind,
+    /// instructions of the whole copy): 1 row 4.70 G, 16 rows 2.46 G, 64 rows 2.26 G, 256 rows
+    /// 2.19 G; wall time 0.50 s → 0.23 s, and 200,000 rows of bench_orders 0.65 s → 0.53 s.
+    static let maxRowsPerStatement = 256
 
     /// `sql` is the statement run once per row with the row's values bound in column order
     /// (default: the INSERT).
@@ -32,10 +44,19 @@ final class SQLiteWriter: BatchWriter {
             let a = SQLiteTypeMap.affinity(of: declared[$0.name] ?? "")
             return a != .blob && a != .text
         }
-        let sql = "INSERT INTO \(d.quote(connection.qualified(table))) ("
-            + columns.map { d.quote($0.name) }.joined(separator: ", ") + ") VALUES ("
-            + columns.map { _ in "?" }.joined(separator: ", ") + ")"
-        statement = try SQLiteStatement(connection, custom ?? sql)
+        let row = "(" + columns.map { _ in "?" }.joined(separator: ", ") + ")"
+        let insert = "INSERT INTO \(d.quote(connection.qualified(table))) ("
+            + columns.map { d.quote($0.name) }.joined(separator: ", ") + ") VALUES "
+        statement = try SQLiteStatement(connection, custom ?? insert + row)
+        let limit = Int(sqlite3_limit(connection.db, SQLITE_LIMIT_VARIABLE_NUMBER, -1))
+        let rows = columns.isEmpty ? 1 : min(Self.maxRowsPerStatement, limit / columns.count)
+        if custom == nil && rows > 1 {
+            multiRow = try SQLiteStatement(connection, insert + Array(repeating: row, count: rows).joined(separator: ", "))
+            rowsPerStatement = rows
+        } else {
+            multiRow = nil
+            rowsPerStatement = 1
+        }
         self.columns = columns
         self.kinds = columns.map { SQLiteValueCodec.Form($0, storedIn: target.column(named: $0.name)?.logicalType) }
         self.table = table
@@ -43,11 +64,13 @@ final class SQLiteWriter: BatchWriter {
 
     func finish() throws {}
 
-    /// Nothing runs between calls: resets the statement and clears its bindings (which point
+    /// Nothing runs between calls: resets the statements and clears their bindings (which point
     /// into the last batch).
     func abort() {
-        statement.reset()
-        sqlite3_clear_bindings(statement.handle)
+        for s in [statement] + (multiRow.map { [$0] } ?? []) {
+            s.reset()
+            sqlite3_clear_bindings(s.handle)
+        }
     }
 
     func write(_ batch: RowBatch) throws {
@@ -55,47 +78,78 @@ final class SQLiteWriter: BatchWriter {
     }
 
     private func write(pinned: PinnedBatch) throws {
-        let st = statement.handle
-        let cols = pinned.columns
-        // Dates, times, timestamps and UUIDs are formatted into one reused buffer.
+        // Dates, times, timestamps and UUIDs are formatted into one reused buffer (bound as copies).
         var scratch: [UInt8] = []
         scratch.reserveCapacity(64)
-        for row in 0..<pinned.count {
-            for c in 0..<kinds.count {
-                let col = cols[c]
-                let idx = Int32(c + 1)
-                var rc = SQLITE_OK
-                if col.isNull(row) {
-                    rc = sqlite3_bind_null(st, idx)
+        var row = 0
+        if let multi = multiRow {
+            let st = multi.handle
+            let n = Int32(columns.count)
+            while pinned.count - row >= rowsPerStatement {
+                for r in 0..<rowsPerStatement {
+                    try bind(st, pinned, row: row + r, first: Int32(r) * n + 1, scratch: &scratch)
+                }
+                let rc = sqlite3_step(st)
+                sqlite3_reset(st)
+                if rc == SQLITE_DONE {
+                    changed += Int(sqlite3_changes(statement.connection.db))
                 } else {
-                    if case .double = kinds[c] {
-                        let v = col.double(row)
-                        if v.isNaN {
-                            throw BatchRowError(row: row, error: .invalidValue(
-                                table: table, column: columns[c].name, key: nil,
-                                message: "NaN cannot be stored in SQLite (it would become NULL)"))
-                        }
-                        if v == 0 && v.sign == .minus && signedZeroLost[c] {
-                            throw BatchRowError(row: row, error: .invalidValue(
-                                table: table, column: columns[c].name, key: nil,
-                                message: "-0.0 would lose its sign in a SQLite REAL column (stored as 0)"))
-                        }
-                    }
-                    rc = SQLiteValueCodec.bind(st, idx, form: kinds[c], column: col, row: row, scratch: &scratch)
+                    // A failed INSERT changes nothing (its statement is rolled back whole): the same
+                    // rows one by one find the one refused, and its error.
+                    try writeRows(pinned, row..<row + rowsPerStatement, scratch: &scratch)
                 }
-                guard rc == SQLITE_OK else {
-                    let message = rc == SQLITE_MISMATCH && kinds[c].isStored
-                        ? "the value is not a SQLite stored value (a tag i, r, t or b and its bytes)"
-                        : statement.connection.error(rc, sql: nil).message
-                    throw BatchRowError(row: row, error: .invalidValue(table: table, column: columns[c].name, key: nil, message: message))
-                }
+                row += rowsPerStatement
             }
+        }
+        try writeRows(pinned, row..<pinned.count, scratch: &scratch)
+    }
+
+    /// Rows `rows`, one statement each.
+    private func writeRows(_ pinned: PinnedBatch, _ rows: Range<Int>, scratch: inout [UInt8]) throws {
+        let st = statement.handle
+        for row in rows {
+            try bind(st, pinned, row: row, first: 1, scratch: &scratch)
             let rc = sqlite3_step(st)
             if rc == SQLITE_DONE { changed += Int(sqlite3_changes(statement.connection.db)) }
             sqlite3_reset(st)
             guard rc == SQLITE_DONE else {
                 let e = statement.connection.error(rc, sql: nil)
                 throw BatchRowError(row: row, error: .invalidValue(table: table, column: nil, key: nil, message: e.message))
+            }
+        }
+    }
+
+    /// Binds row `row`'s values to parameters `first`, `first + 1`, …
+    @inline(__always)
+    private func bind(_ st: OpaquePointer, _ pinned: PinnedBatch, row: Int, first: Int32, scratch: inout [UInt8]) throws {
+        let cols = pinned.columns
+        for c in 0..<kinds.count {
+            let col = cols[c]
+            let idx = first + Int32(c)
+            var rc = SQLITE_OK
+            if col.isNull(row) {
+                rc = sqlite3_bind_null(st, idx)
+            } else {
+                if case .double = kinds[c] {
+                    let v = col.double(row)
+                    if v.isNaN {
+                        throw BatchRowError(row: row, error: .invalidValue(
+                            table: table, column: columns[c].name, key: nil,
+                            message: "NaN cannot be stored in SQLite (it would become NULL)"))
+                    }
+                    if v == 0 && v.sign == .minus && signedZeroLost[c] {
+                        throw BatchRowError(row: row, error: .invalidValue(
+                            table: table, column: columns[c].name, key: nil,
+                            message: "-0.0 would lose its sign in a SQLite REAL column (stored as 0)"))
+                    }
+                }
+                rc = SQLiteValueCodec.bind(st, idx, form: kinds[c], column: col, row: row, scratch: &scratch)
+            }
+            guard rc == SQLITE_OK else {
+                let message = rc == SQLITE_MISMATCH && kinds[c].isStored
+                    ? "the value is not a SQLite stored value (a tag i, r, t or b and its bytes)"
+                    : statement.connection.error(rc, sql: nil).message
+                throw BatchRowError(row: row, error: .invalidValue(table: table, column: columns[c].name, key: nil, message: message))
             }
         }
     }
