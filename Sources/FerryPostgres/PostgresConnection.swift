@@ -213,13 +213,26 @@ public final class PostgresConnection: Connection {
     /// Runs the planned statements. A planned `CREATE TYPE` that another table of the same copy
     /// ran first (two tables sharing an enum type) is skipped when the type has the same labels.
     public func createTable(_ table: PlannedTable) throws {
+        try run(table.statements, of: table)
+    }
+
+    public func createTableDeferringKeys(_ table: PlannedTable) throws {
+        try run(table.deferredKeys?.create ?? table.statements, of: table)
+    }
+
+    public func addDeferredKeys(_ table: PlannedTable) throws {
+        for sql in table.deferredKeys?.keys ?? [] { try execute(sql) }
+    }
+
+    /// Runs `statements`, skipping the creation of an enum type that exists with the same labels.
+    private func run(_ statements: [String], of table: PlannedTable) throws {
         var alreadyThere = Set<String>()
         for c in table.schema.columns {
             guard case .enumeration(let labels) = c.logicalType else { continue }
             let sql = PostgresDDL.createEnum(c.nativeType, labels: labels, dialect: pgDialect)
-            if table.statements.contains(sql), try enumLabels(c.nativeType) == labels { alreadyThere.insert(sql) }
+            if statements.contains(sql), try enumLabels(c.nativeType) == labels { alreadyThere.insert(sql) }
         }
-        for sql in table.statements where !alreadyThere.contains(sql) { try execute(sql) }
+        for sql in statements where !alreadyThere.contains(sql) { try execute(sql) }
     }
 
     /// The labels of the enum type named `quotedName` (as DDL writes it), nil when there is no

@@ -63,12 +63,15 @@ enum PostgresDDL {
             created.columns[i].logicalType = logical ?? PostgresTypeMap.logicalType(declared: type) ?? col.logicalType
             created.columns[i].declaredType = nil
         }
+        let columnsOnly = parts.count
+        var keys: [String] = []
         if !schema.primaryKey.isEmpty {
-            parts.append("PRIMARY KEY (" + schema.primaryKey.map { d.quote($0) }.joined(separator: ", ") + ")")
+            keys.append("PRIMARY KEY (" + schema.primaryKey.map { d.quote($0) }.joined(separator: ", ") + ")")
         }
         for key in schema.uniqueKeys {
-            parts.append("UNIQUE (" + key.map { d.quote($0) }.joined(separator: ", ") + ")")
+            keys.append("UNIQUE (" + key.map { d.quote($0) }.joined(separator: ", ") + ")")
         }
+        parts += keys
         for check in schema.checks {
             if sameEngine {
                 parts.append((check.name.map { "CONSTRAINT \(d.quote($0)) " } ?? "") + "CHECK " + check.expression)
@@ -81,8 +84,20 @@ enum PostgresDDL {
         created.checks = sameEngine ? schema.checks : []
         created.indexes = []
         created.foreignKeys = []
-        statements.append("CREATE TABLE \(d.quote(name)) (\n  " + parts.joined(separator: ",\n  ") + "\n)")
-        return PlannedTable(schema: created, statements: statements, skipped: skipped)
+        func create(_ parts: [String]) -> String { "CREATE TABLE \(d.quote(name)) (\n  " + parts.joined(separator: ",\n  ") + "\n)" }
+        // Keys added after a load, by sorting its rows: 500,000 rows of two bigints copied into a
+        // table with its primary key 365-450 ms, without it 92-94 ms plus 102-113 ms for ADD
+        // PRIMARY KEY (COPY … FROM in psql). The constraints get the same default names.
+        var deferred: PlannedTable.DeferredKeys?
+        if !keys.isEmpty {
+            var withoutKeys = parts
+            withoutKeys.removeSubrange(columnsOnly..<(columnsOnly + keys.count))
+            deferred = PlannedTable.DeferredKeys(
+                create: statements + [create(withoutKeys)],
+                keys: keys.map { "ALTER TABLE \(d.quote(name)) ADD " + $0 })
+        }
+        statements.append(create(parts))
+        return PlannedTable(schema: created, statements: statements, skipped: skipped, deferredKeys: deferred)
     }
 
     /// A column's DEFAULT: the source's own expression between PostgreSQL databases (never a

@@ -1,7 +1,7 @@
 import FerryCore
 import FerryDriverTestKit
 import FerryPostgres
-import FerrySQLite
+@testable import FerrySQLite
 import XCTest
 
 final class PostgresDriverTests: XCTestCase {
@@ -87,6 +87,30 @@ final class PostgresDriverTests: XCTestCase {
         let again = try pg.connect(try pg.makeDatabase("again"))
         XCTAssertTrue(try copy(lite, again, tables: ["artist"]).ok)
         XCTAssertEqual(try again.rows("INSERT INTO artist (name) VALUES ('x') RETURNING artist_id"), [["276"]])
+    }
+
+    /// A new table's keys are added after its rows (faster on PostgreSQL) and end as they would
+    /// have been created: the same constraints with the same names, in create and replace.
+    func testKeysAddedAfterTheLoadEndAsPlanned() throws {
+        let lite = try XCTUnwrap(try sqlite("keys.db") as? SQLiteConnection)
+        try lite.execute("""
+            CREATE TABLE k (id BIGINT PRIMARY KEY, code TEXT NOT NULL UNIQUE, a INT NOT NULL, b INT NOT NULL, UNIQUE (a, b));
+            WITH RECURSIVE g(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM g WHERE x < 2500)
+            INSERT INTO k SELECT x, 'c' || x, x % 50, x / 50 FROM g;
+            """)
+        let planned = try PostgresDriver().connect(Endpoint(parsing: try pg.makeDatabase("keysplan")), role: .target)
+            .planTable(try lite.describe(TableName("k")), named: TableName("k"))
+        XCTAssertEqual(planned.deferredKeys?.keys.count, 3, "\(planned)")
+        let db = try pg.connect(try pg.makeDatabase("keys"))
+        for mode in [WriteMode.create, .replace] {
+            XCTAssertTrue(try copy(lite, db, mode: mode, tables: ["k"]).ok)
+            let t = try db.describe(TableName("k"))
+            XCTAssertEqual(t.primaryKey, ["id"])
+            XCTAssertEqual(Set(t.uniqueKeys.map { $0.sorted() }), [["code"], ["a", "b"]])
+            XCTAssertEqual(try db.rows("SELECT conname FROM pg_constraint WHERE conrelid = 'k'::regclass AND contype IN ('p', 'u') ORDER BY 1"),
+                           [["k_a_b_key"], ["k_code_key"], ["k_pkey"]])
+            try assertSame(lite, db, tables: [TableName("k")])
+        }
     }
 
     func testSakilaTypesDomainsEnumsAndSkips() throws {

@@ -112,9 +112,26 @@ public struct PlannedTable: Hashable, Sendable, Codable {
     /// target cannot express), each with its reason.
     public var skipped: [SkippedObject]
 
-    public init(schema: TableSchema, statements: [String], skipped: [SkippedObject] = []) {
+    /// Where the engine builds a table's keys faster after its rows are in (PostgreSQL: an
+    /// index built by sorting the loaded rows beats one grown row by row): the statements that
+    /// create the table without its keys, and those that then add them. A load into the new
+    /// table with plain inserts runs `create`, the load, then `keys`; the table ends as
+    /// `statements` make it. nil where keys are created with the table.
+    public var deferredKeys: DeferredKeys?
+
+    public struct DeferredKeys: Hashable, Sendable, Codable {
+        public var create: [String]
+        public var keys: [String]
+        public init(create: [String], keys: [String]) {
+            self.create = create
+            self.keys = keys
+        }
+    }
+
+    public init(schema: TableSchema, statements: [String], skipped: [SkippedObject] = [], deferredKeys: DeferredKeys? = nil) {
         self.schema = schema
         self.statements = statements
         self.skipped = skipped
+        self.deferredKeys = deferredKeys
     }
 }

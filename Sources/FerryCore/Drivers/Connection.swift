@@ -33,6 +33,12 @@ public protocol Connection: AnyObject {
     func planTable(_ schema: TableSchema, named name: TableName) throws -> PlannedTable
     /// Runs a planned table's statements, as planned.
     func createTable(_ table: PlannedTable) throws
+    /// Runs `deferredKeys.create` of a planned table (the table without its keys), for a load
+    /// of plain inserts; `addDeferredKeys` adds them after the rows. Default: `createTable`
+    /// (keys with the table) for planned tables without deferred keys.
+    func createTableDeferringKeys(_ table: PlannedTable) throws
+    /// Adds the keys `createTableDeferringKeys` left out, in the caller's transaction.
+    func addDeferredKeys(_ table: PlannedTable) throws
 
     /// Plans the secondary indexes and foreign keys of `schema` (already limited to what the
     /// copy carries; foreign keys name the target's tables) for the table `table` on this
@@ -162,6 +168,9 @@ extension Connection {
         guard let ledger = try PushLedger.schema(self, create: false) else { return false }
         return try PushLedger.contains(self, ledger, id: id)
     }
+
+    public func createTableDeferringKeys(_ table: PlannedTable) throws { try createTable(table) }
+    public func addDeferredKeys(_ table: PlannedTable) throws {}
 
     public var capabilities: Capabilities { .all }
     public func beginSnapshot() throws { try begin() }

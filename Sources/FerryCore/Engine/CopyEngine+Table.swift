@@ -14,18 +14,27 @@ extension CopyEngine {
         progress.started(label, estimate: table.sourceSchema.rowEstimate)
         do {
             try target.begin()
-            // The load runs the planned DDL as planned, and writes into the planned (or described) table.
+            // The load runs the planned DDL as planned, and writes into the planned (or described)
+            // table. A new table loaded by plain inserts gets its keys after its rows where the
+            // engine builds them faster so (`PlannedTable.deferredKeys`).
             var into = table.writesInto
+            var keysAfterLoad: PlannedTable?
             switch mode {
             case .create:
                 if try target.tableExists(table.target) {
                     throw FerryError.targetTableExists(table: table.target, endpoint: target.endpoint.redacted)
                 }
-                if let planned = table.creates { try target.createTable(planned) }
+                if let planned = table.creates {
+                    try target.createTableDeferringKeys(planned)
+                    keysAfterLoad = planned
+                }
                 created = table.target
             case .replace:
                 if try target.tableExists(into.name) { try target.dropTable(into.name) }
-                if let planned = table.creates { try target.createTable(planned) }
+                if let planned = table.creates {
+                    try target.createTableDeferringKeys(planned)
+                    keysAfterLoad = planned
+                }
                 created = into.name
             case .append, .upsert, .mirror:
                 if let planned = table.creates {
@@ -52,6 +61,7 @@ extension CopyEngine {
                                 cancellation: cancellation, writer: merge)
             }
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
+            if let planned = keysAfterLoad { try target.addDeferredKeys(planned) }
 
             if mode == .create || mode == .replace {
                 let landed = try target.countRows(loadName)
