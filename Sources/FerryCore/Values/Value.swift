@@ -148,7 +148,6 @@ public enum Value: Sendable, Hashable, CustomStringConvertible {
 
 /// The 8-4-4-4-12 lowercase hex form of a UUID.
 public enum UUIDText {
-    private static let hex = Array("0123456789abcdef".utf8)
 
     public static func format(_ bytes: [UInt8]) -> String {
         var out: [UInt8] = []
@@ -157,13 +156,25 @@ public enum UUIDText {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Appends the 36-character form of 16 bytes to `out`.
+    /// Appends the 36-character form of 16 bytes to `out` (written into a stack buffer and
+    /// appended once: byte by byte into the array was 750 instructions a UUID).
     public static func append(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
-        for i in 0..<bytes.count {
-            if i == 4 || i == 6 || i == 8 || i == 10 { out.append(45) }
-            let b = bytes[i]
-            out.append(hex[Int(b >> 4)])
-            out.append(hex[Int(b & 15)])
+        let capacity = bytes.count * 2 + 4
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buf in
+            guard let p = buf.baseAddress else { return }
+            var j = 0
+            for i in 0..<bytes.count {
+                if i == 4 || i == 6 || i == 8 || i == 10 {
+                    p[j] = 45
+                    j += 1
+                }
+                let b = bytes[i]
+                let h = b >> 4, l = b & 15
+                p[j] = h < 10 ? 48 + h : 87 + h
+                p[j + 1] = l < 10 ? 48 + l : 87 + l
+                j += 2
+            }
+            out.append(contentsOf: UnsafeBufferPointer(start: p, count: j))
         }
     }
 
