@@ -118,7 +118,7 @@ extension ServiceHandlers {
                         let b = e.batch ?? batch
                         let shown = key.compactMap { k -> String? in
                             guard let i = columns.firstIndex(where: { $0.name == k }), e.row < b.count else { return nil }
-                            return "\(k)=\(Value(column: b.columns[i], row: e.row, type: columns[i].logicalType))"
+                            return "\(k)=\(columns[i].display(b.columns[i], row: e.row))"
                         }
                         // Named by its key: the client's row numbers are not the staging table's.
                         var refused = ServiceError.from(e, table: t)

@@ -67,6 +67,16 @@ public struct Column: Hashable, Sendable, Codable {
         return Value(column: column, row: row, type: logicalType).description
     }
 
+    /// This column (as another side describes it) read the way `planned` carries it: in the
+    /// same native or stored form and logical type when `planned` travels natively.
+    public func carried(like planned: Column) -> Column {
+        guard planned.travelsNatively else { return self }
+        var c = self
+        c.logicalType = planned.logicalType
+        c.readHints.formUnion(planned.readHints.intersection([.nativeForm, .storedForm]))
+        return c
+    }
+
     /// The column as read and written in its engine's stored form (see
     /// `Dialect.keepsStoredForm`): logical type binary, hint `nativeForm`, the declared type
     /// kept for a table created from it. Its values are opaque outside the engine's driver.

@@ -14,10 +14,7 @@ extension CopyEngine {
         let sourceColumns = table.columns
         // The target's columns as it describes them, in the form the copy carries them (a stored
         // form is digested as stored on both sides).
-        func described(_ planned: Column) -> Column? {
-            guard let c = into.column(named: planned.name) else { return nil }
-            return planned.travelsNatively ? c.storedForm : c
-        }
+        func described(_ planned: Column) -> Column? { into.column(named: planned.name)?.carried(like: planned) }
         let targetColumns = table.targetSchema.columns.map { described($0) ?? $0 }
         let sourceKey = try keyNames.map { name in
             guard let c = sourceColumns.first(where: { $0.name == name }) else { throw FerryError.noKey(table: table.source) }

@@ -196,9 +196,8 @@ public struct Verifier: Sendable {
         let conversions = resolved.conversions
         let types = resolved.write.map(\.logicalType)
         let targetColumns = resolved.write.compactMap { w -> Column? in
-            guard var t = targetSchema.column(named: w.name) else { return nil }
-            // Stored forms are compared as stored (SQLite to SQLite: the stored text is the value).
-            if w.travelsNatively { t = t.storedForm }
+            // Native and stored forms are compared as such (SQLite to SQLite: the stored text is the value).
+            guard var t = targetSchema.column(named: w.name)?.carried(like: w) else { return nil }
             t.logicalType = w.logicalType
             return t
         }
