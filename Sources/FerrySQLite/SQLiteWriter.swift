@@ -81,13 +81,14 @@ final class SQLiteWriter: BatchWriter {
         // Dates, times, timestamps and UUIDs are formatted into one reused buffer (bound as copies).
         var scratch: [UInt8] = []
         scratch.reserveCapacity(64)
+        let cols = pinned.columns
         var row = 0
         if let multi = multiRow {
             let st = multi.handle
             let n = Int32(columns.count)
             while pinned.count - row >= rowsPerStatement {
                 for r in 0..<rowsPerStatement {
-                    try bind(st, pinned, row: row + r, first: Int32(r) * n + 1, scratch: &scratch)
+                    try bind(st, cols, row: row + r, first: Int32(r) * n + 1, scratch: &scratch)
                 }
                 let rc = sqlite3_step(st)
                 sqlite3_reset(st)
@@ -107,8 +108,9 @@ final class SQLiteWriter: BatchWriter {
     /// Rows `rows`, one statement each.
     private func writeRows(_ pinned: PinnedBatch, _ rows: Range<Int>, scratch: inout [UInt8]) throws {
         let st = statement.handle
+        let cols = pinned.columns
         for row in rows {
-            try bind(st, pinned, row: row, first: 1, scratch: &scratch)
+            try bind(st, cols, row: row, first: 1, scratch: &scratch)
             let rc = sqlite3_step(st)
             if rc == SQLITE_DONE { changed += Int(sqlite3_changes(statement.connection.db)) }
             sqlite3_reset(st)
@@ -121,8 +123,7 @@ final class SQLiteWriter: BatchWriter {
 
     /// Binds row `row`'s values to parameters `first`, `first + 1`, …
     @inline(__always)
-    private func bind(_ st: OpaquePointer, _ pinned: PinnedBatch, row: Int, first: Int32, scratch: inout [UInt8]) throws {
-        let cols = pinned.columns
+    private func bind(_ st: OpaquePointer, _ cols: [PinnedBatch.Column], row: Int, first: Int32, scratch: inout [UInt8]) throws {
         for c in 0..<kinds.count {
             let col = cols[c]
             let idx = first + Int32(c)

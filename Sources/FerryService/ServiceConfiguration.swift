@@ -29,10 +29,7 @@ public struct ServiceConfiguration: Sendable {
     public var capabilities: Capabilities
     /// The engine whose stored form rows may be read and written in (`native=` columns): the
     /// served engine when its dialect keeps its own stored form (SQLite), else nil.
-    public var storedForm: Engine? {
-        guard let dialect = try? registry.driver(for: database).dialect else { return nil }
-        return dialect.keepsStoredForm(fromEngine: dialect.engine) ? dialect.engine : nil
-    }
+    public let storedForm: Engine?
 
     public init(
         database: Endpoint, registry: DriverRegistry, writable: Bool, tables: [TableName] = [], maxBodyBytes: Int = 64 << 20,
@@ -54,5 +51,7 @@ public struct ServiceConfiguration: Sendable {
         self.name = name
         self.version = version
         self.capabilities = capabilities
+        let dialect = try? registry.driver(for: database).dialect
+        storedForm = dialect.flatMap { $0.keepsStoredForm(fromEngine: $0.engine) ? $0.engine : nil }
     }
 }
