@@ -91,8 +91,11 @@ final class RowStream {
             }
             self.reader = try c.reader(table: schema, columns: columns, keyRange: range, batchSize: min(limit, 10_000))
             self.lease = lease
-            self.writer = XMLDocuments.RowsWriter(types: columns.map(\.logicalType))
-            self.encoder = RowsEncoder(types: columns.map(\.logicalType))
+            // Columns read natively from an engine that keeps a stored form hold stored values,
+            // written in their own form (`s="t"`…).
+            let stored = columns.map { service.configuration.storedForm != nil && $0.readHints.contains(.nativeForm) }
+            self.writer = XMLDocuments.RowsWriter(types: columns.map(\.logicalType), stored: stored)
+            self.encoder = RowsEncoder(types: columns.map(\.logicalType), stored: stored)
             self.table = table
             self.keyIndexes = keyIndexes
             self.limit = range == nil ? nil : limit

@@ -8,17 +8,19 @@ final class HTTPWriter: BatchWriter {
     let path: String
     let table: TableName
     let types: [LogicalType]
+    let stored: [Bool]
 
     init(client: ProtocolClient, path: String, table: TableName, columns: [Column]) {
         self.client = client
         self.path = path
         self.table = table
         types = columns.map(\.logicalType)
+        stored = columns.map { $0.readHints.contains(.storedForm) }
     }
 
     func write(_ batch: RowBatch) throws {
-        let (table, types) = (table, types)
-        _ = try client.expect("POST", path, upload: { RowsDocumentSource(table: table, types: types, batch: batch) }, table: table)
+        let (table, types, stored) = (table, types, stored)
+        _ = try client.expect("POST", path, upload: { RowsDocumentSource(table: table, types: types, stored: stored, batch: batch) }, table: table)
     }
 
     func finish() throws {}

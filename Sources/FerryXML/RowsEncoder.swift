@@ -10,6 +10,8 @@ import Foundation
 /// for it at once.
 public struct RowsEncoder {
     public let types: [LogicalType]
+    /// Columns holding values in the served engine's stored form (written with `s`).
+    public let stored: [Bool]
     private var batch: RowBatch?
     private var row = 0
     private var column = 0
@@ -22,7 +24,10 @@ public struct RowsEncoder {
     static let largeValue = 64 * 1024
     static let slice = 48 * 1024
 
-    public init(types: [LogicalType]) { self.types = types }
+    public init(types: [LogicalType], stored: [Bool] = []) {
+        self.types = types
+        self.stored = stored
+    }
 
     /// True when no batch is being written.
     public var isIdle: Bool { batch == nil }
@@ -40,58 +45,75 @@ public struct RowsEncoder {
     /// Returns true when the batch is done (and released).
     public mutating func fill(_ out: inout [UInt8], limit: Int) -> Bool {
         guard let batch else { return true }
-        while out.count < limit && row < batch.count {
-            if let l = large {
-                let end = min(l.next + Self.slice, l.end)
-                batch.columns[column].withUnsafeArena { arena in
-                    let piece = UnsafeRawBufferPointer(rebasing: arena[l.next..<end])
-                    if l.base64 { XMLText.appendBase64(piece, into: &out) } else { XMLText.appendEscaped(piece, into: &out) }
+        // Columns are used in place (a ColumnBuffer taken out of the array would be retained
+        // and released, five arrays each, for every cell).
+        batch.columns.withUnsafeBufferPointer { cols in
+            while out.count < limit && row < batch.count {
+                if let l = large {
+                    let end = min(l.next + Self.slice, l.end)
+                    cols[column].withUnsafeArena { arena in
+                        let piece = UnsafeRawBufferPointer(rebasing: arena[l.next..<end])
+                        if l.base64 { XMLText.appendBase64(piece, into: &out) } else { XMLText.appendContent(piece, into: &out) }
+                    }
+                    if end == l.end {
+                        out.appendASCII("</v>")
+                        large = nil
+                        column += 1
+                    } else {
+                        large = (end, l.end, l.base64)
+                    }
+                    continue
                 }
-                if end == l.end {
-                    out.append(contentsOf: WireValue.close)
-                    large = nil
-                    column += 1
-                } else {
-                    large = (end, l.end, l.base64)
+                if !inRow {
+                    out.appendASCII("<r>")
+                    inRow = true
                 }
-                continue
-            }
-            if !inRow {
-                out.append(contentsOf: Self.rowOpen)
-                inRow = true
-            }
-            if column == types.count {
-                out.append(contentsOf: Self.rowClose)
-                inRow = false
-                column = 0
-                row += 1
-                continue
-            }
-            let c = batch.columns[column]
-            let type = types[column]
-            if c.storage == .bytes, !c.isNull(row), c.range(row).count > Self.largeValue, Self.sliceable(type) {
-                let range = c.range(row)
-                let base64: Bool
-                if case .binary = type {
-                    base64 = true
-                } else {
-                    base64 = !c.withUnsafeArena { XMLText.isRepresentable(UnsafeRawBufferPointer(rebasing: $0[range])) }
+                if column == types.count {
+                    out.appendASCII("</r>\n")
+                    inRow = false
+                    column = 0
+                    row += 1
+                    continue
                 }
-                // `n`: the value's length in bytes, so that the decoder makes room for it once.
-                out.append(contentsOf: base64 ? Self.openLargeB64 : Self.openLarge)
-                out.append(contentsOf: String(range.count).utf8)
-                out.append(contentsOf: Self.openLargeEnd)
-                large = (range.lowerBound, range.upperBound, base64)
-                continue
+                let isStored = column < stored.count && stored[column]
+                if cols[column].storage == .bytes, !cols[column].isNull(row), cols[column].range(row).count > Self.largeValue, Self.sliceable(types[column]) {
+                    startLarge(cols[column], stored: isStored, into: &out)
+                    continue
+                }
+                WireValue.appendCell(cols[column], row: row, type: types[column], stored: isStored, into: &out)
+                column += 1
             }
-            WireValue.appendCell(c, row: row, type: type, into: &out)
-            column += 1
         }
         if row >= batch.count {
             self.batch = nil
             return true
         }
         return false
+    }
+
+    /// Opens the cell of a value long enough to go out in slices, and notes where it is.
+    private mutating func startLarge(_ c: ColumnBuffer, stored isStored: Bool, into out: inout [UInt8]) {
+        var range = c.range(row)
+        let base64: Bool
+        // A stored TEXT or BLOB says its class and goes out without its tag byte.
+        let storedTag = isStored ? c.withUnsafeArena { $0[range.lowerBound] } : 0
+        if storedTag == StoredValue.text || storedTag == StoredValue.blob {
+            range = range.lowerBound + 1..<range.upperBound
+            base64 = storedTag == StoredValue.blob || !c.withUnsafeArena { XMLText.isRepresentable(UnsafeRawBufferPointer(rebasing: $0[range])) }
+            out.appendASCII(storedTag == StoredValue.text ? "<v s=\"t\" " : "<v s=\"b\" ")
+        } else {
+            if case .binary = types[column] {
+                base64 = true
+            } else {
+                base64 = !c.withUnsafeArena { XMLText.isRepresentable(UnsafeRawBufferPointer(rebasing: $0[range])) }
+            }
+            out.appendASCII("<v ")
+        }
+        // `n`: the value's length in bytes, so that the decoder makes room for it once.
+        out.appendASCII(base64 ? "enc=\"b64\" n=\"" : "n=\"")
+        WireValue.appendInteger(Int64(range.count), into: &out)
+        out.appendASCII("\">")
+        large = (range.lowerBound, range.upperBound, base64)
     }
 
     /// Types whose cells are the value's bytes, escaped or in base64 (the others are short).
@@ -102,11 +124,7 @@ public struct RowsEncoder {
         }
     }
 
-    static let rowOpen = Array("<r>".utf8)
-    static let openLarge = Array("<v n=\"".utf8)
-    static let openLargeB64 = Array("<v enc=\"b64\" n=\"".utf8)
-    static let openLargeEnd = Array("\">".utf8)
-    static let rowClose = Array("</r>\n".utf8)
+
 }
 
 /// The body of a `POST …/rows` request, produced as the transport asks for it: the document's
@@ -118,8 +136,8 @@ public final class RowsDocumentSource {
     private var stage = 0  // 0: rows, 1: the end, 2: done
     static let piece = 64 * 1024
 
-    init(table: TableName, types: [LogicalType], batch: RowBatch) {
-        encoder = RowsEncoder(types: types)
+    init(table: TableName, types: [LogicalType], stored: [Bool] = [], batch: RowBatch) {
+        encoder = RowsEncoder(types: types, stored: stored)
         encoder.start(batch)
         pending = XMLDocuments.RowsWriter(types: types).begin(table: table)
     }

@@ -12,6 +12,48 @@ import Foundation
 /// A document is complete only at its closing `</rows>`: input that ends before it (a page cut
 /// short) is an error, never a short page.
 public final class XMLRowsStreamDecoder {
+    /// The parser's state, a value: its fields are touched once per byte run and per cell, and
+    /// a class's stored properties would cost a dynamic exclusivity check at every touch
+    /// (a fifth of a stream's decoding time, measured with callgrind).
+    private var core: RowsStreamCore
+
+    public var types: [LogicalType] { core.types }
+    public var names: [String] { core.names }
+    public var batchSize: Int { core.batchSize }
+    public var limits: XMLLimits { core.limits }
+    /// Rows decoded so far (complete `<r>` elements).
+    public var rows: Int { core.rows }
+    /// The `<next>` key's cells (raw bytes: base64 cells decoded), once the page gave one.
+    public var next: [[UInt8]]? { core.next }
+    /// True once `</rows>` (or `<rows/>`) was read.
+    public var isComplete: Bool { core.isComplete }
+    /// Bytes appended and not parsed yet.
+    public var buffered: Int { core.buffered }
+
+    public convenience init(columns: [Column], batchSize: Int, limits: XMLLimits = XMLLimits()) {
+        self.init(types: columns.map(\.logicalType), names: columns.map(\.name), batchSize: batchSize, limits: limits)
+    }
+
+    init(types: [LogicalType], names: [String], batchSize: Int, limits: XMLLimits) {
+        core = RowsStreamCore(types: types, names: names, batchSize: batchSize, limits: limits)
+    }
+
+    /// Adds the next bytes of the document.
+    public func append(_ bytes: UnsafeRawBufferPointer) { core.append(bytes) }
+
+    public func append(_ data: Data) { core.append(data) }
+
+    /// The next full batch from the bytes appended so far, or nil when more bytes are needed.
+    /// With `final` (no more bytes will come): the last, partly filled batch, then nil — or an
+    /// error when the document is not complete.
+    public func next(final: Bool = false) throws -> RowBatch? { try core.next(final: final) }
+
+    /// Decodes a whole document held in memory, without copying it.
+    func decodeWhole(_ data: Data, onBatch: (RowBatch) throws -> Void) throws { try core.decodeWhole(data, onBatch: onBatch) }
+}
+
+/// `XMLRowsStreamDecoder`'s parser.
+struct RowsStreamCore {
     public let types: [LogicalType]
     public let names: [String]
     public let batchSize: Int
@@ -32,12 +74,22 @@ public final class XMLRowsStreamDecoder {
     private var state: State = .start
     private var batch: RowBatch
     /// The cell being read: its value's decoded bytes, and how they arrive.
+    /// Per column, how its cells are read.
+    private let kinds: [WireValue.CellKind]
     private let value = ValueBuffer()
+    /// The value's bytes while it is short (most are): a plain array, no class in between.
+    private var text: [UInt8] = []
+    /// The value moved to `value` (longer than `ValueBuffer.largeBytes`).
+    private var valueIsLarge = false
     /// Base64 decoded from one piece of text, before it joins the value.
     private var decoded: [UInt8] = []
     private var cellInRow = true
     private var cellNull = false
     private var cellBase64 = false
+    /// The storage class a cell's `s` gave (0: none).
+    private var cellStored: UInt8 = 0
+    /// An attribute value being read (reused).
+    private var attribute: [UInt8] = []
     private var base64 = Base64Decoder()
     /// A CR ended the last piece of a value: an LF that starts the next piece belongs to it.
     private var pendingCR = false
@@ -53,12 +105,9 @@ public final class XMLRowsStreamDecoder {
         case start, declaration, beforeRoot, items, rowCells, nextCells, value, cdata, comment, afterRoot
     }
 
-    public convenience init(columns: [Column], batchSize: Int, limits: XMLLimits = XMLLimits()) {
-        self.init(types: columns.map(\.logicalType), names: columns.map(\.name), batchSize: batchSize, limits: limits)
-    }
-
     init(types: [LogicalType], names: [String], batchSize: Int, limits: XMLLimits) {
         self.types = types
+        kinds = types.map(WireValue.CellKind.init)
         self.names = names
         self.batchSize = max(batchSize, 1)
         self.limits = limits
@@ -66,12 +115,12 @@ public final class XMLRowsStreamDecoder {
     }
 
     /// Adds the next bytes of the document.
-    public func append(_ bytes: UnsafeRawBufferPointer) {
+    public mutating func append(_ bytes: UnsafeRawBufferPointer) {
         compact()
         buf.append(contentsOf: bytes)
     }
 
-    public func append(_ data: Data) {
+    public mutating func append(_ data: Data) {
         data.withUnsafeBytes { append($0) }
     }
 
@@ -81,8 +130,10 @@ public final class XMLRowsStreamDecoder {
     /// The next full batch from the bytes appended so far, or nil when more bytes are needed.
     /// With `final` (no more bytes will come): the last, partly filled batch, then nil — or an
     /// error when the document is not complete.
-    public func next(final: Bool = false) throws -> RowBatch? {
-        let (end, full) = try buf.withUnsafeBufferPointer { p in try parse(p, from: pos, final: final) }
+    public mutating func next(final: Bool = false) throws -> RowBatch? {
+        // The bytes are not changed while they are parsed: a second reference, not a copy.
+        let held = buf
+        let (end, full) = try held.withUnsafeBufferPointer { p in try parse(p, from: pos, final: final) }
         pos = end
         if full { return takeBatch() }
         if final {
@@ -93,7 +144,7 @@ public final class XMLRowsStreamDecoder {
     }
 
     /// Decodes a whole document held in memory, without copying it.
-    func decodeWhole(_ data: Data, onBatch: (RowBatch) throws -> Void) throws {
+    mutating func decodeWhole(_ data: Data, onBatch: (RowBatch) throws -> Void) throws {
         try data.withUnsafeBytes { raw in
             let p = raw.bindMemory(to: UInt8.self)
             var at = 0
@@ -111,13 +162,13 @@ public final class XMLRowsStreamDecoder {
         }
     }
 
-    private func takeBatch() -> RowBatch {
+    private mutating func takeBatch() -> RowBatch {
         let b = batch
         batch = RowBatch(types: types, capacity: 0)
         return b
     }
 
-    private func compact() {
+    private mutating func compact() {
         guard pos > 0 else { return }
         linesBefore += buf.withUnsafeBufferPointer { Self.lines(in: UnsafeBufferPointer(rebasing: $0[0..<pos])) }
         if pos == buf.count {
@@ -129,8 +180,16 @@ public final class XMLRowsStreamDecoder {
     }
 
     static func lines(in p: UnsafeBufferPointer<UInt8>) -> Int {
+        guard var at = p.baseAddress.map(UnsafeRawPointer.init) else { return 0 }
+        var left = p.count
         var n = 0
-        for b in p where b == 10 { n += 1 }
+        // memchr: lines are a row each, and the bytes between them are skipped in words.
+        while left > 0, let found = memchr(at, 10, left) {
+            n += 1
+            let next = UnsafeRawPointer(found) + 1
+            left -= next - at
+            at = next
+        }
         return n
     }
 
@@ -202,7 +261,7 @@ public final class XMLRowsStreamDecoder {
     /// Runs the state machine over `p` from `start` until a batch is full (true) or the bytes
     /// run out. Returns where parsing stopped; with `final`, the caller checks that the
     /// document is complete there.
-    private func parse(_ p: UnsafeBufferPointer<UInt8>, from start: Int, final: Bool) throws -> (Int, Bool) {
+    private mutating func parse(_ p: UnsafeBufferPointer<UInt8>, from start: Int, final: Bool) throws -> (Int, Bool) {
         var c = Cursor(p: p, i: start, final: final)
         // Where the current step began: a step cut by the end of the bytes restarts there.
         var mark = c.i
@@ -269,18 +328,60 @@ public final class XMLRowsStreamDecoder {
                     if inRow && column >= types.count {
                         throw XMLWireError.unexpected("row \(rows + 1) has more than \(types.count) values")
                     }
-                    let (attrs, selfClosing) = try attributes(&c)
+                    let tag = try cellTag(&c)
                     cellInRow = inRow
-                    cellNull = attrs["null"] == "1"
-                    cellBase64 = attrs["enc"] == "b64"
+                    cellNull = tag.null
+                    cellBase64 = tag.base64
+                    cellStored = tag.stored
+                    if tag.stored != 0 && inRow {
+                        guard case .binary = types[column] else {
+                            throw XMLWireError.badValue(row: rows, column: names[column], message: "a stored value (s=) in a column not read in its stored form")
+                        }
+                    }
+                    if tag.selfClosing {
+                        resetValue()
+                        try endCell()
+                        continue
+                    }
+                    if !cellNull {
+                        // The common case: the whole value is here, without references, CDATA or
+                        // CR, and `</v>` follows it: decoded straight from the input.
+                        var k = c.i
+                        while k < c.end {
+                            let b = c.p[k]
+                            if b == 60 || b == 38 || b == 13 || (b < 32 && b != 9 && b != 10) { break }
+                            k += 1
+                        }
+                        if k + 4 <= c.end && c.p[k] == 60 && c.p[k + 1] == 47 && c.p[k + 2] == 118 && c.p[k + 3] == 62 {
+                            let text = UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: c.p[c.i..<k]))
+                            if cellBase64 {
+                                decoded.removeAll(keepingCapacity: true)
+                                var b64 = Base64Decoder()
+                                guard b64.decode(UnsafeBufferPointer(rebasing: c.p[c.i..<k]), into: &decoded), b64.finish() else {
+                                    throw XMLWireError.badValue(row: rows, column: cellInRow ? names[column] : "next", message: "invalid base64")
+                                }
+                                try decoded.withUnsafeBytes { try finishCell($0) }
+                                if decoded.capacity > 1 << 20 { decoded = [] }
+                            } else {
+                                try finishCell(text)
+                            }
+                            c.i = k + 4
+                            continue
+                        }
+                    }
                     base64 = Base64Decoder()
                     pendingCR = false
-                    value.reset()
-                    if let n = attrs["n"].flatMap({ Int($0) }), n > 0, n <= limits.maxValueBytes {
+                    resetValue()
+                    if tag.length > 0, tag.length <= limits.maxValueBytes {
                         // A large value says its length: room for it at once, not by doubling.
-                        value.reserve(n)
+                        if tag.length > ValueBuffer.largeBytes {
+                            value.reserve(tag.length)
+                            valueIsLarge = true
+                        } else {
+                            text.reserveCapacity(tag.length)
+                        }
                     }
-                    if selfClosing { try endCell() } else { state = .value }
+                    state = .value
                 case .value:
                     switch try valueText(&c) {
                     case .ended: try endCell()
@@ -331,7 +432,7 @@ public final class XMLRowsStreamDecoder {
 
     /// Skips whitespace and comments. Returns false when a comment starts (the state machine
     /// goes on in `.comment`, then comes back to the current state).
-    private func skipMisc(_ c: inout Cursor) throws -> Bool {
+    private mutating func skipMisc(_ c: inout Cursor) throws -> Bool {
         c.skipSpace()
         guard c.i < c.end, c.p[c.i] == 60 else { return true }
         if try c.eat("<!--") {
@@ -346,7 +447,7 @@ public final class XMLRowsStreamDecoder {
     enum ValueStep { case ended, cdata, needMore }
 
     /// The text of a value up to `</v>`, decoded into `value` as it goes.
-    private func valueText(_ c: inout Cursor) throws -> ValueStep {
+    private mutating func valueText(_ c: inout Cursor) throws -> ValueStep {
         if pendingCR {
             guard c.i < c.end else { return .needMore }
             if c.p[c.i] == 10 { c.i += 1 }
@@ -378,6 +479,17 @@ public final class XMLRowsStreamDecoder {
                 }
                 throw error("markup inside a value", c)
             } else if b == 38 {
+                if let named = Self.namedReference(c) {
+                    // `&amp;` `&lt;` `&gt;` `&quot;` `&apos;`, whole in the bytes.
+                    c.i += named.length
+                    if !cellBase64 && !valueIsLarge && text.count < ValueBuffer.largeBytes {
+                        text.append(named.byte)
+                    } else {
+                        var byte = named.byte
+                        try withUnsafeBytes(of: &byte) { try emit($0.bindMemory(to: UInt8.self)) }
+                    }
+                    continue
+                }
                 let start = c.i
                 reference.removeAll(keepingCapacity: true)
                 do { try Self.reference(&c, into: &reference) } catch is Incomplete {
@@ -389,7 +501,10 @@ public final class XMLRowsStreamDecoder {
                 try reference.withUnsafeBufferPointer { try emit($0) }
             } else if b == 13 {
                 // CR and CR LF are LF (XML's line-end rule); base64 skips it anyway.
-                if !cellBase64 { value.append(UInt8(10)) }
+                if !cellBase64 {
+                    var lf = UInt8(10)
+                    try withUnsafeBytes(of: &lf) { try appendValue($0) }
+                }
                 c.i += 1
                 if c.i < c.end {
                     if c.p[c.i] == 10 { c.i += 1 }
@@ -403,41 +518,218 @@ public final class XMLRowsStreamDecoder {
     }
 
     /// Adds decoded text to the current value (through the base64 decoder for `enc="b64"`).
-    @inline(__always) private func emit(_ bytes: UnsafeBufferPointer<UInt8>) throws {
+    @inline(__always) private mutating func emit(_ bytes: UnsafeBufferPointer<UInt8>) throws {
         guard !bytes.isEmpty else { return }
         if cellBase64 {
             decoded.removeAll(keepingCapacity: true)
             guard base64.decode(bytes, into: &decoded) else {
                 throw XMLWireError.badValue(row: rows, column: cellInRow ? names[column] : "next", message: "invalid base64")
             }
-            decoded.withUnsafeBytes { value.append($0) }
+            let piece = decoded
+            try piece.withUnsafeBytes { try appendValue($0) }
             if decoded.capacity > 1 << 20 { decoded = [] }
         } else {
-            value.append(UnsafeRawBufferPointer(bytes))
+            try appendValue(UnsafeRawBufferPointer(bytes))
         }
+    }
+
+    /// Adds decoded bytes to the value: to `text` while it is short, to `value` (its own pages
+    /// past a MiB) once it is long.
+    @inline(__always) private mutating func appendValue(_ bytes: UnsafeRawBufferPointer) throws {
+        if !valueIsLarge && text.count + bytes.count <= ValueBuffer.largeBytes {
+            text.append(contentsOf: bytes)
+            return
+        }
+        if !valueIsLarge {
+            text.withUnsafeBytes { value.append($0) }
+            text = []
+            valueIsLarge = true
+        }
+        value.append(bytes)
         if value.count > limits.maxValueBytes { throw XMLWireError.limitExceeded("a value longer than \(limits.maxValueBytes) bytes") }
     }
 
+    /// Empties the value for the next cell.
+    @inline(__always) private mutating func resetValue() {
+        if valueIsLarge {
+            value.reset()
+            valueIsLarge = false
+        }
+        if !text.isEmpty { text.removeAll(keepingCapacity: true) }
+    }
+
+    /// One of the five named references when it is whole at `c.i` (which is `&`): its byte and
+    /// its length.
+    @inline(__always) static func namedReference(_ c: Cursor) -> (byte: UInt8, length: Int)? {
+        let p = c.p, i = c.i
+        guard i + 6 <= c.end else { return nil }
+        switch p[i + 1] {
+        case 97:  // a
+            if p[i + 2] == 109 && p[i + 3] == 112 && p[i + 4] == 59 { return (38, 5) }
+            if p[i + 2] == 112 && p[i + 3] == 111 && p[i + 4] == 115 && p[i + 5] == 59 { return (39, 6) }
+        case 108:  // l
+            if p[i + 2] == 116 && p[i + 3] == 59 { return (60, 4) }
+        case 103:  // g
+            if p[i + 2] == 116 && p[i + 3] == 59 { return (62, 4) }
+        case 113:  // q
+            if p[i + 2] == 117 && p[i + 3] == 111 && p[i + 4] == 116 && p[i + 5] == 59 { return (34, 6) }
+        default:
+            break
+        }
+        return nil
+    }
+
     /// The end of a `<v>` cell: its value goes into the batch (or the `<next>` key).
-    private func endCell() throws {
+    private mutating func endCell() throws {
         if cellBase64 && !cellNull && !base64.finish() {
             throw XMLWireError.badValue(row: rows, column: cellInRow ? names[column] : "next", message: "invalid base64")
         }
+        if valueIsLarge {
+            try value.withUnsafeBytes { try finishCell($0) }
+        } else {
+            let bytes = text
+            try bytes.withUnsafeBytes { try finishCell($0) }
+        }
+        resetValue()
+    }
+
+    /// A cell's decoded value (`bytes`: unescaped, base64 decoded) into the batch, or into the
+    /// `<next>` key (whose cells are kept as a column holds them: a stored value with its tag).
+    @inline(__always) private mutating func finishCell(_ bytes: UnsafeRawBufferPointer) throws {
         if cellInRow {
             if cellNull {
                 batch.columns[column].appendNull()
             } else {
-                do { try value.withUnsafeBytes { try WireValue.append(raw: $0, as: types[column], to: &batch.columns[column]) } } catch {
+                do {
+                    if cellStored != 0 {
+                        try WireValue.append(stored: cellStored, raw: bytes, textUnchecked: !cellBase64, to: &batch.columns[column])
+                    } else if kinds[column] == .other {
+                        try WireValue.append(raw: bytes, as: types[column], to: &batch.columns[column])
+                    } else {
+                        try WireValue.append(raw: bytes, kind: kinds[column], to: &batch.columns[column])
+                    }
+                } catch {
                     throw XMLWireError.badValue(row: rows, column: names[column], message: "\(error)")
                 }
             }
             column += 1
             state = .rowCells
         } else {
-            nextCells.append(value.withUnsafeBytes { Array($0) })
+            if cellStored != 0 && !cellNull {
+                var key = ColumnBuffer(storage: .bytes, capacity: 1)
+                do { try WireValue.append(stored: cellStored, raw: bytes, textUnchecked: !cellBase64, to: &key) } catch {
+                    throw XMLWireError.badValue(row: rows, column: "next", message: "\(error)")
+                }
+                nextCells.append(key.bytes(0))
+            } else {
+                nextCells.append(Array(bytes))
+            }
             state = .nextCells
         }
-        value.reset()
+    }
+
+    /// What a `<v>` start tag says about its cell.
+    struct CellTag {
+        var null = false
+        var base64 = false
+        /// The storage class of a stored value (`s`), 0 when none is given.
+        var stored: UInt8 = 0
+        /// `n`: the value's length in bytes, 0 when not given.
+        var length = 0
+        var selfClosing = false
+    }
+
+    /// The attributes of a `<v>` start tag, read without building names or a dictionary (one
+    /// start tag per value); unknown attributes are skipped.
+    private mutating func cellTag(_ c: inout Cursor) throws -> CellTag {
+        var tag = CellTag()
+        var seen: UInt8 = 0
+        var unknown: [UnsafeBufferPointer<UInt8>] = []
+        while true {
+            c.skipSpace()
+            let b = try c.byte("unterminated tag")
+            if b == 62 {
+                c.i += 1
+                return tag
+            }
+            if b == 47 {
+                guard try c.eat("/>") else { throw error("expected /> or an attribute", c) }
+                tag.selfClosing = true
+                return tag
+            }
+            let nameStart = c.i
+            while c.i < c.end, c.p[c.i] != 61, c.p[c.i] != 32, c.p[c.i] != 62, c.p[c.i] != 47, c.p[c.i] != 9, c.p[c.i] != 10, c.p[c.i] != 13 { c.i += 1 }
+            _ = try c.byte("unterminated tag")
+            guard c.i > nameStart else { throw error("expected an attribute name", c) }
+            let name = UnsafeBufferPointer(rebasing: c.p[nameStart..<c.i])
+            c.skipSpace()
+            guard try c.eat("=") else { throw error("expected = after an attribute name", c) }
+            c.skipSpace()
+            let quote = try c.byte("unterminated tag")
+            guard quote == 34 || quote == 39 else { throw error("expected a quoted attribute value", c) }
+            c.i += 1
+            // Most values are a few plain bytes: compared where they are.
+            var k = c.i
+            while k < c.end, c.p[k] != quote, c.p[k] != 38, c.p[k] != 60, c.p[k] >= 32 { k += 1 }
+            guard k < c.end else {
+                if c.final { throw AtEnd(message: "unterminated attribute") }
+                throw Incomplete()
+            }
+            let plain: UnsafeBufferPointer<UInt8>?
+            if c.p[k] == quote {
+                plain = UnsafeBufferPointer(rebasing: c.p[c.i..<k])
+                c.i = k + 1
+            } else {
+                plain = nil
+                if !attribute.isEmpty { attribute.removeAll(keepingCapacity: true) }
+            }
+            if plain == nil { try Self.attributeText(&c, quote: quote, into: &attribute) }
+            let bit = try plain.map { try Self.classify(name, $0, into: &tag) }
+                ?? attribute.withUnsafeBufferPointer { try Self.classify(name, $0, into: &tag) }
+            guard let bit else {
+                // Not a cell's attribute: skipped, but never given twice (XML's rule).
+                if unknown.contains(where: { Self.same($0, name) }) { throw error("attribute \(String(decoding: name, as: UTF8.self)) given twice", c) }
+                unknown.append(name)
+                continue
+            }
+            guard seen & bit == 0 else { throw error("attribute \(String(decoding: name, as: UTF8.self)) given twice", c) }
+            seen |= bit
+        }
+    }
+
+    /// Notes what attribute `name` with `value` says about a cell; returns its bit (nil for an
+    /// attribute cells do not have, which is skipped).
+    @inline(__always) static func classify(_ name: UnsafeBufferPointer<UInt8>, _ value: UnsafeBufferPointer<UInt8>, into tag: inout CellTag) throws -> UInt8? {
+        if same(name, "null") {
+            tag.null = same(value, "1")
+            return 1
+        } else if same(name, "enc") {
+            tag.base64 = same(value, "b64")
+            return 2
+        } else if same(name, "n") {
+            tag.length = WireValue.parseInteger(UnsafeRawBufferPointer(value)).map { Int($0) } ?? 0
+            return 4
+        } else if same(name, "s") {
+            guard value.count == 1, let s = value.first,
+                  s == StoredValue.integer || s == StoredValue.real || s == StoredValue.text || s == StoredValue.blob else {
+                throw XMLWireError.unexpected("s=\"\(String(decoding: value.prefix(20), as: UTF8.self))\" is no storage class (i, r, t or b)")
+            }
+            tag.stored = s
+            return 8
+        }
+        return nil
+    }
+
+    static func same(_ a: UnsafeBufferPointer<UInt8>, _ b: UnsafeBufferPointer<UInt8>) -> Bool {
+        a.count == b.count && (0..<a.count).allSatisfy { a[$0] == b[$0] }
+    }
+
+    @inline(__always) static func same(_ bytes: UnsafeBufferPointer<UInt8>, _ s: StaticString) -> Bool {
+        let n = s.utf8CodeUnitCount
+        guard bytes.count == n else { return false }
+        let q = s.utf8Start
+        for k in 0..<n where bytes[k] != q[k] { return false }
+        return true
     }
 
     /// Attributes up to `>` or `/>` (the tag must be complete in the bytes).
@@ -463,22 +755,28 @@ public final class XMLRowsStreamDecoder {
             guard quote == 34 || quote == 39 else { throw error("expected a quoted value for attribute \(name)", c) }
             c.i += 1
             var v: [UInt8] = []
-            while true {
-                let ch = try c.byte("unterminated attribute \(name)")
-                if ch == quote {
-                    c.i += 1
-                    break
-                }
-                if ch == 60 { throw error("< inside attribute \(name)", c) }
-                if ch == 38 {
-                    try Self.reference(&c, into: &v)
-                } else {
-                    v.append(ch == 9 || ch == 10 || ch == 13 ? 32 : ch)  // attribute value normalisation
-                    c.i += 1
-                }
-            }
+            try Self.attributeText(&c, quote: quote, into: &v)
             guard attrs[name] == nil else { throw error("attribute \(name) given twice", c) }
             attrs[name] = String(decoding: v, as: UTF8.self)
+        }
+    }
+
+    /// An attribute's value after its opening quote, up to the closing one, references decoded
+    /// and whitespace normalised.
+    private static func attributeText(_ c: inout Cursor, quote: UInt8, into v: inout [UInt8]) throws {
+        while true {
+            let ch = try c.byte("unterminated attribute")
+            if ch == quote {
+                c.i += 1
+                return
+            }
+            if ch == 60 { throw ReferenceError(message: "< inside an attribute") }
+            if ch == 38 {
+                try reference(&c, into: &v)
+            } else {
+                v.append(ch == 9 || ch == 10 || ch == 13 ? 32 : ch)  // attribute value normalisation
+                c.i += 1
+            }
         }
     }
 

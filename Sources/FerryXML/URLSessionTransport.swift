@@ -12,6 +12,9 @@ import FoundationNetworking
 public final class URLSessionTransport: ProtocolTransport, @unchecked Sendable {  // unchecked: immutable after init; URLSession is thread-safe
     let base: String
     let token: String?
+    /// Whether answers may come gzip-compressed (`compress=`; by default not from a loopback
+    /// host, where compressing costs the service more time than the bytes it saves).
+    let compress: Bool
     public let endpoint: Endpoint
     private let session: URLSession
     private let exchanges: ExchangeRouter
@@ -44,6 +47,13 @@ public final class URLSessionTransport: ProtocolTransport, @unchecked Sendable {
         }
         token = token ?? endpoint.password.flatMap { $0.isEmpty ? nil : $0 } ?? ProcessInfo.processInfo.environment["FERRY_TOKEN"]
         self.token = token
+        switch endpoint.parameter("compress")?.lowercased() {
+        case nil, "auto": compress = !Self.isLoopback(host)
+        case "gzip": compress = true
+        case "none": compress = false
+        case let other?:
+            throw FerryError.invalidOption("compress=\(other.prefix(20)) in \(endpoint.redacted): write compress=gzip, compress=none or compress=auto")
+        }
         let config = URLSessionConfiguration.ephemeral
         config.timeoutIntervalForRequest = 300
         config.httpAdditionalHeaders = ["Accept": "application/xml"]
@@ -54,6 +64,14 @@ public final class URLSessionTransport: ProtocolTransport, @unchecked Sendable {
     }
 
     deinit { session.invalidateAndCancel() }
+
+    /// `localhost`, 127.0.0.0/8 and ::1: a service on this machine.
+    static func isLoopback(_ host: String) -> Bool {
+        let h = host.lowercased()
+        if h == "localhost" || h == "::1" || h == "[::1]" || h.hasSuffix(".localhost") { return true }
+        let parts = h.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { UInt8($0) != nil }
+    }
 
     /// Starts a request and waits for the status line: the body then comes piece by piece from
     /// the exchange. `upload` streams a rows document as the request body (chunked), encoded
@@ -66,6 +84,7 @@ public final class URLSessionTransport: ProtocolTransport, @unchecked Sendable {
         request.httpMethod = method
         if body != nil || upload != nil { request.setValue("application/xml; charset=utf-8", forHTTPHeaderField: "Content-Type") }
         if let token { request.setValue("Bearer \(token)", forHTTPHeaderField: "Authorization") }
+        if !compress { request.setValue("identity", forHTTPHeaderField: "Accept-Encoding") }
         let exchange = HTTPExchange()
         #if canImport(FoundationNetworking)
         if let upload {

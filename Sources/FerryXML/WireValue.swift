@@ -16,57 +16,172 @@ import Foundation
 /// | timestamp | `YYYY-MM-DDTHH:MM:SS[.ffffff]`, with `Z` for `with time zone` |
 /// | uuid | 8-4-4-4-12 lowercase hex |
 public enum WireValue {
-    /// Appends `<v>…</v>` (or `<v null="1"/>`, or `<v enc="b64">…</v>`) for one cell.
-    public static func appendCell(_ column: ColumnBuffer, row: Int, type: LogicalType, into out: inout [UInt8]) {
+    /// Appends `<v>…</v>` (or `<v null="1"/>`, or `<v enc="b64">…</v>`) for one cell. `stored`:
+    /// the column holds values in the served engine's stored form (`StoredValue`), written in
+    /// their own form (`<v s="t">…</v>`, below) rather than as binary.
+    public static func appendCell(_ column: ColumnBuffer, row: Int, type: LogicalType, stored: Bool = false, into out: inout [UInt8]) {
         if column.isNull(row) {
-            out.append(contentsOf: nullCell)
+            out.appendASCII("<v null=\"1\"/>")
             return
         }
         switch type {
         case .boolean:
-            out.append(contentsOf: column.ints[row] != 0 ? trueCell : falseCell)
+            out.appendASCII(column.ints[row] != 0 ? "<v>true</v>" : "<v>false</v>")
         case .int16, .int32, .int64:
-            out.append(contentsOf: open)
-            out.append(contentsOf: String(column.ints[row]).utf8)
-            out.append(contentsOf: close)
+            out.appendASCII("<v>")
+            appendInteger(column.ints[row], into: &out)
+            out.appendASCII("</v>")
         case .float32, .float64:
-            out.append(contentsOf: open)
+            out.appendASCII("<v>")
             out.append(contentsOf: formatDouble(column.doubles[row]).utf8)
-            out.append(contentsOf: close)
+            out.appendASCII("</v>")
         case .date:
-            out.append(contentsOf: open)
+            out.appendASCII("<v>")
             Temporal.appendDate(column.ints[row], into: &out)
-            out.append(contentsOf: close)
+            out.appendASCII("</v>")
         case .time:
-            out.append(contentsOf: open)
+            out.appendASCII("<v>")
             Temporal.appendTime(column.ints[row], fractionDigits: nil, into: &out)
-            out.append(contentsOf: close)
+            out.appendASCII("</v>")
         case .timestamp(_, let tz):
-            out.append(contentsOf: open)
+            out.appendASCII("<v>")
             Temporal.appendTimestamp(column.ints[row], separator: 84, into: &out)
             if tz { out.append(90) }
-            out.append(contentsOf: close)
+            out.appendASCII("</v>")
         case .uuid:
-            out.append(contentsOf: open)
+            out.appendASCII("<v>")
             column.withUnsafeArena { UUIDText.append(UnsafeRawBufferPointer(rebasing: $0[column.range(row)]), into: &out) }
-            out.append(contentsOf: close)
+            out.appendASCII("</v>")
         case .binary:
-            out.append(contentsOf: openB64)
-            column.withUnsafeArena { XMLText.appendBase64(UnsafeRawBufferPointer(rebasing: $0[column.range(row)]), into: &out) }
-            out.append(contentsOf: close)
+            column.withUnsafeArena { arena in
+                let bytes = UnsafeRawBufferPointer(rebasing: arena[column.range(row)])
+                if stored {
+                    appendStoredCell(bytes, into: &out)
+                } else {
+                    out.appendASCII("<v enc=\"b64\">")
+                    XMLText.appendBase64(bytes, into: &out)
+                    out.appendASCII("</v>")
+                }
+            }
         case .decimal, .text, .json, .enumeration, .unsupported:
             column.withUnsafeArena { arena in
                 let bytes = UnsafeRawBufferPointer(rebasing: arena[column.range(row)])
-                if XMLText.isRepresentable(bytes) {
-                    out.append(contentsOf: open)
-                    XMLText.appendEscaped(bytes, into: &out)
-                } else {
-                    out.append(contentsOf: openB64)
+                out.appendASCII("<v>")
+                if !XMLText.appendEscapedIfRepresentable(bytes, into: &out) {
+                    out.removeLast(1)
+                    out.appendASCII(" enc=\"b64\">")
                     XMLText.appendBase64(bytes, into: &out)
                 }
             }
-            out.append(contentsOf: close)
+            out.appendASCII("</v>")
         }
+    }
+
+    /// A value in its engine's stored form (`StoredValue`: a tag byte, then the payload) as a
+    /// cell saying its storage class with `s`: `<v s="i">-42</v>` INTEGER, `<v s="r">1.5</v>`
+    /// REAL (shortest round-trip text), `<v s="t">12:00:00.500000</v>` TEXT (escaped; base64
+    /// with `enc="b64"` when XML cannot hold it), `<v s="b" enc="b64">…</v>` BLOB. Bytes that
+    /// are no stored value go as plain binary (`<v enc="b64">`), which decoders also accept.
+    static func appendStoredCell(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        let tag = bytes.first ?? 0
+        let payload = bytes.count > 1 ? UnsafeRawBufferPointer(start: bytes.baseAddress.map { $0 + 1 }, count: bytes.count - 1) : UnsafeRawBufferPointer(start: nil, count: 0)
+        switch tag {
+        case StoredValue.integer where payload.count == 8:
+            out.appendASCII("<v s=\"i\">")
+            appendInteger(Int64(bitPattern: bigEndianWord(payload)), into: &out)
+        case StoredValue.real where payload.count == 8:
+            out.appendASCII("<v s=\"r\">")
+            out.append(contentsOf: formatDouble(Double(bitPattern: bigEndianWord(payload))).utf8)
+        case StoredValue.text:
+            out.appendASCII("<v s=\"t\">")
+            if !XMLText.appendEscapedIfRepresentable(payload, into: &out) {
+                out.removeLast(1)  // `<v s="t">` becomes `<v s="t" enc="b64">`
+                out.appendASCII(" enc=\"b64\">")
+                XMLText.appendBase64(payload, into: &out)
+            }
+        case StoredValue.blob:
+            out.appendASCII("<v s=\"b\" enc=\"b64\">")
+            XMLText.appendBase64(payload, into: &out)
+        default:
+            out.appendASCII("<v enc=\"b64\">")
+            XMLText.appendBase64(bytes, into: &out)
+        }
+        out.appendASCII("</v>")
+    }
+
+    @inline(__always) static func bigEndianWord(_ b: UnsafeRawBufferPointer) -> UInt64 {
+        var w: UInt64 = 0
+        for k in 0..<8 { w = w << 8 | UInt64(b[k]) }
+        return w
+    }
+
+    /// Appends the decimal digits of `v` (no String made).
+    @inline(__always) public static func appendInteger(_ v: Int64, into out: inout [UInt8]) {
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes of room for 20 characters
+        var magnitude = v.magnitude
+        withUnsafeMutableBytes(of: &digits) { buf in
+            var at = buf.count
+            repeat {
+                at -= 1
+                buf[at] = UInt8(truncatingIfNeeded: magnitude % 10) &+ 48
+                magnitude /= 10
+            } while magnitude != 0
+            if v < 0 {
+                at -= 1
+                buf[at] = 45
+            }
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: buf[at...]))
+        }
+    }
+
+    /// Parses a float cell: decimal forms (what `formatDouble` writes, and exponents), `NaN`,
+    /// `Infinity`, `-Infinity`; nil for anything else (`Double()` alone would also take `nan`,
+    /// `inf` and hex floats) and for a finite text too large for a double.
+    static func parseDouble(_ b: UnsafeRawBufferPointer) -> Double? {
+        guard !b.isEmpty else { return nil }
+        var decimal = true
+        for ch in b where !((ch >= 48 && ch <= 57) || ch == 46 || ch == 45 || ch == 43 || ch == 101 || ch == 69) {
+            decimal = false
+            break
+        }
+        let text = String(decoding: b, as: UTF8.self)
+        guard decimal else {
+            switch text {
+            case "NaN": return .nan
+            case "Infinity": return .infinity
+            case "-Infinity": return -.infinity
+            default: return nil
+            }
+        }
+        guard let v = Double(text), v.isFinite else { return nil }
+        return v
+    }
+
+    /// Parses decimal digits with an optional sign (what `Int64(String)` takes), without a String.
+    @inline(__always) static func parseInteger(_ b: UnsafeRawBufferPointer) -> Int64? {
+        var i = 0
+        var negative = false
+        if let first = b.first, first == 45 || first == 43 {
+            negative = first == 45
+            i = 1
+        }
+        guard i < b.count else { return nil }
+        var v: UInt64 = 0
+        while i < b.count {
+            let d = b[i] &- 48
+            guard d < 10 else { return nil }
+            let (m, o1) = v.multipliedReportingOverflow(by: 10)
+            let (s, o2) = m.addingReportingOverflow(UInt64(d))
+            guard !o1 && !o2 else { return nil }
+            v = s
+            i += 1
+        }
+        if negative {
+            guard v <= UInt64(Int64.max) + 1 else { return nil }
+            return v == UInt64(Int64.max) + 1 ? Int64.min : -Int64(v)
+        }
+        guard v <= UInt64(Int64.max) else { return nil }
+        return Int64(v)
     }
 
     /// A key value as the `after=` query parameter carries it: the cell's text (unescaped:
@@ -114,15 +229,11 @@ public enum WireValue {
         return "\(d)"
     }
 
-    static let open = Array("<v>".utf8)
-    static let openB64 = Array("<v enc=\"b64\">".utf8)
     static let close = Array("</v>".utf8)
-    static let nullCell = Array("<v null=\"1\"/>".utf8)
-    static let trueCell = Array("<v>true</v>".utf8)
-    static let falseCell = Array("<v>false</v>".utf8)
 
     /// `append(_:as:to:)` from bytes in place: text and binary values (the ones that can be
-    /// large) go into the column without an intermediate copy.
+    /// large) go into the column without an intermediate copy, integers, booleans and temporal
+    /// values are parsed from the bytes.
     public static func append(raw bytes: UnsafeRawBufferPointer, as type: LogicalType, to column: inout ColumnBuffer) throws {
         switch type {
         case .text, .json, .enumeration, .unsupported:
@@ -130,8 +241,107 @@ public enum WireValue {
             column.append(bytes: bytes)
         case .binary:
             column.append(bytes: bytes)
+        case .int16, .int32, .int64:
+            guard let v = parseInteger(bytes), type.integerRange?.contains(v) != false else {
+                throw WireValueError(message: "'\(String(decoding: bytes.prefix(60), as: UTF8.self))' is not a \(type) integer")
+            }
+            column.append(v)
+        case .float32, .float64:
+            guard let v = parseDouble(bytes) else {
+                throw WireValueError(message: "'\(String(decoding: bytes.prefix(60), as: UTF8.self))' is not a number")
+            }
+            column.append(v)
+        case .boolean where bytes.count == 4 && bytes.elementsEqual("true".utf8):
+            column.append(Int64(1))
+        case .boolean where bytes.count == 5 && bytes.elementsEqual("false".utf8):
+            column.append(Int64(0))
+        case .date:
+            do { column.append(try Temporal.parseDate(bytes)) } catch { throw WireValueError(message: "\(error)") }
+        case .time:
+            do { column.append(try Temporal.parseTime(bytes)) } catch { throw WireValueError(message: "\(error)") }
+        case .timestamp:
+            do { column.append(try Temporal.parseTimestamp(bytes).micros) } catch { throw WireValueError(message: "\(error)") }
         default:
             try append(Array(bytes), as: type, to: &column)
+        }
+    }
+
+    /// How a cell's text becomes a value of its column, decided once per column: a
+    /// `LogicalType` carries payloads (labels, lengths) whose copy at every cell costs retains.
+    public enum CellKind: Sendable {
+        case text, binary, int16, int32, int64, float, boolean, date, time, timestamp, other
+
+        public init(_ type: LogicalType) {
+            switch type {
+            case .text, .json, .enumeration, .unsupported: self = .text
+            case .binary: self = .binary
+            case .int16: self = .int16
+            case .int32: self = .int32
+            case .int64: self = .int64
+            case .float32, .float64: self = .float
+            case .boolean: self = .boolean
+            case .date: self = .date
+            case .time: self = .time
+            case .timestamp: self = .timestamp
+            case .decimal, .uuid: self = .other
+            }
+        }
+    }
+
+    /// `append(raw:as:to:)` for a column of `kind` (not `.other`, which needs the type).
+    @inline(__always) public static func append(raw bytes: UnsafeRawBufferPointer, kind: CellKind, to column: inout ColumnBuffer) throws {
+        switch kind {
+        case .text:
+            guard XMLText.isValidUTF8(bytes) else { throw WireValueError(message: "text is not valid UTF-8") }
+            column.append(bytes: bytes)
+        case .binary:
+            column.append(bytes: bytes)
+        case .int16, .int32, .int64:
+            guard let v = parseInteger(bytes),
+                  kind == .int64 || (kind == .int32 ? Int64(Int32.min)...Int64(Int32.max) : Int64(Int16.min)...Int64(Int16.max)).contains(v) else {
+                let type: LogicalType = kind == .int64 ? .int64 : kind == .int32 ? .int32 : .int16
+                throw WireValueError(message: "'\(String(decoding: bytes.prefix(60), as: UTF8.self))' is not a \(type) integer")
+            }
+            column.append(v)
+        case .float:
+            try append(raw: bytes, as: .float64, to: &column)
+        case .boolean:
+            try append(raw: bytes, as: .boolean, to: &column)
+        case .date:
+            try append(raw: bytes, as: .date, to: &column)
+        case .time:
+            try append(raw: bytes, as: .time(precision: nil), to: &column)
+        case .timestamp:
+            try append(raw: bytes, as: .timestamp(precision: nil, timeZone: false), to: &column)
+        case .other:
+            throw WireValueError(message: "internal: a cell of kind other needs its type")
+        }
+    }
+
+    /// Appends a cell written with `s` (`appendStoredCell`) to a column read in its stored form:
+    /// `tag` is the storage class, `bytes` the cell's text (base64 already decoded). `checked`:
+    /// the text came as XML text and was not checked for UTF-8 yet.
+    public static func append(stored tag: UInt8, raw bytes: UnsafeRawBufferPointer, textUnchecked: Bool, to column: inout ColumnBuffer) throws {
+        switch tag {
+        case StoredValue.text:
+            if textUnchecked && !XMLText.isValidUTF8(bytes) { throw WireValueError(message: "text is not valid UTF-8") }
+            column.append(tag: tag, bytes: bytes)
+        case StoredValue.blob:
+            column.append(tag: tag, bytes: bytes)
+        case StoredValue.integer:
+            guard let v = parseInteger(bytes) else {
+                throw WireValueError(message: "'\(String(decoding: bytes.prefix(60), as: UTF8.self))' is not an INTEGER")
+            }
+            var word = UInt64(bitPattern: v).bigEndian
+            withUnsafeBytes(of: &word) { column.append(tag: tag, bytes: $0) }
+        case StoredValue.real:
+            guard let d = parseDouble(bytes) else {
+                throw WireValueError(message: "'\(String(decoding: bytes.prefix(60), as: UTF8.self))' is not a REAL")
+            }
+            var word = d.bitPattern.bigEndian
+            withUnsafeBytes(of: &word) { column.append(tag: tag, bytes: $0) }
+        default:
+            throw WireValueError(message: "s=\"\(String(decoding: [tag], as: UTF8.self))\" is no storage class (i, r, t or b)")
         }
     }
 
@@ -148,21 +358,11 @@ public enum WireValue {
             default: throw bad("a boolean (true or false)")
             }
         case .int16, .int32, .int64:
-            guard let v = Int64(text()), type.integerRange?.contains(v) != false else { throw bad("a \(type) integer") }
+            guard let v = bytes.withUnsafeBytes({ parseInteger($0) }), type.integerRange?.contains(v) != false else { throw bad("a \(type) integer") }
             column.append(v)
         case .float32, .float64:
-            let t = text()
-            switch t {
-            case "NaN": column.append(Double.nan)
-            case "Infinity": column.append(Double.infinity)
-            case "-Infinity": column.append(-Double.infinity)
-            default:
-                // Only decimal forms: Double() alone would also take "nan", "inf" and hex floats.
-                guard t.utf8.allSatisfy({ ($0 >= 48 && $0 <= 57) || $0 == 46 || $0 == 45 || $0 == 43 || $0 == 101 || $0 == 69 }),
-                      let v = Double(t), v.isFinite
-                else { throw bad("a number") }
-                column.append(v)
-            }
+            guard let v = bytes.withUnsafeBytes({ parseDouble($0) }) else { throw bad("a number") }
+            column.append(v)
         case .decimal:
             guard DecimalText.isValid(text()) else { throw bad("a decimal number") }
             column.append(bytes: bytes)
@@ -190,4 +390,15 @@ public enum WireValue {
 public struct WireValueError: Error, CustomStringConvertible {
     public var message: String
     public var description: String { message }
+}
+
+extension Array where Element == UInt8 {
+    /// Appends the bytes of an ASCII literal (no array built for it): byte by byte, which for
+    /// the few bytes of a tag costs less than a call of `append(contentsOf:)`.
+    @inline(__always) mutating func appendASCII(_ s: StaticString) {
+        let n = s.utf8CodeUnitCount
+        if n > 16 { return s.withUTF8Buffer { append(contentsOf: $0) } }
+        let p = s.utf8Start
+        for k in 0..<n { append(p[k]) }
+    }
 }

@@ -360,7 +360,12 @@ public enum XMLDocuments {
     /// where the next page starts (keyset paging), if any.
     public struct RowsWriter {
         public let types: [LogicalType]
-        public init(types: [LogicalType]) { self.types = types }
+        /// Columns holding values in the served engine's stored form (cells written with `s`).
+        public let stored: [Bool]
+        public init(types: [LogicalType], stored: [Bool] = []) {
+            self.types = types
+            self.stored = stored
+        }
 
         public func begin(table: TableName) -> [UInt8] {
             var out = declaration
@@ -375,7 +380,7 @@ public enum XMLDocuments {
         public func rows(_ batch: RowBatch, range: Range<Int>? = nil, into out: inout [UInt8]) {
             for r in range ?? 0..<batch.count {
                 out.append(contentsOf: "<r>".utf8)
-                for (c, t) in types.enumerated() { WireValue.appendCell(batch.columns[c], row: r, type: t, into: &out) }
+                for (c, t) in types.enumerated() { WireValue.appendCell(batch.columns[c], row: r, type: t, stored: c < stored.count && stored[c], into: &out) }
                 out.append(contentsOf: "</r>\n".utf8)
             }
         }
@@ -385,7 +390,7 @@ public enum XMLDocuments {
             var out: [UInt8] = []
             if let next {
                 out.append(contentsOf: "<next>".utf8)
-                for k in next.keyColumns { WireValue.appendCell(next.batch.columns[k], row: next.row, type: types[k], into: &out) }
+                for k in next.keyColumns { WireValue.appendCell(next.batch.columns[k], row: next.row, type: types[k], stored: k < stored.count && stored[k], into: &out) }
                 out.append(contentsOf: "</next>\n".utf8)
             }
             out.append(contentsOf: "</rows>\n".utf8)

@@ -19,6 +19,10 @@ public enum XMLText {
     static func isXMLText(_ bytes: UnsafeRawBufferPointer, controlsAllowed: Bool) -> Bool {
         var i = 0
         let n = bytes.count
+        if controlsAllowed, let base = bytes.baseAddress {
+            // ASCII eight bytes at a time: no byte with its high bit set.
+            while i + 8 <= n, base.loadUnaligned(fromByteOffset: i, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { i += 8 }
+        }
         while i < n {
             let b = bytes[i]
             if b < 0x20 {
@@ -53,23 +57,102 @@ public enum XMLText {
     /// Appends `bytes` escaped for element content or a double-quoted attribute. Runs of bytes
     /// that need no escaping are copied in one piece.
     public static func appendEscaped(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        appendEscaped(bytes, table: escapeClass, into: &out)
+    }
+
+    /// `appendEscaped` for element content, where `"` and `'` stay as they are.
+    public static func appendContent(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        appendEscaped(bytes, table: contentClass, into: &out)
+    }
+
+    static func appendEscaped(_ bytes: UnsafeRawBufferPointer, table classes: StaticString, into out: inout [UInt8]) {
         var start = 0
-        for i in 0..<bytes.count {
-            let b = bytes[i]
-            guard b == 0x26 || b == 0x3C || b == 0x3E || b == 0x22 || b == 0x27 || b == 0x0D else { continue }
-            if i > start { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<i])) }
-            start = i + 1
-            switch b {
-            case 0x26: out.append(contentsOf: [0x26, 0x61, 0x6D, 0x70, 0x3B])  // &amp;
-            case 0x3C: out.append(contentsOf: [0x26, 0x6C, 0x74, 0x3B])  // &lt;
-            case 0x3E: out.append(contentsOf: [0x26, 0x67, 0x74, 0x3B])  // &gt;
-            case 0x22: out.append(contentsOf: [0x26, 0x71, 0x75, 0x6F, 0x74, 0x3B])  // &quot;
-            case 0x27: out.append(contentsOf: [0x26, 0x61, 0x70, 0x6F, 0x73, 0x3B])  // &apos;
-            default: out.append(contentsOf: [0x26, 0x23, 0x31, 0x33, 0x3B])  // &#13;
+        classes.withUTF8Buffer { table in
+            for i in 0..<bytes.count {
+                let b = bytes[i]
+                guard table[Int(b)] == 49 else { continue }
+                if i > start { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<i])) }
+                start = i + 1
+                appendEntity(b, into: &out)
             }
         }
         if start < bytes.count { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start...])) }
     }
+
+    /// `appendEscaped` and `isRepresentable` in one pass: appends `bytes` escaped and returns
+    /// true, or, when XML 1.0 cannot hold them, leaves `out` as it was and returns false.
+    /// For element content: `"` and `'` stay as they are.
+    public static func appendEscapedIfRepresentable(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) -> Bool {
+        let mark = out.count
+        var start = 0
+        var i = 0
+        let n = bytes.count
+        let ok = contentClass.withUTF8Buffer { table -> Bool in
+            while i < n {
+                let b = bytes[i]
+                switch table[Int(b)] {
+                case 48:  // plain ASCII
+                    i += 1
+                case 49:  // & < > " ' CR
+                    if i > start { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<i])) }
+                    appendEntity(b, into: &out)
+                    i += 1
+                    start = i
+                case 50:  // a C0 control XML 1.0 has no place for
+                    return false
+                default:  // a UTF-8 sequence: checked as `isRepresentable` does
+                    var end = i + 1
+                    while end < n && end < i + 4 && bytes[end] & 0xC0 == 0x80 { end += 1 }
+                    guard isXMLText(UnsafeRawBufferPointer(rebasing: bytes[i..<end]), controlsAllowed: false) else { return false }
+                    i = end
+                }
+            }
+            return true
+        }
+        guard ok else {
+            out.removeSubrange(mark...)
+            return false
+        }
+        if start < n { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start...])) }
+        return true
+    }
+
+    @inline(__always) static func appendEntity(_ b: UInt8, into out: inout [UInt8]) {
+        switch b {
+        case 0x26: out.appendASCII("&amp;")
+        case 0x3C: out.appendASCII("&lt;")
+        case 0x3E: out.appendASCII("&gt;")
+        case 0x22: out.appendASCII("&quot;")
+        case 0x27: out.appendASCII("&apos;")
+        default: out.appendASCII("&#13;")
+        }
+    }
+
+    /// Per byte: `0` plain ASCII, `1` escaped (`& < > " '` and CR), `2` a control character XML
+    /// 1.0 cannot hold (TAB and LF are plain), `3` a byte of a UTF-8 sequence.
+    static let escapeClass: StaticString = """
+        22222222200221222222222222222222\
+        00100011000000000000000000001010\
+        00000000000000000000000000000000\
+        00000000000000000000000000000000\
+        33333333333333333333333333333333\
+        33333333333333333333333333333333\
+        33333333333333333333333333333333\
+        33333333333333333333333333333333
+        """
+
+    /// `escapeClass` for element content, where quotes need no escaping (JSON text then goes
+    /// as it is).
+    static let contentClass: StaticString = """
+        22222222200221222222222222222222\
+        00000010000000000000000000001010\
+        00000000000000000000000000000000\
+        00000000000000000000000000000000\
+        33333333333333333333333333333333\
+        33333333333333333333333333333333\
+        33333333333333333333333333333333\
+        33333333333333333333333333333333
+        """
 
     /// Appends `text` escaped for a double-quoted attribute: TAB and LF become character
     /// references too, since parsers normalise whitespace in attribute values.
@@ -97,8 +180,38 @@ public enum XMLText {
         return String(decoding: out, as: UTF8.self)
     }
 
-    /// Appends the base64 of `bytes`.
+    /// Appends the base64 of `bytes` (standard alphabet, padded, no line breaks), written
+    /// straight into `out`.
     public static func appendBase64(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
-        out.append(contentsOf: Data(bytes).base64EncodedString().utf8)
+        let n = bytes.count
+        guard n > 0 else { return }
+        let start = out.count
+        let length = (n + 2) / 3 * 4
+        out.append(contentsOf: repeatElement(0, count: length))
+        out.withUnsafeMutableBufferPointer { o in
+            base64Alphabet.withUTF8Buffer { a in
+                var w = start
+                var i = 0
+                while i + 3 <= n {
+                    let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
+                    o[w] = a[Int(v >> 18)]
+                    o[w + 1] = a[Int(v >> 12 & 63)]
+                    o[w + 2] = a[Int(v >> 6 & 63)]
+                    o[w + 3] = a[Int(v & 63)]
+                    i += 3
+                    w += 4
+                }
+                if i < n {
+                    let two = i + 1 < n
+                    let v = UInt32(bytes[i]) << 16 | (two ? UInt32(bytes[i + 1]) << 8 : 0)
+                    o[w] = a[Int(v >> 18)]
+                    o[w + 1] = a[Int(v >> 12 & 63)]
+                    o[w + 2] = two ? a[Int(v >> 6 & 63)] : 61
+                    o[w + 3] = 61
+                }
+            }
+        }
     }
+
+    static let base64Alphabet: StaticString = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/"
 }

@@ -179,6 +179,59 @@ final class XMLStreamingTests: XCTestCase {
         }
     }
 
+    /// A stored value (`StoredValue`: a tag byte and its payload) in a column read in its stored
+    /// form goes out in its own form — `<v s="i">`, `s="r"`, `s="t"` (base64 when XML cannot
+    /// hold the text), `s="b"` — and comes back byte for byte, in pieces of any size, long
+    /// values in slices, in `<next>` too; bytes that are no stored value go as plain binary.
+    func testStoredValuesTravelInTheirOwnForm() throws {
+        func word(_ tag: Character, _ w: UInt64) -> [UInt8] { [tag.asciiValue ?? 0] + (0..<8).map { UInt8(truncatingIfNeeded: w >> (56 - 8 * UInt64($0))) } }
+        func text(_ s: String) -> [UInt8] { Array("t".utf8) + Array(s.utf8) }
+        let values: [[UInt8]?] = [
+            word("i", UInt64(bitPattern: -42)), word("i", UInt64(bitPattern: Int64.min)), word("i", 0),
+            word("r", (1.5).bitPattern), word("r", (-0.0).bitPattern), word("r", Double.leastNonzeroMagnitude.bitPattern), word("r", Double.infinity.bitPattern),
+            word("r", (0.1 + 0.2).bitPattern), text("12:00:00.500000"), text("A&B <c> \"q\" 'a' CR\r LF\n tab\t 😀"), text(""),
+            Array("t".utf8) + [0x61, 0xFF, 0x62], text("bell \u{1}"), [UInt8(ascii: "b")], [UInt8(ascii: "b"), 0, 1, 255],
+            text(String(repeating: "long \"json\" & <text> ", count: 5000)), [UInt8(ascii: "b")] + (0..<70_000).map { UInt8(truncatingIfNeeded: $0 &* 7) },
+            Array("t".utf8) + [0xC3] + Array(repeating: 0x61, count: 70_000), nil, [UInt8(ascii: "x"), 1, 2], [],
+        ]
+        let column = Column(name: "v", nativeType: "", logicalType: .binary(maxLength: nil)).storedForm
+        let rows: [[Value]] = values.map { [$0.map(Value.binary) ?? .null] }
+        let batch = try RowBatch(rows: rows, types: [column.logicalType])
+        let writer = XMLDocuments.RowsWriter(types: [column.logicalType], stored: [true])
+        var doc = writer.begin(table: TableName("t"))
+        var encoder = RowsEncoder(types: [column.logicalType], stored: [true])
+        encoder.start(batch)
+        while !encoder.fill(&doc, limit: doc.count + 1000) {}
+        doc += writer.end(next: (batch, 8, [0]))
+        let shown = String(decoding: doc, as: UTF8.self)
+        for form in ["<v s=\"i\">-42</v>", "<v s=\"i\">-9223372036854775808</v>", "<v s=\"r\">1.5</v>", "<v s=\"r\">-0.0</v>", "<v s=\"r\">Infinity</v>",
+                     "<v s=\"r\">0.30000000000000004</v>", "<v s=\"t\">12:00:00.500000</v>", "<v s=\"t\">A&amp;B &lt;c&gt; \"q\" 'a' CR&#13; LF\n tab\t 😀</v>",
+                     "<v s=\"t\"></v>", "<v s=\"t\" enc=\"b64\">", "<v s=\"b\" enc=\"b64\"></v>", "<v s=\"b\" enc=\"b64\">AAH/</v>",
+                     "<v s=\"t\" n=\"\(values[15]!.count - 1)\">", "<v s=\"b\" enc=\"b64\" n=\"70000\">", "<v s=\"t\" enc=\"b64\" n=\"70001\">", "<v enc=\"b64\">eAEC</v>",
+                     "<next><v s=\"t\">12:00:00.500000</v></next>"] {
+            XCTAssertTrue(shown.contains(form), "no \(form) in the document")
+        }
+        var rng = SplitMix64(seed: 11)
+        for split in [{ (_: Int) in 1 }, { _ in 5 }, { _ in Int(rng.next() % 3000) + 1 }, { $0 }] as [(Int) -> Int] {
+            let got = try decodeInPieces(doc, columns: [column], batchSize: 4, split: split)
+            XCTAssertEqual(got.rows.count, values.count)
+            for (g, v) in zip(got.rows, values) { XCTAssertEqual(g, [v.map(Value.binary) ?? .null]) }
+            XCTAssertEqual(got.next, [text("12:00:00.500000")])
+        }
+        // What is not a stored value of its class, or `s` where no stored value is read, is refused.
+        func refused(_ cells: String, _ expected: String, column c: Column = column) {
+            XCTAssertThrowsError(try decodeInPieces(Array("<rows><r>\(cells)</r></rows>".utf8), columns: [c], batchSize: 4) { $0 }, cells) { e in
+                XCTAssertTrue("\(e)".contains(expected), "\(cells): \(e)")
+            }
+        }
+        refused("<v s=\"i\">12a</v>", "is not an INTEGER")
+        refused("<v s=\"i\">9223372036854775808</v>", "is not an INTEGER")
+        refused("<v s=\"r\">nan</v>", "is not a REAL")
+        refused("<v s=\"x\">1</v>", "no storage class")
+        refused("<v s=\"t\" s=\"t\">1</v>", "given twice")
+        refused("<v s=\"t\">1</v>", "not read in its stored form", column: Column(name: "v", nativeType: "", logicalType: .text(maxLength: nil, fixed: false)))
+    }
+
     /// Base64 decoded in pieces agrees with Foundation on valid text, and refuses what is not base64.
     func testBase64InPieces() {
         var rng = SplitMix64(seed: 3)
