@@ -128,18 +128,24 @@ public struct RowsEncoder {
 }
 
 /// The body of a `POST …/rows` request, produced as the transport asks for it: the document's
-/// start, the batch's rows piece by piece, `</rows>`. Holds one piece at a time.
+/// start, the batches' rows piece by piece, `</rows>`. Holds one piece at a time.
 public final class RowsDocumentSource {
     private var encoder: RowsEncoder
+    private var batches: ArraySlice<RowBatch>
     private var pending: [UInt8]
     private var offset = 0
     private var stage = 0  // 0: rows, 1: the end, 2: done
     static let piece = 64 * 1024
 
-    init(table: TableName, types: [LogicalType], stored: [Bool] = [], batch: RowBatch) {
+    init(table: TableName, types: [LogicalType], stored: [Bool] = [], batches: [RowBatch]) {
         encoder = RowsEncoder(types: types, stored: stored)
-        encoder.start(batch)
+        self.batches = batches[...]
+        if let first = self.batches.popFirst() { encoder.start(first) }
         pending = XMLDocuments.RowsWriter(types: types).begin(table: table)
+    }
+
+    convenience init(table: TableName, types: [LogicalType], stored: [Bool] = [], batch: RowBatch) {
+        self.init(table: table, types: types, stored: stored, batches: [batch])
     }
 
     /// Copies up to `count` bytes of the document into `buffer`; 0 at the end.
@@ -149,7 +155,14 @@ public final class RowsDocumentSource {
             offset = 0
             switch stage {
             case 0:
-                if encoder.fill(&pending, limit: Self.piece) { stage = 1 }
+                while pending.count < Self.piece {
+                    guard encoder.fill(&pending, limit: Self.piece) else { continue }
+                    guard let next = batches.popFirst() else {
+                        stage = 1
+                        break
+                    }
+                    encoder.start(next)
+                }
             case 1:
                 pending.append(contentsOf: XMLDocuments.RowsWriter(types: []).end())
                 stage = 2
