@@ -2,8 +2,8 @@ import FerryCore
 import Foundation
 
 /// Posts batches as `<rows>` documents (one server-side transaction per request), several
-/// batches to a request: batches are kept until they hold about `RowBatch.byteLimit` bytes of
-/// values (or `finish`), then go in one request, encoded as it is sent (chunked) — a request
+/// batches to a request: batches are kept until they hold about twice `RowBatch.byteLimit` bytes
+/// of values (or `finish`), then go in one request, encoded as it is sent (chunked) — a request
 /// costs a round trip, a reader of the body and a commit on the service's side, which for
 /// batches of 10,000 narrow rows was most of a copy's time. A refused value is reported with
 /// the batch it was in.
@@ -13,7 +13,8 @@ final class HTTPWriter: BatchWriter {
     let table: TableName
     let types: [LogicalType]
     let stored: [Bool]
-    /// Batches written and not sent yet, and their size as `RowBatch.isFull` counts it.
+    /// Batches written and not sent yet, and their size as `RowBatch.isFull` counts it (2 MiB of
+    /// two-integer rows is 131,072 rows a request; a wider batch goes nearly alone).
     private var pending: [RowBatch] = []
     private var pendingBytes = 0
 
@@ -29,7 +30,7 @@ final class HTTPWriter: BatchWriter {
         guard !batch.isEmpty else { return }
         pending.append(batch)
         pendingBytes += batch.columns.reduce(0) { $0 + $1.arena.count + 8 * batch.count }
-        if pendingBytes >= RowBatch.byteLimit { try send() }
+        if pendingBytes >= 2 * RowBatch.byteLimit { try send() }
     }
 
     func finish() throws { try send() }
