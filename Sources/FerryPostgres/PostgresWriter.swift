@@ -1,9 +1,13 @@
 import CLibPQ
 import FerryCore
 
-/// Loads batches with `COPY … FROM STDIN (FORMAT binary)`, one COPY per batch so that a
-/// rejected row can be named by its key. Each value is encoded for the target column's actual
-/// type (read from the catalog), and values that would change are refused before sending.
+/// Loads batches with `COPY … FROM STDIN (FORMAT binary)`, several batches to a COPY: a COPY
+/// stays open across `write`s until its batches hold `copyBytes` (or `finish`), so the server
+/// loads one batch while the next is encoded and sent — one COPY per batch of 10,000 rows left
+/// the server waiting between statements (5,000,000 two-integer rows: 500 COPYs took 2.8 s
+/// where one took 1.2 s). The batches of the open COPY are kept, so that a row the server
+/// rejects can be named by its key. Each value is encoded for the target column's actual type
+/// (read from the catalog), and values that would change are refused before sending.
 final class PostgresWriter: BatchWriter {
     private let connection: PostgresConnection
     private let columns: [Column]
@@ -11,6 +15,11 @@ final class PostgresWriter: BatchWriter {
     private let table: TableName
     private let copySQL: String
     private var buffer: [UInt8] = []
+    /// The batches sent in the open COPY (none: no COPY is open), and their size.
+    private var inCopy: [RowBatch] = []
+    private var bytesInCopy = 0
+    /// Batch bytes (`RowBatch.byteSize`) after which a COPY is ended.
+    static let copyBytes = 2 * RowBatch.byteLimit
 
     init(connection: PostgresConnection, table target: TableSchema, columns: [Column]) throws {
         self.connection = connection
@@ -43,12 +52,13 @@ final class PostgresWriter: BatchWriter {
         buffer.reserveCapacity(1 << 20)
     }
 
-    func finish() throws {}
+    func finish() throws { try endCopy() }
 
-    /// Each batch's COPY is ended before `write` returns, so nothing is in flight; should the
-    /// connection still be in a COPY (a failure between its steps), it is ended with an error so
-    /// that the caller's ROLLBACK can run.
+    /// An open COPY is ended with an error (the server drops its rows), so that the caller's
+    /// ROLLBACK can run.
     func abort() {
+        inCopy = []
+        bytesInCopy = 0
         let conn = connection.conn
         guard PQtransactionStatus(conn) == PQTRANS_ACTIVE else { return }
         _ = PQputCopyEnd(conn, "ferry: the load was aborted")
@@ -60,18 +70,17 @@ final class PostgresWriter: BatchWriter {
     }
 
     func write(_ batch: RowBatch) throws {
-        try PinnedBatch.with(batch) { try write(pinned: $0) }
+        try PinnedBatch.with(batch) { try write(pinned: $0, batch: batch) }
     }
 
-    private func write(pinned: PinnedBatch) throws {
+    private func write(pinned: PinnedBatch, batch: RowBatch) throws {
         let cols = pinned.columns
         // Encode into a local array: appending to a class property costs an exclusivity check each time.
         var buffer: [UInt8] = []
         swap(&buffer, &self.buffer)
         defer { swap(&buffer, &self.buffer) }
         buffer.removeAll(keepingCapacity: true)
-        buffer.append(contentsOf: PostgresValueCodec.header)
-        // Encode the whole batch first: nothing is sent when a value is refused.
+        // Encode the whole batch first: nothing of it is sent when a value is refused.
         for row in 0..<pinned.count {
             PostgresValueCodec.put16(Int16(cols.count), &buffer)
             for c in 0..<cols.count {
@@ -143,8 +152,7 @@ final class PostgresWriter: BatchWriter {
                 }
             }
         }
-        PostgresValueCodec.put16(-1, &buffer)
-        try send(buffer, rows: pinned.count)
+        try send(buffer, batch: batch)
     }
 
     /// True when `text` (a decimal) has a non-zero digit more than `scale` places after the point.
@@ -158,36 +166,77 @@ final class PostgresWriter: BatchWriter {
         return false
     }
 
-    private func send(_ buffer: [UInt8], rows: Int) throws {
+    /// Sends a batch's rows in the open COPY (opened first when none is), and ends the COPY once
+    /// its batches hold `copyBytes`.
+    private func send(_ rows: [UInt8], batch: RowBatch) throws {
+        if inCopy.isEmpty {
+            let start = try connection.exec(copySQL)
+            if start.status != PGRES_COPY_IN { throw connection.error(start.handle, sql: copySQL) }
+            inCopy.append(batch)
+            try put(PostgresValueCodec.header)
+        } else {
+            inCopy.append(batch)
+        }
+        bytesInCopy += batch.byteSize
+        try put(rows)
+        if bytesInCopy >= Self.copyBytes { try endCopy() }
+    }
+
+    /// Hands bytes of the open COPY to libpq (which sends them as the socket takes them).
+    private func put(_ bytes: [UInt8]) throws {
         let conn = connection.conn
-        let start = try connection.exec(copySQL)
-        if start.status != PGRES_COPY_IN { throw connection.error(start.handle, sql: copySQL) }
-        var sendFailed = false
-        buffer.withUnsafeBytes { raw in
+        let sent = bytes.withUnsafeBytes { raw -> Bool in
             var offset = 0
             let chunk = 1 << 20
             while offset < raw.count {
                 let n = min(chunk, raw.count - offset)
                 if PQputCopyData(conn, raw.baseAddress.unsafelyUnwrapped.advanced(by: offset).assumingMemoryBound(to: CChar.self), Int32(n)) != 1 {
-                    sendFailed = true
-                    return
+                    return false
                 }
                 offset += n
             }
+            return true
         }
-        _ = PQputCopyEnd(conn, sendFailed ? "ferry: sending failed" : nil)
+        if !sent {
+            // The connection failed: the COPY's result says why.
+            _ = PQputCopyEnd(conn, "ferry: sending failed")
+            try result()
+            throw connection.error(nil, sql: nil)
+        }
+    }
+
+    /// Ends the open COPY (its trailer, then the server's answer).
+    private func endCopy() throws {
+        guard !inCopy.isEmpty else { return }
+        var trailer: [UInt8] = []
+        PostgresValueCodec.put16(-1, &trailer)
+        try put(trailer)
+        _ = PQputCopyEnd(connection.conn, nil)
+        try result()
+    }
+
+    /// The open COPY's result; a rejected row is named by its batch and row.
+    private func result() throws {
+        let batches = inCopy
+        inCopy = []
+        bytesInCopy = 0
         var failure: PostgresError?
         while let r = connection.nextResult() {
             if r.status != PGRES_COMMAND_OK && failure == nil { failure = connection.error(r.handle, sql: nil) }
         }
         guard let failure else { return }
-        // "COPY t, line 3, column x: …": name the row by its key.
-        if let context = failure.context, let line = Self.lineNumber(in: context), line >= 1, line <= rows {
+        // "COPY t, line 3, column x: …": the line counts the COPY's rows, over its batches.
+        if let context = failure.context, let line = Self.lineNumber(in: context), line >= 1 {
             var column: String?
             if let range = context.range(of: ", column ") {
                 column = context[range.upperBound...].split(separator: ":").first.map(String.init)
             }
-            throw BatchRowError(row: line - 1, error: .invalidValue(table: table, column: column, key: nil, message: failure.messageOnly))
+            let error = FerryError.invalidValue(table: table, column: column, key: nil, message: failure.messageOnly)
+            var first = 0
+            for b in batches {
+                if line - 1 < first + b.count { throw BatchRowError(row: line - 1 - first, error: error, batch: b) }
+                first += b.count
+            }
         }
         throw failure
     }
