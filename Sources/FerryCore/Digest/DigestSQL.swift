@@ -12,6 +12,14 @@ public protocol DigestSQLDialect: Dialect {
     func md5HexSQL(_ text: String) -> String
     /// The unsigned integer of an expression holding 8 hex digits.
     func hex32SQL(_ hex: String) -> String
+    /// `select` made a subquery whose columns are computed once per row, where the engine
+    /// would otherwise copy a column's expression into every place the outer query uses it
+    /// (PostgreSQL's `OFFSET 0`). Default: `select` as it is.
+    func computedOnce(_ select: String) -> String
+}
+
+extension DigestSQLDialect {
+    public func computedOnce(_ select: String) -> String { select }
 }
 
 /// Builds the digest and bucket SQL from a `DigestSQLDialect`'s pieces.
@@ -42,8 +50,10 @@ public enum DigestSQL {
         var conditions: [String] = []
         if let f = request.filter { conditions.append("(" + f + ")") }
         if let w = request.within { conditions.append(condition(w, d)) }
-        let inner = "SELECT \(d.md5HexSQL(rowText(request.key, d))) AS km, \(d.md5HexSQL(rowText(request.columns, d))) AS rm FROM "
-            + (from ?? d.quote(table)) + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
+        // Each row's two MD5s, computed once: `rm` is used twice above (two 32-bit sums), and an
+        // engine that flattens the subquery would hash the row's whole text twice.
+        let inner = d.computedOnce("SELECT \(d.md5HexSQL(rowText(request.key, d))) AS km, \(d.md5HexSQL(rowText(request.columns, d))) AS rm FROM "
+            + (from ?? d.quote(table)) + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")))
         let hashes = "SELECT \(d.hex32SQL("substr(km, 1, 8)")) AS kh, \(d.hex32SQL("substr(rm, 1, 8)")) AS r0, "
             + "\(d.hex32SQL("substr(rm, 9, 8)")) AS r1 FROM (\(inner)) ferry_rows"
         return "SELECT kh % \(request.modulus) AS b, COUNT(*), SUM(r0), SUM(r1) FROM (\(hashes)) ferry_hashes GROUP BY b ORDER BY b"

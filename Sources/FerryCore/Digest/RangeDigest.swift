@@ -93,15 +93,41 @@ public enum CanonicalText {
     }
 
     /// Appends the fields of the columns at `at` of row `row` (a key's or a row's text).
-    public static func appendFields(_ batch: RowBatch, row: Int, at: [Int], types: [LogicalType], into out: inout [UInt8]) {
-        for i in at { appendField(batch.columns[i], row: row, type: types[i], into: &out) }
+    /// `stored`: per column, true when its values are stored values taken as their bytes.
+    public static func appendFields(_ batch: RowBatch, row: Int, at: [Int], types: [LogicalType], stored: [Bool] = [], into out: inout [UInt8]) {
+        // Columns and types used in place: a ColumnBuffer or LogicalType taken out of its array
+        // is retained and released, per field of every row.
+        batch.columns.withUnsafeBufferPointer { columns in
+            types.withUnsafeBufferPointer { types in
+                for i in at {
+                    if i < stored.count && stored[i] {
+                        appendBytesField(columns[i], row: row, into: &out)
+                    } else {
+                        appendField(columns[i], row: row, type: types[i], into: &out)
+                    }
+                }
+            }
+        }
+    }
+
+    /// `n`, or `v<length>:` and the value's bytes as they are.
+    static func appendBytesField(_ column: ColumnBuffer, row: Int, into out: inout [UInt8]) {
+        if column.isNull(row) {
+            out.append(UInt8(ascii: "n"))
+            return
+        }
+        let range = column.range(row)
+        out.append(UInt8(ascii: "v"))
+        appendInteger(Int64(range.count), into: &out)
+        out.append(UInt8(ascii: ":"))
+        column.withUnsafeArena { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[range])) }
     }
 
     /// Appends the canonical text of a non-NULL value.
     public static func append(_ column: ColumnBuffer, row: Int, type: LogicalType, into out: inout [UInt8]) {
         switch type {
         case .boolean: out.append(column.ints[row] != 0 ? UInt8(ascii: "1") : UInt8(ascii: "0"))
-        case .int16, .int32, .int64: out.append(contentsOf: String(column.ints[row]).utf8)
+        case .int16, .int32, .int64: appendInteger(column.ints[row], into: &out)
         // float4 widened to float8 (exact), so engines that print float4 with fewer digits agree.
         case .float32, .float64: out.append(contentsOf: float(column.doubles[row], float32: false).utf8)
         case .decimal: out.append(contentsOf: DecimalText.normalized(column.string(row)).utf8)
@@ -109,10 +135,7 @@ public enum CanonicalText {
         case .time: Temporal.appendTime(column.ints[row], fractionDigits: 6, into: &out)
         case .timestamp: Temporal.appendTimestamp(column.ints[row], fractionDigits: 6, into: &out)
         case .binary:
-            for b in column.arena[column.range(row)] {
-                out.append(hex[Int(b >> 4)])
-                out.append(hex[Int(b & 15)])
-            }
+            column.withUnsafeArena { appendHex(UnsafeRawBufferPointer(rebasing: $0[column.range(row)]), into: &out) }
         case .uuid:
             for (i, b) in column.arena[column.range(row)].enumerated() {
                 if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
@@ -120,6 +143,43 @@ public enum CanonicalText {
                 out.append(hex[Int(b & 15)])
             }
         case .text, .json, .enumeration, .unsupported: out.append(contentsOf: column.arena[column.range(row)])
+        }
+    }
+
+    /// Lowercase hex of `bytes`, written into `out` in one piece (two appends a byte cost more
+    /// than the MD5 of the text).
+    static func appendHex(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        guard !bytes.isEmpty else { return }
+        let digits = hexDigits.utf8Start
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 2 * bytes.count) { o in
+            var w = 0
+            for b in bytes {
+                o[w] = digits[Int(b >> 4)]
+                o[w + 1] = digits[Int(b & 15)]
+                w += 2
+            }
+            out.append(contentsOf: UnsafeBufferPointer(o))
+        }
+    }
+
+    static let hexDigits: StaticString = "0123456789abcdef"
+
+    /// The decimal digits of `v`, without a String.
+    static func appendInteger(_ v: Int64, into out: inout [UInt8]) {
+        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
+        var magnitude = v.magnitude
+        withUnsafeMutableBytes(of: &digits) { buf in
+            var at = buf.count
+            repeat {
+                at -= 1
+                buf[at] = UInt8(truncatingIfNeeded: magnitude % 10) &+ 48
+                magnitude /= 10
+            } while magnitude != 0
+            if v < 0 {
+                at -= 1
+                buf[at] = 45
+            }
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: buf[at...]))
         }
     }
 
@@ -178,16 +238,20 @@ public enum CanonicalText {
 /// others must agree with.
 public enum DigestComputer {
     /// The 32-bit key hash and two 32-bit row hashes of row `row` (columns as typed);
-    /// `scratch` is reused from row to row.
+    /// `scratch` is reused from row to row. `stored`: columns holding stored values
+    /// (`ReadHints.storedForm`), whose row text is their bytes as they are rather than hex —
+    /// only ever compared with another SQLite database's, digested here too (the key text, which
+    /// buckets a row, stays the canonical one).
     static func hashes(
-        _ batch: RowBatch, row: Int, types: [LogicalType], keyIndexes: [Int], allIndexes: [Int], rowText: Bool, scratch: inout [UInt8]
+        _ batch: RowBatch, row: Int, types: [LogicalType], keyIndexes: [Int], allIndexes: [Int], rowText: Bool, stored: [Bool] = [],
+        scratch: inout [UInt8]
     ) -> (key: Int64, r0: Int64, r1: Int64) {
         scratch.removeAll(keepingCapacity: true)
         CanonicalText.appendFields(batch, row: row, at: keyIndexes, types: types, into: &scratch)
         let k = MD5.prefix(scratch)
         guard rowText else { return (Int64(k >> 32), 0, 0) }
         scratch.removeAll(keepingCapacity: true)
-        CanonicalText.appendFields(batch, row: row, at: allIndexes, types: types, into: &scratch)
+        CanonicalText.appendFields(batch, row: row, at: allIndexes, types: types, stored: stored, into: &scratch)
         let r = MD5.prefix(scratch)
         return (Int64(k >> 32), Int64(r >> 32), Int64(r & 0xFFFF_FFFF))
     }
@@ -219,20 +283,35 @@ public enum DigestComputer {
             table: table, columns: request.columns, keyRange: request.filter.map { KeyRange(key: [], filter: $0) }, batchSize: batchSize)
         defer { reader.close() }
         let within = request.within.map { (modulus: $0.modulus, residues: Set($0.residues)) }
+        // A first level's buckets (one per ~16 rows, at most 2^20) are counted in arrays; a finer
+        // level's, spread over up to 2^31, in a dictionary.
+        let dense = within == nil && request.modulus <= 1 << 20
+        var counts = [Int64](repeating: 0, count: dense ? Int(request.modulus) : 0)
+        var sum0 = counts, sum1 = counts
         var sums: [Int64: BucketDigest] = [:]
         var scratch: [UInt8] = []
         let all = Array(types.indices)
+        let stored = request.columns.map { $0.readHints.contains(.storedForm) }
         while let batch = try reader.next() {
             for row in 0..<batch.count {
-                let h = hashes(batch, row: row, types: types, keyIndexes: keyIndexes, allIndexes: all, rowText: true, scratch: &scratch)
+                let h = hashes(batch, row: row, types: types, keyIndexes: keyIndexes, allIndexes: all, rowText: true, stored: stored, scratch: &scratch)
                 if let within, !within.residues.contains(h.key % within.modulus) { continue }
                 let b = h.key % request.modulus
+                if dense {
+                    counts[Int(b)] += 1
+                    sum0[Int(b)] &+= h.r0
+                    sum1[Int(b)] &+= h.r1
+                    continue
+                }
                 var d = sums[b] ?? BucketDigest(bucket: b, rows: 0, sum0: 0, sum1: 0)
                 d.rows += 1
                 d.sum0 &+= h.r0
                 d.sum1 &+= h.r1
                 sums[b] = d
             }
+        }
+        if dense {
+            return counts.indices.filter { counts[$0] > 0 }.map { BucketDigest(bucket: Int64($0), rows: counts[$0], sum0: sum0[$0], sum1: sum1[$0]) }
         }
         return sums.values.sorted { $0.bucket < $1.bucket }
     }
