@@ -97,4 +97,9 @@ extension MySQLDialect: DigestSQLDialect {
     public func concatSQL(_ parts: [String]) -> String { parts.count == 1 ? parts[0] : "CONCAT(" + parts.joined(separator: ", ") + ")" }
     public func md5HexSQL(_ text: String) -> String { "MD5(\(text))" }
     public func hex32SQL(_ hex: String) -> String { "CAST(CONV(\(hex), 16, 10) AS UNSIGNED)" }
+    /// A LIMIT (MySQL's documented "all rows") keeps the derived table from being merged into
+    /// the outer query, which copies a column's expression into each use: the digest's row MD5,
+    /// used for two sums, was computed twice (200,000 bench_orders rows on MariaDB 10.11: 5.0 s,
+    /// materialized 2.7 s).
+    public func computedOnce(_ select: String) -> String { select + " LIMIT 18446744073709551615" }
 }
