@@ -111,7 +111,7 @@ public struct RowsEncoder {
         }
         // `n`: the value's length in bytes, so that the decoder makes room for it once.
         out.appendASCII(base64 ? "enc=\"b64\" n=\"" : "n=\"")
-        WireValue.appendInteger(Int64(range.count), into: &out)
+        IntegerText.append(Int64(range.count), into: &out)
         out.appendASCII("\">")
         large = (range.lowerBound, range.upperBound, base64)
     }

@@ -29,7 +29,7 @@ public enum WireValue {
             out.appendASCII(column.ints[row] != 0 ? "<v>true</v>" : "<v>false</v>")
         case .int16, .int32, .int64:
             out.appendASCII("<v>")
-            appendInteger(column.ints[row], into: &out)
+            IntegerText.append(column.ints[row], into: &out)
             out.appendASCII("</v>")
         case .float32, .float64:
             out.appendASCII("<v>")
@@ -88,7 +88,7 @@ public enum WireValue {
         switch tag {
         case StoredValue.integer where payload.count == 8:
             out.appendASCII("<v s=\"i\">")
-            appendInteger(Int64(bitPattern: bigEndianWord(payload)), into: &out)
+            IntegerText.append(Int64(bitPattern: bigEndianWord(payload)), into: &out)
         case StoredValue.real where payload.count == 8:
             out.appendASCII("<v s=\"r\">")
             out.append(contentsOf: formatDouble(Double(bitPattern: bigEndianWord(payload))).utf8)
@@ -113,25 +113,6 @@ public enum WireValue {
         var w: UInt64 = 0
         for k in 0..<8 { w = w << 8 | UInt64(b[k]) }
         return w
-    }
-
-    /// Appends the decimal digits of `v` (no String made).
-    @inline(__always) public static func appendInteger(_ v: Int64, into out: inout [UInt8]) {
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)  // 24 bytes of room for 20 characters
-        var magnitude = v.magnitude
-        withUnsafeMutableBytes(of: &digits) { buf in
-            var at = buf.count
-            repeat {
-                at -= 1
-                buf[at] = UInt8(truncatingIfNeeded: magnitude % 10) &+ 48
-                magnitude /= 10
-            } while magnitude != 0
-            if v < 0 {
-                at -= 1
-                buf[at] = 45
-            }
-            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: buf[at...]))
-        }
     }
 
     /// Parses a float cell: decimal forms (what `formatDouble` writes, and exponents), `NaN`,

@@ -118,7 +118,7 @@ public enum CanonicalText {
         }
         let range = column.range(row)
         out.append(UInt8(ascii: "v"))
-        appendInteger(Int64(range.count), into: &out)
+        IntegerText.append(Int64(range.count), into: &out)
         out.append(UInt8(ascii: ":"))
         column.withUnsafeArena { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[range])) }
     }
@@ -127,7 +127,7 @@ public enum CanonicalText {
     public static func append(_ column: ColumnBuffer, row: Int, type: LogicalType, into out: inout [UInt8]) {
         switch type {
         case .boolean: out.append(column.ints[row] != 0 ? UInt8(ascii: "1") : UInt8(ascii: "0"))
-        case .int16, .int32, .int64: appendInteger(column.ints[row], into: &out)
+        case .int16, .int32, .int64: IntegerText.append(column.ints[row], into: &out)
         // float4 widened to float8 (exact), so engines that print float4 with fewer digits agree.
         case .float32, .float64: out.append(contentsOf: float(column.doubles[row], float32: false).utf8)
         case .decimal: out.append(contentsOf: DecimalText.normalized(column.string(row)).utf8)
@@ -163,25 +163,6 @@ public enum CanonicalText {
     }
 
     static let hexDigits: StaticString = "0123456789abcdef"
-
-    /// The decimal digits of `v`, without a String.
-    static func appendInteger(_ v: Int64, into out: inout [UInt8]) {
-        var digits: (UInt64, UInt64, UInt64) = (0, 0, 0)
-        var magnitude = v.magnitude
-        withUnsafeMutableBytes(of: &digits) { buf in
-            var at = buf.count
-            repeat {
-                at -= 1
-                buf[at] = UInt8(truncatingIfNeeded: magnitude % 10) &+ 48
-                magnitude /= 10
-            } while magnitude != 0
-            if v < 0 {
-                at -= 1
-                buf[at] = 45
-            }
-            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: buf[at...]))
-        }
-    }
 
     /// PostgreSQL's text of a float: the shortest digits that read back as the same value,
     /// in exponent form when the decimal exponent is below -4 or at least 15 (6 for float4).
