@@ -54,14 +54,12 @@ extension PostgresDialect: DigestSQLDialect {
         default: return "\(q)::text"
         }
     }
+    /// As text: `text || integer` looks the integer's output function up on every call.
     public func byteLengthSQL(_ text: String) -> String {
-        serverEncodingIsUTF8 ? "octet_length(\(text))" : "octet_length(convert_to(\(text), 'UTF8'))"
+        serverEncodingIsUTF8 ? "octet_length(\(text))::text" : "octet_length(convert_to(\(text), 'UTF8'))::text"
     }
     public func concatSQL(_ parts: [String]) -> String { parts.count == 1 ? parts[0] : "(" + parts.joined(separator: " || ") + ")" }
     public func md5HexSQL(_ text: String) -> String { serverEncodingIsUTF8 ? "md5(\(text))" : "md5(convert_to(\(text), 'UTF8'))" }
     public func hex32SQL(_ hex: String) -> String { "('x' || \(hex))::bit(32)::bigint" }
-    /// `OFFSET 0` keeps the planner from flattening the subquery, which copies a column's
-    /// expression into each use: the digest's row MD5, used for two sums, was computed twice
-    /// (200,000 bench_orders rows: 1.40–1.57 s, fenced 0.75–0.84 s).
-    public func computedOnce(_ select: String) -> String { select + " OFFSET 0" }
+    public func hex64SQL(_ hex: String) -> String { "('x' || \(hex))::bit(64)::bigint" }
 }

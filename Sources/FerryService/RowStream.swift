@@ -29,7 +29,7 @@ final class RowStream {
     /// `hints`: columns a client's cast rule reads in the engine's own text or JSON form, or with
     /// zero dates as NULL (named columns only: the driver builds the expression, never the request).
     init(service: ServiceHandlers, table name: TableName, after: [String], upTo: [String] = [], columns wanted: [String], hints: [String: ReadHints] = [:],
-         limit: Int, descending: Bool = false, buckets: (key: [String], modulus: Int64, residues: [Int64])? = nil, snapshot: String? = nil) throws {
+         limit: Int, descending: Bool = false, buckets: (key: [String], modulus: Int64, residues: [Int64], hash: KeyHash)? = nil, snapshot: String? = nil) throws {
         pageBytes = service.configuration.pageBytes
         let lease = try service.read(snapshot: snapshot)
         let c = lease.connection
@@ -84,7 +84,10 @@ final class RowStream {
                         guard let col = columns.first(where: { $0.name == n }) ?? schema.column(named: n) else { throw FerryError.columnNotFound(table: table, column: n) }
                         return col
                     }
-                    range?.buckets = BucketFilter(key: bucketKey, modulus: buckets.modulus, residues: buckets.residues)
+                    if buckets.hash == .integer && KeyHash.suited(to: bucketKey) != .integer {
+                        throw ServiceError.badRequest("keyhash=integer needs a key of one integer column", table: table.description)
+                    }
+                    range?.buckets = BucketFilter(key: bucketKey, modulus: buckets.modulus, residues: buckets.residues, hash: buckets.hash)
                 }
             } else if !after.isEmpty || !upTo.isEmpty || descending || buckets != nil {
                 throw ServiceError.badRequest("table \(table) has no key: after, upto, order=desc and buckets need one", table: table.description)

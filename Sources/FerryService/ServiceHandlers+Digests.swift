@@ -17,12 +17,15 @@ extension ServiceHandlers {
         guard within != nil || modulus <= 1 << 20 else {
             throw ServiceError.badRequest("modulus above 1048576 needs within= (buckets of a coarser level)", table: name.description)
         }
+        let hashText = r.value("keyhash")
+        let delimitedNames = Set(r.values("delimited"))
         let snapshot = r.value("snapshot")
         let data = try await Offload.run { [self] () -> Data in
             let lease = try read(snapshot: snapshot)
             defer { lease.release() }
             let c = lease.connection
             let schema = try c.describe(try served(name, in: c))
+            let hash = try Self.keyHashParameter(hashText, table: name)
             func columns(_ names: [String]) throws -> [Column] {
                 try names.map { n in
                     guard let col = schema.column(named: n), col.logicalType.isSupported else { throw FerryError.columnNotFound(table: schema.name, column: n) }
@@ -31,9 +34,17 @@ extension ServiceHandlers {
             }
             let key = try columns(keyNames.isEmpty ? schema.preferredKey?.columns ?? [] : keyNames)
             guard !key.isEmpty else { throw ServiceError.badRequest("table \(schema.name) has no key: digests need one (key=…)", table: schema.name.description) }
+            if hash == .integer && KeyHash.suited(to: key) != .integer {
+                throw ServiceError.badRequest("keyhash=integer needs a key of one integer column", table: schema.name.description)
+            }
+            let digested = try columns(columnNames.isEmpty ? schema.columns.filter(\.logicalType.isSupported).map(\.name) : columnNames)
+            for n in delimitedNames where !digested.contains(where: { $0.name == n && CanonicalText.isDelimitable($0) }) {
+                throw ServiceError.badRequest("delimited=\(n.prefix(64)) is not a digested column of a type whose text can be delimited", table: schema.name.description)
+            }
             let request = DigestRequest(
-                key: key, columns: try columns(columnNames.isEmpty ? schema.columns.filter(\.logicalType.isSupported).map(\.name) : columnNames),
-                modulus: modulus, within: within.map { BucketFilter(key: key, modulus: $0.modulus, residues: $0.residues) })
+                key: key, columns: digested, modulus: modulus,
+                within: within.map { BucketFilter(key: key, modulus: $0.modulus, residues: $0.residues, hash: hash) },
+                keyHash: hash, delimited: digested.map { delimitedNames.contains($0.name) })
             return XMLDocuments.digests(modulus: modulus, try c.bucketDigests(schema, request: request))
         }
         return .xml(data)

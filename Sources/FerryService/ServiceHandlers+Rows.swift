@@ -10,7 +10,9 @@ extension ServiceHandlers {
         let after = r.values("after")
         let upTo = r.values("upto")
         let wanted = r.values("columns")
-        let buckets = try Self.bucketParameter(r.value("buckets"), key: r.values("bucketkey"), table: name)
+        let buckets = try Self.bucketParameter(r.value("buckets"), key: r.values("bucketkey"), table: name).map {
+            (key: $0.key, modulus: $0.modulus, residues: $0.residues, hash: try Self.keyHashParameter(r.value("keyhash"), table: name))
+        }
         var hints: [String: ReadHints] = [:]
         for (parameter, hint) in [("text", ReadHints.textForm), ("json", .jsonForm), ("zerodates", .zeroDatesAsNull), ("native", .nativeForm)] {
             for c in r.values(parameter) { hints[c, default: []].insert(hint) }

@@ -163,6 +163,20 @@ public final class ServiceHandlers: Sendable {
 
     /// Parses `MODULUS:r1,r2,…` (a bucket filter; `key` names its key columns, or the table's
     /// key when empty). At most 10,000 buckets per request.
+    /// How keys are hashed for `buckets=` and `within=` (`keyhash=integer|md5`), required with
+    /// them: a client of the digests' first form (which sends none) hashed keys otherwise.
+    static func keyHashParameter(_ text: String?, table: TableName) throws -> KeyHash {
+        guard let text else {
+            throw ServiceError.badRequest(
+                "buckets and digests need keyhash=integer or keyhash=md5 (this service hashes keys as the digests' second form does: update the client)",
+                table: table.description)
+        }
+        guard let hash = KeyHash(rawValue: text) else {
+            throw ServiceError.badRequest("keyhash must be integer or md5, not '\(text.prefix(20))'", table: table.description)
+        }
+        return hash
+    }
+
     static func bucketParameter(_ text: String?, key: [String], table: TableName) throws -> (key: [String], modulus: Int64, residues: [Int64])? {
         guard let text else { return nil }
         let parts = text.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)

@@ -133,6 +133,12 @@ public final class HTTPConnection: Connection {
             return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
                                   after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit, descending: keyRange?.descending ?? false)
         }
+        guard capabilities.contains(.digests) else {
+            // A peer of the digests' first form hashes keys otherwise: its rows are filtered here.
+            let inner = try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
+                                       after: keyRange?.after, upTo: keyRange?.upTo, limit: nil, descending: false)
+            return try BucketFilteringReader(inner, columns: columns, filter: buckets, table: table.name, limit: keyRange?.limit)
+        }
         // Bucket filters travel as query parameters, a bounded number of buckets per walk: the
         // service filters next to its data, one walk after the other.
         let parts = Self.bucketParameters(buckets)
@@ -154,7 +160,7 @@ public final class HTTPConnection: Connection {
     /// `bucketkey=` and `buckets=MODULUS:r1,r2,…` parameters, split into requests of at most
     /// `bucketsPerRequest` buckets.
     static func bucketParameters(_ filter: BucketFilter) -> [[(String, String)]] {
-        let key = filter.key.map { ("bucketkey", $0.name) }
+        let key = filter.key.map { ("bucketkey", $0.name) } + [("keyhash", filter.hash.rawValue)]
         guard !filter.residues.isEmpty else { return [key + [("buckets", "\(filter.modulus):")]] }
         return stride(from: 0, to: filter.residues.count, by: bucketsPerRequest).map { start in
             let slice = filter.residues[start..<min(start + bucketsPerRequest, filter.residues.count)]
@@ -172,7 +178,9 @@ public final class HTTPConnection: Connection {
         }
         // Columns in the stored form are digested as stored on the service's side too.
         let native = (request.columns + request.key).filter(\.travelsNatively).map(\.name)
-        let base = [("modulus", String(request.modulus))] + request.columns.map { ("columns", $0.name) } + request.key.map { ("key", $0.name) }
+        let delimited = zip(request.columns, request.delimited).filter { $0.1 }.map { ("delimited", $0.0.name) }
+        let base = [("modulus", String(request.modulus)), ("keyhash", request.keyHash.rawValue)] + request.columns.map { ("columns", $0.name) }
+            + request.key.map { ("key", $0.name) } + delimited
             + Array(Set(native)).sorted().map { ("native", $0) }
             + (snapshotID.map { [("snapshot", $0)] } ?? [])
         let withins: [[(String, String)]] = request.within.map { w in

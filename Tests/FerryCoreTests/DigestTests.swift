@@ -41,6 +41,25 @@ final class DigestTests: XCTestCase {
             XCTAssertEqual(CanonicalText.float(value, float32: false), expected, "\(value)")
         }
     }
+
+    func testDecimalsNormalizeInPlaceAsTheirTextDoes() {
+        for text in ["+001.500", "-0.00", "0", "12.5", "-12.50", ".5", "5.", "-.0", "100", "-100.000", "0.000001", "NaN", "Infinity", "-Infinity", "1e5", "", "abc"] {
+            var out: [UInt8] = []
+            var t = text
+            t.withUTF8 { DecimalText.appendNormalized(UnsafeRawBufferPointer($0), into: &out) }
+            XCTAssertEqual(String(decoding: out, as: UTF8.self), DecimalText.normalized(text), text)
+        }
+    }
+
+    /// The integer key hash: what PostgreSQL and MariaDB compute in SQL (`((k % P + P) % P * A
+    /// % P)`, values taken from both servers), including negative keys and the extremes.
+    func testIntegerKeyHashIsTheSQLArithmetic() {
+        let cases: [(Int64, Int64)] = [
+            (0, 0), (1, 1_103_515_245), (2, 59_546_843), (-1, 1_043_968_402), (2_147_483_647, 0),
+            (Int64.max, 1_103_515_245), (Int64.min, 2_087_936_804),
+        ]
+        for (k, expected) in cases { XCTAssertEqual(KeyHash.integer(k), expected, "\(k)") }
+    }
 }
 
 extension String {

@@ -336,6 +336,34 @@ final class XMLServiceTests: XCTestCase {
         try expect("GET", "v1/tables/Album", service.readOnly, 200, "Album")
     }
 
+    /// Digests and bucket filters speak the digests' second form: the key hash named on every
+    /// request (a client of the first form, which hashed every key by MD5, is refused rather than
+    /// answered with other buckets), `delimited=` only for columns whose text can be delimited.
+    func testDigestsAndBucketsNameTheirKeyHash() async throws {
+        let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers)
+        defer { service.stop() }
+        var (status, body) = try service.request("GET", "v1/capabilities", token: service.readOnly)
+        XCTAssertEqual(status, 200, body)
+        XCTAssertTrue(body.contains("<capability name=\"digests-2\"/>"), body)
+        for query in ["modulus=4", "modulus=4&keyhash=crc32", "modulus=4&keyhash=integer&delimited=Name", "modulus=4&keyhash=integer&key=Name"] {
+            (status, body) = try service.request("GET", "v1/tables/Artist/digests?" + query, token: service.readOnly)
+            XCTAssertEqual(status, 400, "\(query): \(body)")
+        }
+        (status, body) = try service.request("GET", "v1/tables/Artist/digests?modulus=4", token: service.readOnly)
+        XCTAssertTrue(body.contains("keyhash"), body)
+        (status, body) = try service.request("GET", "v1/tables/Artist/digests?modulus=4&keyhash=integer&delimited=ArtistId", token: service.readOnly)
+        XCTAssertEqual(status, 200, body)
+        XCTAssertEqual(body.components(separatedBy: "<b ").count - 1, 4, body)
+        XCTAssertTrue(body.contains("s1=\"0\""), body)
+        (status, body) = try service.request("GET", "v1/tables/Artist/rows?buckets=4:1", token: service.readOnly)
+        XCTAssertEqual(status, 400, body)
+        // The rows of bucket 1 of 4 under the integer hash: exactly the ids whose hash says so.
+        (status, body) = try service.request("GET", "v1/tables/Artist/rows?buckets=4:1&keyhash=integer&columns=ArtistId", token: service.readOnly)
+        XCTAssertEqual(status, 200, body)
+        let ids = body.components(separatedBy: "<r><v>").dropFirst().compactMap { Int64($0.prefix { $0.isNumber }) }
+        XCTAssertEqual(ids, (Int64(1)...275).filter { KeyHash.integer($0) % 4 == 1 }, body)
+    }
+
     func testSecurity() async throws {
         // A copy: this test sends write requests an attacker would (a DELETE among them).
         let folder = try TemporaryFolder()

@@ -12,62 +12,91 @@ public protocol DigestSQLDialect: Dialect {
     func md5HexSQL(_ text: String) -> String
     /// The unsigned integer of an expression holding 8 hex digits.
     func hex32SQL(_ hex: String) -> String
-    /// `select` made a subquery whose columns are computed once per row, where the engine
-    /// would otherwise copy a column's expression into every place the outer query uses it
-    /// (PostgreSQL's `OFFSET 0`). Default: `select` as it is.
-    func computedOnce(_ select: String) -> String
+    /// The 64-bit integer of an expression holding 16 hex digits, signed or unsigned (the sums
+    /// are taken modulo 2^64).
+    func hex64SQL(_ hex: String) -> String
+    /// An integer expression as a 64-bit signed integer, so that arithmetic on it neither
+    /// overflows a narrower type nor changes sign. Default: `CAST(x AS BIGINT)`.
+    func int64SQL(_ expression: String) -> String
 }
 
 extension DigestSQLDialect {
-    public func computedOnce(_ select: String) -> String { select }
+    public func int64SQL(_ expression: String) -> String { "CAST(\(expression) AS BIGINT)" }
 }
 
 /// Builds the digest and bucket SQL from a `DigestSQLDialect`'s pieces.
 public enum DigestSQL {
-    static func rowText(_ columns: [Column], _ d: any DigestSQLDialect) -> String {
-        d.concatSQL(columns.map { c in
+    /// The row text (`CanonicalText`) of `columns`: a delimited column's text and a comma, any
+    /// other's `n` or `v<len>:<text>` (every column's when `delimited` is empty: a key's text).
+    static func rowText(_ columns: [Column], delimited: [Bool] = [], _ d: any DigestSQLDialect) -> String {
+        d.concatSQL(columns.enumerated().flatMap { i, c -> [String] in
             let q = d.quote(c.name)
             let t = d.canonicalTextSQL(c, quoted: q)
-            return "CASE WHEN \(q) IS NULL THEN 'n' ELSE \(d.concatSQL(["'v'", d.byteLengthSQL(t), "':'", t])) END"
+            if i < delimited.count && delimited[i] && CanonicalText.isDelimitable(c) {
+                return ["CASE WHEN \(q) IS NULL THEN '' ELSE \(t) END", "','"]
+            }
+            return ["CASE WHEN \(q) IS NULL THEN 'n' ELSE \(d.concatSQL(["'v'", d.byteLengthSQL(t), "':'", t])) END"]
         })
     }
 
-    /// The key hash of the current row: 32 bits of the MD5 of the key's canonical text.
-    public static func keyHash(_ key: [Column], _ d: any DigestSQLDialect) -> String {
-        d.hex32SQL("substr(\(d.md5HexSQL(rowText(key, d))), 1, 8)")
+    /// The key hash of the current row (`KeyHash`).
+    public static func keyHash(_ key: [Column], _ hash: KeyHash, _ d: any DigestSQLDialect) -> String {
+        if hash == .integer, key.count == 1 {
+            let p = KeyHash.prime, a = KeyHash.multiplier
+            return "((\(d.int64SQL(d.quote(key[0].name))) % \(p) + \(p)) % \(p) * \(a) % \(p))"
+        }
+        return d.hex32SQL("substr(\(d.md5HexSQL(rowText(key, d))), 1, 8)")
     }
 
     /// `<key hash> % modulus IN (…)` for a bucket filter.
     public static func condition(_ filter: BucketFilter, _ d: any DigestSQLDialect) -> String {
         guard !filter.residues.isEmpty else { return "1 = 0" }
-        return "\(keyHash(filter.key, d)) % \(filter.modulus) IN (" + filter.residues.map(String.init).joined(separator: ", ") + ")"
+        return "\(keyHash(filter.key, filter.hash, d)) % \(filter.modulus) IN (" + filter.residues.map(String.init).joined(separator: ", ") + ")"
     }
 
-    /// A query whose rows are `bucket, rows, sum0, sum1` (integers) for `request` over `table`.
-    /// `from` is the table as the engine's readers name it (PostgreSQL's `ONLY "t"` for a table
-    /// whose inheritance children are tables of their own); default: the quoted name.
+    /// A query whose rows are `bucket, rows, sum` (integers; the sum may exceed 64 bits and is
+    /// taken modulo 2^64) for `request` over `table`. `from` is the table as the engine's
+    /// readers name it (PostgreSQL's `ONLY "t"` for a table whose inheritance children are
+    /// tables of their own); default: the quoted name.
     public static func query(_ table: TableName, _ request: DigestRequest, _ d: any DigestSQLDialect, from: String? = nil) -> String {
         var conditions: [String] = []
         if let f = request.filter { conditions.append("(" + f + ")") }
         if let w = request.within { conditions.append(condition(w, d)) }
-        // Each row's two MD5s, computed once: `rm` is used twice above (two 32-bit sums), and an
-        // engine that flattens the subquery would hash the row's whole text twice.
-        let inner = d.computedOnce("SELECT \(d.md5HexSQL(rowText(request.key, d))) AS km, \(d.md5HexSQL(rowText(request.columns, d))) AS rm FROM "
-            + (from ?? d.quote(table)) + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")))
-        let hashes = "SELECT \(d.hex32SQL("substr(km, 1, 8)")) AS kh, \(d.hex32SQL("substr(rm, 1, 8)")) AS r0, "
-            + "\(d.hex32SQL("substr(rm, 9, 8)")) AS r1 FROM (\(inner)) ferry_rows"
-        return "SELECT kh % \(request.modulus) AS b, COUNT(*), SUM(r0), SUM(r1) FROM (\(hashes)) ferry_hashes GROUP BY b ORDER BY b"
+        // Each expression is used once, so nothing is computed twice when the engine flattens
+        // the subquery.
+        let hashes = "SELECT \(keyHash(request.key, request.keyHash, d)) AS kh, \(d.hex64SQL("substr(\(d.md5HexSQL(rowText(request.columns, delimited: request.delimited, d))), 1, 16)")) AS rh FROM "
+            + (from ?? d.quote(table)) + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
+        return "SELECT kh % \(request.modulus) AS b, COUNT(*), SUM(rh) FROM (\(hashes)) ferry_hashes GROUP BY b ORDER BY b"
     }
 
     /// Parses the query's rows (text, as clients return them).
     public static func digests(_ rows: [[String?]], table: TableName) throws -> [BucketDigest] {
         try rows.map { r in
-            guard r.count == 4, let b = r[0].flatMap({ Int64($0) }), let n = r[1].flatMap({ Int64($0) }),
-                let s0 = r[2].flatMap({ Int64($0) }), let s1 = r[3].flatMap({ Int64($0) })
+            guard r.count == 3, let b = r[0].flatMap({ Int64($0) }), let n = r[1].flatMap({ Int64($0) }),
+                let sum = r[2].flatMap({ wrappingInteger($0) })
             else {
                 throw FerryError.copyFailed(table: table, endpoint: "", reason: "the range digest query returned \(r.map { $0 ?? "NULL" })")
             }
-            return BucketDigest(bucket: b, rows: n, sum0: s0, sum1: s1)
+            return BucketDigest(bucket: b, rows: n, sum0: sum, sum1: 0)
         }
+    }
+
+    /// A decimal integer of any length (`-`, digits, an optional `.000…` as some engines print a
+    /// sum), modulo 2^64; nil for anything else.
+    static func wrappingInteger(_ text: String) -> Int64? {
+        var value: UInt64 = 0
+        var utf8 = Substring(text).utf8[...]
+        let negative = utf8.first == UInt8(ascii: "-")
+        if negative { utf8 = utf8.dropFirst() }
+        if let dot = utf8.firstIndex(of: UInt8(ascii: ".")) {
+            guard utf8[utf8.index(after: dot)...].allSatisfy({ $0 == UInt8(ascii: "0") }) else { return nil }
+            utf8 = utf8[..<dot]
+        }
+        guard !utf8.isEmpty else { return nil }
+        for c in utf8 {
+            guard c >= UInt8(ascii: "0"), c <= UInt8(ascii: "9") else { return nil }
+            value = value &* 10 &+ UInt64(c - UInt8(ascii: "0"))
+        }
+        return Int64(bitPattern: negative ? 0 &- value : value)
     }
 }

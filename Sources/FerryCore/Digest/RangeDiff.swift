@@ -32,11 +32,13 @@ public enum RangeDiff {
         public var targetRows: Int64 = 0
         public var levels = 0
         public var digests = 0
+        /// How both sides hashed their keys.
+        public var keyHash = KeyHash.md5
         public var isEqual: Bool { buckets.map { $0.residues.isEmpty } ?? false }
 
         /// The bucket filter for `key` (one side's key columns); nil for the whole table.
         public func filter(key: [Column]) -> BucketFilter? {
-            buckets.map { BucketFilter(key: key, modulus: $0.modulus, residues: $0.residues) }
+            buckets.map { BucketFilter(key: key, modulus: $0.modulus, residues: $0.residues, hash: keyHash) }
         }
     }
 
@@ -59,6 +61,14 @@ public enum RangeDiff {
         differing report: (_ sourceRows: Int64) -> Void = { _ in }
     ) throws -> Outcome {
         var out = Outcome()
+        // The integer hash only when both keys are one integer column (a key cast to text on
+        // one side hashes its canonical text on both).
+        let hash = KeyHash.suited(to: source.key) == KeyHash.suited(to: target.key) ? KeyHash.suited(to: source.key) : .md5
+        out.keyHash = hash
+        // A column's field is `<text>,` only when its type on both sides allows it (a UUID
+        // compared with a text column is measured on both).
+        let delimited: [Bool]? = source.columns.count == target.columns.count
+            ? zip(source.columns, target.columns).map { CanonicalText.isDelimitable($0) && CanonicalText.isDelimitable($1) } : nil
         var modulus: Int64 = 1
         let estimate = max(estimate, 1)
         while modulus < 1 << 20 && modulus * rowsPerBucket < estimate { modulus *= 2 }
@@ -68,10 +78,12 @@ public enum RangeDiff {
             // Both sides at once: each computes next to its own data.
             let sourceRequest = DigestRequest(
                 key: source.key, columns: source.columns, modulus: modulus,
-                within: within.map { BucketFilter(key: source.key, modulus: $0.modulus, residues: $0.residues) }, filter: source.filter)
+                within: within.map { BucketFilter(key: source.key, modulus: $0.modulus, residues: $0.residues, hash: hash) }, filter: source.filter,
+                keyHash: hash, delimited: delimited ?? source.columns.map { _ in false })
             let targetRequest = DigestRequest(
                 key: target.key, columns: target.columns, modulus: modulus,
-                within: within.map { BucketFilter(key: target.key, modulus: $0.modulus, residues: $0.residues) }, filter: target.filter)
+                within: within.map { BucketFilter(key: target.key, modulus: $0.modulus, residues: $0.residues, hash: hash) }, filter: target.filter,
+                keyHash: hash, delimited: delimited ?? target.columns.map { _ in false })
             let (s, t) = try Worker.both(
                 { try source.connection.bucketDigests(source.schema, request: sourceRequest) },
                 { try target.connection.bucketDigests(target.schema, request: targetRequest) })

@@ -1,12 +1,13 @@
 import Foundation
 
-// Range digests: how a mirror (and, later, a pull) finds what differs between two copies of
-// a table without reading either across the network. Rows are put in buckets by a hash of
-// their key — the first 32 bits of MD5 over the key's canonical text, modulo the bucket
-// count — so both sides agree on which rows share a bucket whatever their collations, and
-// each side sums a hash of every row's canonical text per bucket, next to its data (in SQL
-// where the engine can, else in Ferry beside it). Only buckets whose digests differ are
-// split further (a finer modulus, a multiple of the last) and finally read.
+// Range digests: how a mirror (and a pull) finds what differs between two copies of a table
+// without reading either across the network. Rows are put in buckets by a hash of their key
+// (`KeyHash`: integer arithmetic for a single integer column, else the first 32 bits of MD5
+// over the key's canonical text), modulo the bucket count, so both sides agree on which rows
+// share a bucket whatever their collations, and each side sums a 64-bit hash of every row's
+// canonical text per bucket, next to its data (in SQL where the engine can, else in Ferry
+// beside it). Only buckets whose digests differ are split further (a finer modulus, a
+// multiple of the last) and finally read.
 //
 // A digest is a filter, never the judge: equal digests mean equal rows (the canonical text
 // is exact: every digit, every microsecond, NULL apart from ''), but different digests may
@@ -14,16 +15,48 @@ import Foundation
 // where every engine prints it alike); such buckets are read and the target's keyed write
 // decides, row by row, what is really different.
 
+/// How a key is hashed into buckets. Both sides of a comparison must use the same: `RangeDiff`
+/// takes `integer` only when both keys are one integer column.
+public enum KeyHash: String, Sendable, Hashable, CaseIterable {
+    /// One integer column `k`: `((k mod P) + P) mod P × A mod P` with P = 2^31 − 1 and
+    /// A = 1,103,515,245 — 64-bit integer arithmetic that every engine's SQL does alike, without
+    /// a text or an MD5 per row (a bijection on [0, P), so consecutive keys spread evenly).
+    case integer
+    /// Any other key: the first 32 bits of the MD5 of the key's canonical text.
+    case md5
+
+    static let prime: Int64 = 2_147_483_647
+    static let multiplier: Int64 = 1_103_515_245
+
+    /// `integer` for a key of one integer column (read as an integer, not in a stored form).
+    public static func suited(to key: [Column]) -> KeyHash {
+        guard key.count == 1, !key[0].travelsNatively else { return .md5 }
+        switch key[0].logicalType {
+        case .int16, .int32, .int64: return .integer
+        default: return .md5
+        }
+    }
+
+    /// The integer hash of `k`.
+    @inline(__always) public static func integer(_ k: Int64) -> Int64 {
+        let m = k % prime
+        return (m < 0 ? m + prime : m) * multiplier % prime
+    }
+}
+
 /// Rows whose key hash modulo `modulus` is one of `residues`.
 public struct BucketFilter: Sendable, Hashable {
     /// The key columns, as the side that reads them names and types them.
     public var key: [Column]
     public var modulus: Int64
     public var residues: [Int64]
-    public init(key: [Column], modulus: Int64, residues: [Int64]) {
+    /// How the key is hashed (the same on both sides of a comparison).
+    public var hash: KeyHash
+    public init(key: [Column], modulus: Int64, residues: [Int64], hash: KeyHash? = nil) {
         self.key = key
         self.modulus = modulus
         self.residues = residues
+        self.hash = hash ?? KeyHash.suited(to: key)
     }
 }
 
@@ -36,17 +69,29 @@ public struct DigestRequest: Sendable, Hashable {
     public var within: BucketFilter?
     /// A row condition in the engine's own SQL, from the user (`--where`), never from a request.
     public var filter: String?
-    public init(key: [Column], columns: [Column], modulus: Int64, within: BucketFilter? = nil, filter: String? = nil) {
+    /// How the key is hashed (`within`, when given, hashes the same way).
+    public var keyHash: KeyHash
+    /// Per column: its field in the row text is `<text>,` rather than `n`/`v<len>:<text>` (see
+    /// `CanonicalText`). Both sides of a comparison must agree column by column: `RangeDiff`
+    /// delimits a column only when its type on both sides is delimitable.
+    public var delimited: [Bool]
+    public init(
+        key: [Column], columns: [Column], modulus: Int64, within: BucketFilter? = nil, filter: String? = nil, keyHash: KeyHash? = nil,
+        delimited: [Bool]? = nil
+    ) {
         self.key = key
         self.columns = columns
         self.modulus = modulus
         self.within = within
         self.filter = filter
+        self.keyHash = keyHash ?? within?.hash ?? KeyHash.suited(to: key)
+        self.delimited = delimited ?? columns.map(CanonicalText.isDelimitable)
     }
 }
 
-/// One bucket's digest: its row count and two sums of 32-bit row hashes. Buckets with no
-/// rows are not listed.
+/// One bucket's digest: its row count and the sum, modulo 2^64, of its rows' 64-bit hashes (the
+/// first 64 bits of the MD5 of each row's canonical text); `sum1` is 0 (two 32-bit sums before
+/// the digests' second form). Buckets with no rows are not listed.
 public struct BucketDigest: Sendable, Hashable, Codable {
     public var bucket: Int64
     public var rows: Int64
@@ -66,21 +111,47 @@ public struct BucketDigest: Sendable, Hashable, Codable {
 /// floats (float4 widened to float8) in PostgreSQL's shortest round-trip form (`0.1`, `1e+100`); text, JSON and enum
 /// labels as their UTF-8 bytes; binary as lowercase hex; UUIDs lowercase with hyphens; dates
 /// `YYYY-MM-DD`; times `HH:MM:SS.ffffff`; timestamps `YYYY-MM-DD HH:MM:SS.ffffff` (UTC for
-/// time-zone-aware ones). A row's text is, for each column in order, `n` for NULL or
-/// `v<byte length>:<text>`.
+/// time-zone-aware ones). A row's text is, for each column in order, its field: `n` for NULL or
+/// `v<byte length>:<text>`, or — for a column delimited on both sides of a comparison (its
+/// type's text never holds a comma and is never empty: booleans, numbers, dates, times,
+/// timestamps, UUIDs; see `isDelimited`) — the text and `,` (a NULL: `,` alone), which engines
+/// compute without measuring the text. Each field ends where the column says, so different
+/// rows never have the same text. A key's text (the MD5 key hash) always uses the first form.
 public enum CanonicalText {
     static let hex: [UInt8] = Array("0123456789abcdef".utf8)
 
-    /// Appends the field (`n` or `v<len>:<text>`) of row `row` of `column` typed `type`. The
-    /// text is written in place and its length put in front of it (no buffer per field).
-    public static func appendField(_ column: ColumnBuffer, row: Int, type: LogicalType, into out: inout [UInt8]) {
-        if column.isNull(row) {
+    /// True for types whose text never holds a comma and is never empty, so that a field can be
+    /// the text and a comma.
+    public static func isDelimited(_ type: borrowing LogicalType) -> Bool {
+        switch type {
+        case .boolean, .int16, .int32, .int64, .float32, .float64, .decimal, .date, .time, .timestamp, .uuid: return true
+        case .text, .json, .enumeration, .binary, .unsupported: return false
+        }
+    }
+
+    /// A column whose field may be delimited: a delimitable type, read as that type.
+    public static func isDelimitable(_ column: Column) -> Bool {
+        isDelimited(column.logicalType) && !column.travelsNatively
+    }
+
+    /// Appends the field of row `row` of `columns[c]` typed `type` (`<text>,` or `n` or
+    /// `v<len>:<text>`). The text is written in place and its length put in front of it (no
+    /// buffer per field). Columns are reached through their array at every use: a ColumnBuffer
+    /// held across an append to `out` is copied (five retains and releases) per field.
+    @inline(__always)
+    static func appendField(_ columns: [ColumnBuffer], _ c: Int, row: Int, type: borrowing LogicalType, delimited: Bool, into out: inout [UInt8]) {
+        if delimited {
+            if !columns[c].isNull(row) { append(columns, c, row: row, type: type, into: &out) }
+            out.append(UInt8(ascii: ","))
+            return
+        }
+        if columns[c].isNull(row) {
             out.append(UInt8(ascii: "n"))
             return
         }
         out.append(UInt8(ascii: "v"))
         let start = out.count
-        append(column, row: row, type: type, into: &out)
+        append(columns, c, row: row, type: type, into: &out)
         var length = out.count - start
         var digits = 1
         while length >= 10 { length /= 10; digits += 1 }
@@ -93,56 +164,67 @@ public enum CanonicalText {
     }
 
     /// Appends the fields of the columns at `at` of row `row` (a key's or a row's text).
-    /// `stored`: per column, true when its values are stored values taken as their bytes.
-    public static func appendFields(_ batch: RowBatch, row: Int, at: [Int], types: [LogicalType], stored: [Bool] = [], into out: inout [UInt8]) {
-        // Columns and types used in place: a ColumnBuffer or LogicalType taken out of its array
-        // is retained and released, per field of every row.
-        batch.columns.withUnsafeBufferPointer { columns in
-            types.withUnsafeBufferPointer { types in
-                for i in at {
-                    if i < stored.count && stored[i] {
-                        appendBytesField(columns[i], row: row, into: &out)
-                    } else {
-                        appendField(columns[i], row: row, type: types[i], into: &out)
-                    }
+    /// `stored`: per column, true when its values are stored values taken as their bytes;
+    /// `delimited`: per column, true for a `<text>,` field (none when empty).
+    public static func appendFields(
+        _ batch: RowBatch, row: Int, at: [Int], types: [LogicalType], stored: [Bool] = [], delimited: [Bool] = [], into out: inout [UInt8]
+    ) {
+        // Types used in place: a LogicalType taken out of its array is retained and released,
+        // per field of every row.
+        types.withUnsafeBufferPointer { types in
+            for i in at {
+                if i < stored.count && stored[i] {
+                    appendBytesField(batch.columns, i, row: row, into: &out)
+                } else {
+                    appendField(batch.columns, i, row: row, type: types[i], delimited: i < delimited.count && delimited[i], into: &out)
                 }
             }
         }
     }
 
     /// `n`, or `v<length>:` and the value's bytes as they are.
-    static func appendBytesField(_ column: ColumnBuffer, row: Int, into out: inout [UInt8]) {
-        if column.isNull(row) {
+    @inline(__always)
+    static func appendBytesField(_ columns: [ColumnBuffer], _ c: Int, row: Int, into out: inout [UInt8]) {
+        if columns[c].isNull(row) {
             out.append(UInt8(ascii: "n"))
             return
         }
-        let range = column.range(row)
+        let range = columns[c].range(row)
         out.append(UInt8(ascii: "v"))
         IntegerText.append(Int64(range.count), into: &out)
         out.append(UInt8(ascii: ":"))
-        column.withUnsafeArena { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[range])) }
+        columns[c].withUnsafeArena { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[range])) }
     }
 
     /// Appends the canonical text of a non-NULL value.
-    public static func append(_ column: ColumnBuffer, row: Int, type: LogicalType, into out: inout [UInt8]) {
+    @inline(__always)
+    static func append(_ columns: [ColumnBuffer], _ c: Int, row: Int, type: borrowing LogicalType, into out: inout [UInt8]) {
         switch type {
-        case .boolean: out.append(column.ints[row] != 0 ? UInt8(ascii: "1") : UInt8(ascii: "0"))
-        case .int16, .int32, .int64: IntegerText.append(column.ints[row], into: &out)
+        case .boolean: out.append(columns[c].ints[row] != 0 ? UInt8(ascii: "1") : UInt8(ascii: "0"))
+        case .int16, .int32, .int64: IntegerText.append(columns[c].ints[row], into: &out)
         // float4 widened to float8 (exact), so engines that print float4 with fewer digits agree.
-        case .float32, .float64: out.append(contentsOf: float(column.doubles[row], float32: false).utf8)
-        case .decimal: out.append(contentsOf: DecimalText.normalized(column.string(row)).utf8)
-        case .date: Temporal.appendDate(column.ints[row], into: &out)
-        case .time: Temporal.appendTime(column.ints[row], fractionDigits: 6, into: &out)
-        case .timestamp: Temporal.appendTimestamp(column.ints[row], fractionDigits: 6, into: &out)
+        case .float32, .float64: appendFloat(columns[c].doubles[row], into: &out)
+        case .decimal:
+            let range = columns[c].range(row)
+            columns[c].withUnsafeArena { DecimalText.appendNormalized(UnsafeRawBufferPointer(rebasing: $0[range]), into: &out) }
+        case .date: Temporal.appendDate(columns[c].ints[row], into: &out)
+        case .time: Temporal.appendTime(columns[c].ints[row], fractionDigits: 6, into: &out)
+        case .timestamp: Temporal.appendTimestamp(columns[c].ints[row], fractionDigits: 6, into: &out)
         case .binary:
-            column.withUnsafeArena { appendHex(UnsafeRawBufferPointer(rebasing: $0[column.range(row)]), into: &out) }
+            let range = columns[c].range(row)
+            columns[c].withUnsafeArena { appendHex(UnsafeRawBufferPointer(rebasing: $0[range]), into: &out) }
         case .uuid:
-            for (i, b) in column.arena[column.range(row)].enumerated() {
-                if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
-                out.append(hex[Int(b >> 4)])
-                out.append(hex[Int(b & 15)])
+            let range = columns[c].range(row)
+            columns[c].withUnsafeArena { bytes in
+                for (i, b) in UnsafeRawBufferPointer(rebasing: bytes[range]).enumerated() {
+                    if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
+                    out.append(hex[Int(b >> 4)])
+                    out.append(hex[Int(b & 15)])
+                }
             }
-        case .text, .json, .enumeration, .unsupported: out.append(contentsOf: column.arena[column.range(row)])
+        case .text, .json, .enumeration, .unsupported:
+            let range = columns[c].range(row)
+            columns[c].withUnsafeArena { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[range])) }
         }
     }
 
@@ -167,50 +249,88 @@ public enum CanonicalText {
     /// PostgreSQL's text of a float: the shortest digits that read back as the same value,
     /// in exponent form when the decimal exponent is below -4 or at least 15 (6 for float4).
     public static func float(_ value: Double, float32: Bool) -> String {
-        if value.isNaN { return "NaN" }
-        if value.isInfinite { return value < 0 ? "-Infinity" : "Infinity" }
-        if value == 0 { return value.sign == .minus ? "-0" : "0" }
-        let shortest = float32 ? Float(value).description : value.description
-        // Digits and decimal exponent of Swift's shortest form ("1.25e-07", "123.5", "1e+16").
-        var mantissa = Substring(shortest)
-        var exponent = 0
-        let negative = mantissa.first == "-"
-        if negative { mantissa = mantissa.dropFirst() }
-        if let e = mantissa.firstIndex(where: { $0 == "e" || $0 == "E" }) {
-            exponent = Int(mantissa[mantissa.index(after: e)...]) ?? 0
-            mantissa = mantissa[..<e]
-        }
-        var digits = ""
-        var pointAt = mantissa.count
-        for (i, ch) in mantissa.enumerated() {
-            if ch == "." { pointAt = i } else { digits.append(ch) }
-        }
-        // value = 0.digits × 10^(pointAt + exponent); strip leading and trailing zeros.
-        var scale = pointAt + exponent
-        while digits.first == "0" && digits.count > 1 {
-            digits.removeFirst()
-            scale -= 1
-        }
-        while digits.last == "0" && digits.count > 1 { digits.removeLast() }
-        let x = scale - 1  // d1.d2… × 10^x
-        var out = negative ? "-" : ""
-        guard let first = digits.first else { return shortest }
-        if x < -4 || x >= (float32 ? 6 : 15) {
-            out += String(first)
-            if digits.count > 1 { out += "." + digits.dropFirst() }
-            out += x < 0 ? "e-" : "e+"
-            let e = String(abs(x))
-            out += e.count < 2 ? "0" + e : e
-        } else if x >= 0 {
-            if digits.count <= x + 1 {
-                out += digits + String(repeating: "0", count: x + 1 - digits.count)
-            } else {
-                out += digits.prefix(x + 1) + "." + digits.dropFirst(x + 1)
+        var out: [UInt8] = []
+        appendFloat(value, float32: float32, into: &out)
+        return String(decoding: out, as: UTF8.self)
+    }
+
+    /// `float` appended to `out`, from the bytes of Swift's shortest form (no Character work:
+    /// a float's text was 40 % of a digest's instructions).
+    public static func appendFloat(_ value: Double, float32: Bool = false, into out: inout [UInt8]) {
+        if value.isNaN { return out.append(contentsOf: "NaN".utf8) }
+        if value.isInfinite { return out.append(contentsOf: (value < 0 ? "-Infinity" : "Infinity").utf8) }
+        if value == 0 { return out.append(contentsOf: (value.sign == .minus ? "-0" : "0").utf8) }
+        var shortest = float32 ? Float(value).description : value.description
+        shortest.withUTF8 { b in
+            // Digits and decimal exponent of Swift's shortest form ("1.25e-07", "123.5", "1e+16").
+            withUnsafeTemporaryAllocation(of: UInt8.self, capacity: b.count) { digits in
+                var i = 0
+                let negative = b[0] == UInt8(ascii: "-")
+                if negative { i = 1 }
+                var count = 0
+                var pointAt = -1
+                var exponent = 0
+                while i < b.count {
+                    let c = b[i]
+                    if c == UInt8(ascii: ".") {
+                        pointAt = count
+                    } else if c == UInt8(ascii: "e") || c == UInt8(ascii: "E") {
+                        var j = i + 1
+                        var minus = false
+                        if j < b.count && (b[j] == UInt8(ascii: "-") || b[j] == UInt8(ascii: "+")) {
+                            minus = b[j] == UInt8(ascii: "-")
+                            j += 1
+                        }
+                        while j < b.count { exponent = exponent * 10 + Int(b[j] &- UInt8(ascii: "0")); j += 1 }
+                        if minus { exponent = -exponent }
+                        break
+                    } else {
+                        digits[count] = c
+                        count += 1
+                    }
+                    i += 1
+                }
+                if pointAt < 0 { pointAt = count }
+                // value = 0.digits × 10^(pointAt + exponent); strip leading and trailing zeros.
+                var scale = pointAt + exponent
+                var start = 0
+                while start < count - 1 && digits[start] == UInt8(ascii: "0") {
+                    start += 1
+                    scale -= 1
+                }
+                var end = count
+                while end - start > 1 && digits[end - 1] == UInt8(ascii: "0") { end -= 1 }
+                let x = scale - 1  // d1.d2… × 10^x
+                let n = end - start
+                func put(_ from: Int, _ to: Int) { out.append(contentsOf: UnsafeBufferPointer(rebasing: digits[from..<to])) }
+                if negative { out.append(UInt8(ascii: "-")) }
+                if x < -4 || x >= (float32 ? 6 : 15) {
+                    put(start, start + 1)
+                    if n > 1 {
+                        out.append(UInt8(ascii: "."))
+                        put(start + 1, end)
+                    }
+                    out.append(UInt8(ascii: "e"))
+                    out.append(x < 0 ? UInt8(ascii: "-") : UInt8(ascii: "+"))
+                    if abs(x) < 10 { out.append(UInt8(ascii: "0")) }
+                    IntegerText.append(Int64(abs(x)), into: &out)
+                } else if x >= 0 {
+                    if n <= x + 1 {
+                        put(start, end)
+                        out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: x + 1 - n))
+                    } else {
+                        put(start, start + x + 1)
+                        out.append(UInt8(ascii: "."))
+                        put(start + x + 1, end)
+                    }
+                } else {
+                    out.append(UInt8(ascii: "0"))
+                    out.append(UInt8(ascii: "."))
+                    out.append(contentsOf: repeatElement(UInt8(ascii: "0"), count: -x - 1))
+                    put(start, end)
+                }
             }
-        } else {
-            out += "0." + String(repeating: "0", count: -x - 1) + digits
         }
-        return out
     }
 }
 
@@ -218,23 +338,30 @@ public enum CanonicalText {
 /// Ferry runs beside (SQLite, in the same process) and as the reference the SQL of the
 /// others must agree with.
 public enum DigestComputer {
-    /// The 32-bit key hash and two 32-bit row hashes of row `row` (columns as typed);
-    /// `scratch` is reused from row to row. `stored`: columns holding stored values
-    /// (`ReadHints.storedForm`), whose row text is their bytes as they are rather than hex —
-    /// only ever compared with another SQLite database's, digested here too (the key text, which
-    /// buckets a row, stays the canonical one).
-    static func hashes(
-        _ batch: RowBatch, row: Int, types: [LogicalType], keyIndexes: [Int], allIndexes: [Int], rowText: Bool, stored: [Bool] = [],
-        scratch: inout [UInt8]
-    ) -> (key: Int64, r0: Int64, r1: Int64) {
+    /// The key hash (`KeyHash`) of row `row`; `scratch` is reused from row to row.
+    @inline(__always)
+    static func keyHash(_ batch: RowBatch, row: Int, types: [LogicalType], keyIndexes: [Int], hash: KeyHash, scratch: inout [UInt8]) -> Int64 {
+        if hash == .integer, keyIndexes.count == 1 {
+            let column = batch.columns[keyIndexes[0]]
+            // A NULL key (never in a key column) hashes as 0.
+            return column.isNull(row) ? 0 : KeyHash.integer(column.ints[row])
+        }
         scratch.removeAll(keepingCapacity: true)
         CanonicalText.appendFields(batch, row: row, at: keyIndexes, types: types, into: &scratch)
-        let k = MD5.prefix(scratch)
-        guard rowText else { return (Int64(k >> 32), 0, 0) }
+        return Int64(MD5.prefix(scratch) >> 32)
+    }
+
+    /// The 64-bit hash of row `row`'s text (the columns at `allIndexes`). `stored`: columns
+    /// holding stored values (`ReadHints.storedForm`), whose row text is their bytes as they
+    /// are rather than hex — only ever compared with another SQLite database's, digested here
+    /// too (the key text, which buckets a row, stays the canonical one).
+    @inline(__always)
+    static func rowHash(
+        _ batch: RowBatch, row: Int, types: [LogicalType], allIndexes: [Int], stored: [Bool], delimited: [Bool], scratch: inout [UInt8]
+    ) -> Int64 {
         scratch.removeAll(keepingCapacity: true)
-        CanonicalText.appendFields(batch, row: row, at: allIndexes, types: types, stored: stored, into: &scratch)
-        let r = MD5.prefix(scratch)
-        return (Int64(k >> 32), Int64(r >> 32), Int64(r & 0xFFFF_FFFF))
+        CanonicalText.appendFields(batch, row: row, at: allIndexes, types: types, stored: stored, delimited: delimited, into: &scratch)
+        return Int64(bitPattern: MD5.prefix(scratch))
     }
 
     /// Positions of `key` among `columns`; throws when one is missing.
@@ -247,13 +374,13 @@ public enum DigestComputer {
         }
     }
 
-    /// The 32-bit key hashes of `keys` (values typed as `types`): a key's bucket is its hash
-    /// modulo the bucket count, on every engine.
-    public static func keyHashes(_ keys: [[Value]], types: [LogicalType]) throws -> [Int64] {
+    /// The key hashes of `keys` (values typed as `types`) as `hash` computes them: a key's
+    /// bucket is its hash modulo the bucket count, on every engine.
+    public static func keyHashes(_ keys: [[Value]], types: [LogicalType], hash: KeyHash) throws -> [Int64] {
         let batch = try RowBatch(rows: keys, types: types)
         var scratch: [UInt8] = []
         let at = Array(types.indices)
-        return (0..<batch.count).map { hashes(batch, row: $0, types: types, keyIndexes: at, allIndexes: [], rowText: false, scratch: &scratch).key }
+        return (0..<batch.count).map { keyHash(batch, row: $0, types: types, keyIndexes: at, hash: hash, scratch: &scratch) }
     }
 
     /// Digests of `request` over the rows of `table`, read through `connection`'s reader.
@@ -268,33 +395,34 @@ public enum DigestComputer {
         // level's, spread over up to 2^31, in a dictionary.
         let dense = within == nil && request.modulus <= 1 << 20
         var counts = [Int64](repeating: 0, count: dense ? Int(request.modulus) : 0)
-        var sum0 = counts, sum1 = counts
-        var sums: [Int64: BucketDigest] = [:]
+        var sums = counts
+        var sparse: [Int64: BucketDigest] = [:]
         var scratch: [UInt8] = []
         let all = Array(types.indices)
         let stored = request.columns.map { $0.readHints.contains(.storedForm) }
+        let hash = request.keyHash
+        let delimited = request.delimited.count == types.count ? zip(request.delimited, stored).map { $0 && !$1 } : []
         while let batch = try reader.next() {
             for row in 0..<batch.count {
-                let h = hashes(batch, row: row, types: types, keyIndexes: keyIndexes, allIndexes: all, rowText: true, stored: stored, scratch: &scratch)
-                if let within, !within.residues.contains(h.key % within.modulus) { continue }
-                let b = h.key % request.modulus
+                let k = keyHash(batch, row: row, types: types, keyIndexes: keyIndexes, hash: hash, scratch: &scratch)
+                if let within, !within.residues.contains(k % within.modulus) { continue }
+                let r = rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
+                let b = k % request.modulus
                 if dense {
                     counts[Int(b)] += 1
-                    sum0[Int(b)] &+= h.r0
-                    sum1[Int(b)] &+= h.r1
+                    sums[Int(b)] &+= r
                     continue
                 }
-                var d = sums[b] ?? BucketDigest(bucket: b, rows: 0, sum0: 0, sum1: 0)
+                var d = sparse[b] ?? BucketDigest(bucket: b, rows: 0, sum0: 0, sum1: 0)
                 d.rows += 1
-                d.sum0 &+= h.r0
-                d.sum1 &+= h.r1
-                sums[b] = d
+                d.sum0 &+= r
+                sparse[b] = d
             }
         }
         if dense {
-            return counts.indices.filter { counts[$0] > 0 }.map { BucketDigest(bucket: Int64($0), rows: counts[$0], sum0: sum0[$0], sum1: sum1[$0]) }
+            return counts.indices.filter { counts[$0] > 0 }.map { BucketDigest(bucket: Int64($0), rows: counts[$0], sum0: sums[$0], sum1: 0) }
         }
-        return sums.values.sorted { $0.bucket < $1.bucket }
+        return sparse.values.sorted { $0.bucket < $1.bucket }
     }
 }
 
@@ -306,6 +434,7 @@ public final class BucketFilteringReader: BatchReader {
     let keyIndexes: [Int]
     let modulus: Int64
     let residues: Set<Int64>
+    let hash: KeyHash
     var scratch: [UInt8] = []
 
     /// Rows still to pass when the range asked for at most so many.
@@ -318,6 +447,7 @@ public final class BucketFilteringReader: BatchReader {
         self.keyIndexes = try DigestComputer.keyIndexes(filter.key, in: columns, table: table)
         self.modulus = filter.modulus
         self.residues = Set(filter.residues)
+        self.hash = filter.hash
     }
 
     public func next() throws -> RowBatch? {
@@ -325,8 +455,8 @@ public final class BucketFilteringReader: BatchReader {
         while let batch = try inner.next() {
             var keep: [Int] = []
             for row in 0..<batch.count {
-                let h = DigestComputer.hashes(batch, row: row, types: types, keyIndexes: keyIndexes, allIndexes: [], rowText: false, scratch: &scratch)
-                if residues.contains(h.key % modulus) { keep.append(row) }
+                let k = DigestComputer.keyHash(batch, row: row, types: types, keyIndexes: keyIndexes, hash: hash, scratch: &scratch)
+                if residues.contains(k % modulus) { keep.append(row) }
                 if let r = remaining, keep.count == r { break }
             }
             if keep.isEmpty { continue }

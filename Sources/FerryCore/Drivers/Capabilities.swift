@@ -11,7 +11,10 @@ public struct Capabilities: OptionSet, Sendable, Hashable, CustomStringConvertib
     public static let target = Capabilities(rawValue: 1 << 1)
     /// Rows come in key order and page by key (bounds, largest-first, key-hash buckets).
     public static let keyedReads = Capabilities(rawValue: 1 << 2)
-    /// Range digests are computed next to the data.
+    /// Range digests are computed next to the data, and key-hash bucket filters applied there,
+    /// in the digests' second form (wire name `digests-2`: integer key hashes, `keyhash=` and
+    /// `delimited=`, one 64-bit sum). A peer declaring only the first form's `digests` has its
+    /// digests computed and its buckets filtered by Ferry, beside it.
     public static let digests = Capabilities(rawValue: 1 << 3)
     /// A read snapshot can be held and shared by every connection of a run.
     public static let snapshots = Capabilities(rawValue: 1 << 4)
@@ -24,7 +27,7 @@ public struct Capabilities: OptionSet, Sendable, Hashable, CustomStringConvertib
 
     /// Wire names, in documentation order.
     public static let names: [(String, Capabilities)] = [
-        ("source", .source), ("target", .target), ("keyed-reads", .keyedReads), ("digests", .digests),
+        ("source", .source), ("target", .target), ("keyed-reads", .keyedReads), ("digests-2", .digests),
         ("snapshots", .snapshots), ("keyed-writes", .keyedWrites), ("atomic-push", .atomicPush),
     ]
 

@@ -145,10 +145,11 @@ public enum RowValues {
             return out
         }
         let modulus: Int64 = 1 << 31
-        let residues = Set(try DigestComputer.keyHashes(keys, types: keyCols.map(\.logicalType)).map { $0 % modulus }).sorted()
+        let hash = KeyHash.suited(to: keyCols)
+        let residues = Set(try DigestComputer.keyHashes(keys, types: keyCols.map(\.logicalType), hash: hash).map { $0 % modulus }).sorted()
         for chunk in stride(from: 0, to: residues.count, by: RangeDiff.maxBuckets) {
             let part = Array(residues[chunk..<min(chunk + RangeDiff.maxBuckets, residues.count)])
-            var range = KeyRange(key: [], filter: filter, buckets: BucketFilter(key: keyCols, modulus: modulus, residues: part))
+            var range = KeyRange(key: [], filter: filter, buckets: BucketFilter(key: keyCols, modulus: modulus, residues: part, hash: hash))
             range.lockRows = lock
             try collect(range)
         }

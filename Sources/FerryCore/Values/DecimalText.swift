@@ -65,6 +65,40 @@ public enum DecimalText {
         return (negative ? "-" : "") + whole + (frac.isEmpty ? "" : "." + frac)
     }
 
+    /// `normalized` of the text in `bytes`, appended to `out` without a String (the digests'
+    /// canonical text of every decimal value).
+    public static func appendNormalized(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        let n = bytes.count
+        guard isValid(bytes), n > 0, bytes[n - 1] != UInt8(ascii: "y"), bytes[n - 1] != UInt8(ascii: "N") else {
+            out.append(contentsOf: bytes)
+            return
+        }
+        var i = 0
+        var negative = false
+        if bytes[0] == UInt8(ascii: "+") || bytes[0] == UInt8(ascii: "-") {
+            negative = bytes[0] == UInt8(ascii: "-")
+            i = 1
+        }
+        var dot = i
+        while dot < n && bytes[dot] != UInt8(ascii: ".") { dot += 1 }
+        var wholeStart = i
+        while wholeStart < dot && bytes[wholeStart] == UInt8(ascii: "0") { wholeStart += 1 }
+        var fractionEnd = n
+        while fractionEnd > dot + 1 && bytes[fractionEnd - 1] == UInt8(ascii: "0") { fractionEnd -= 1 }
+        let hasFraction = fractionEnd > dot + 1
+        if wholeStart == dot && !hasFraction {
+            out.append(UInt8(ascii: "0"))
+            return
+        }
+        if negative { out.append(UInt8(ascii: "-")) }
+        if wholeStart == dot {
+            out.append(UInt8(ascii: "0"))
+        } else {
+            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[wholeStart..<dot]))
+        }
+        if hasFraction { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[dot..<fractionEnd])) }
+    }
+
     /// The shortest text of the same number: no `+`, no leading or trailing zeros, no `-0`
     /// (`+001.500` → `1.5`, `-0.00` → `0`). Special values and text that is not a number are kept.
     public static func normalized(_ text: String) -> String {
