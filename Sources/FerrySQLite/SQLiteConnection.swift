@@ -288,8 +288,9 @@ public final class SQLiteConnection: Connection {
     // MARK: Reading and writing
 
     public func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws -> any BatchReader {
-        // SQLite's SQL has no MD5: bucket filters are applied by Ferry beside it, in process.
-        guard let buckets = keyRange?.buckets, var plain = keyRange else {
+        // SQLite's SQL computes the integer key hash, not MD5: other bucket filters are applied
+        // by Ferry beside it, in process.
+        guard let buckets = keyRange?.buckets, DigestSQL.condition(buckets, in: dialect) == nil, var plain = keyRange else {
             return try SQLiteReader(connection: self, table: table, columns: columns, keyRange: keyRange, batchSize: batchSize)
         }
         plain.buckets = nil

@@ -31,3 +31,9 @@ public struct SQLiteDialect: Dialect {
     /// `12:00:00.500000`, not the instant), whatever the column's declared type says.
     public func keepsStoredForm(fromEngine engine: Engine) -> Bool { engine == .sqlite }
 }
+
+/// SQLite's 64-bit integer arithmetic computes the integer key hash, so a bucket filter on a key
+/// of one integer column is a WHERE clause (it has no MD5: other keys are filtered by Ferry).
+extension SQLiteDialect: IntegerKeyHashDialect {
+    public func int64SQL(_ expression: String) -> String { "CAST(\(expression) AS INTEGER)" }
+}

@@ -1,6 +1,18 @@
+/// An engine whose SQL computes the integer key hash (`KeyHash.integer`), so bucket filters on a
+/// key of one integer column run next to its data (SQLite's, which has no MD5).
+public protocol IntegerKeyHashDialect: Dialect {
+    /// An integer expression as a 64-bit signed integer, so that arithmetic on it neither
+    /// overflows a narrower type nor changes sign. Default: `CAST(x AS BIGINT)`.
+    func int64SQL(_ expression: String) -> String
+}
+
+extension IntegerKeyHashDialect {
+    public func int64SQL(_ expression: String) -> String { "CAST(\(expression) AS BIGINT)" }
+}
+
 /// An engine whose SQL reproduces Ferry's canonical text and MD5, so range digests and bucket
 /// filters run next to its data (drivers conform their dialects; see `CanonicalText`).
-public protocol DigestSQLDialect: Dialect {
+public protocol DigestSQLDialect: IntegerKeyHashDialect {
     /// The canonical text of a non-NULL value of `column` (named by `quoted`), as a string
     /// whose bytes are the UTF-8 of `CanonicalText`.
     func canonicalTextSQL(_ column: Column, quoted: String) -> String
@@ -15,13 +27,6 @@ public protocol DigestSQLDialect: Dialect {
     /// The 64-bit integer of an expression holding 16 hex digits, signed or unsigned (the sums
     /// are taken modulo 2^64).
     func hex64SQL(_ hex: String) -> String
-    /// An integer expression as a 64-bit signed integer, so that arithmetic on it neither
-    /// overflows a narrower type nor changes sign. Default: `CAST(x AS BIGINT)`.
-    func int64SQL(_ expression: String) -> String
-}
-
-extension DigestSQLDialect {
-    public func int64SQL(_ expression: String) -> String { "CAST(\(expression) AS BIGINT)" }
 }
 
 /// Builds the digest and bucket SQL from a `DigestSQLDialect`'s pieces.
@@ -39,12 +44,15 @@ public enum DigestSQL {
         })
     }
 
+    /// The integer key hash of a one-column key (`KeyHash.integer`).
+    static func integerKeyHash(_ column: Column, _ d: any IntegerKeyHashDialect) -> String {
+        let p = KeyHash.prime, a = KeyHash.multiplier
+        return "((\(d.int64SQL(d.quote(column.name))) % \(p) + \(p)) % \(p) * \(a) % \(p))"
+    }
+
     /// The key hash of the current row (`KeyHash`).
     public static func keyHash(_ key: [Column], _ hash: KeyHash, _ d: any DigestSQLDialect) -> String {
-        if hash == .integer, key.count == 1 {
-            let p = KeyHash.prime, a = KeyHash.multiplier
-            return "((\(d.int64SQL(d.quote(key[0].name))) % \(p) + \(p)) % \(p) * \(a) % \(p))"
-        }
+        if hash == .integer, key.count == 1 { return integerKeyHash(key[0], d) }
         return d.hex32SQL("substr(\(d.md5HexSQL(rowText(key, d))), 1, 8)")
     }
 
@@ -52,6 +60,15 @@ public enum DigestSQL {
     public static func condition(_ filter: BucketFilter, _ d: any DigestSQLDialect) -> String {
         guard !filter.residues.isEmpty else { return "1 = 0" }
         return "\(keyHash(filter.key, filter.hash, d)) % \(filter.modulus) IN (" + filter.residues.map(String.init).joined(separator: ", ") + ")"
+    }
+
+    /// The bucket filter in `d`'s SQL, when it can compute the filter's key hash; else nil
+    /// (Ferry filters the rows beside it: `BucketFilteringReader`).
+    public static func condition(_ filter: BucketFilter, in d: any Dialect) -> String? {
+        if let d = d as? any DigestSQLDialect { return condition(filter, d) }
+        guard filter.hash == .integer, filter.key.count == 1, let d = d as? any IntegerKeyHashDialect else { return nil }
+        guard !filter.residues.isEmpty else { return "1 = 0" }
+        return "\(integerKeyHash(filter.key[0], d)) % \(filter.modulus) IN (" + filter.residues.map(String.init).joined(separator: ", ") + ")"
     }
 
     /// A query whose rows are `bucket, rows, sum` (integers; the sum may exceed 64 bits and is

@@ -387,8 +387,10 @@ public enum DigestComputer {
     public static func digests(_ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int = 10_000) throws -> [BucketDigest] {
         let keyIndexes = try keyIndexes(request.key, in: request.columns, table: table.name)
         let types = request.columns.map(\.logicalType)
-        let reader = try connection.reader(
-            table: table, columns: request.columns, keyRange: request.filter.map { KeyRange(key: [], filter: $0) }, batchSize: batchSize)
+        // `within` goes to the reader too: an engine that computes the key hash in its SQL (SQLite,
+        // for an integer key) reads only those rows.
+        let range = request.filter == nil && request.within == nil ? nil : KeyRange(key: [], filter: request.filter, buckets: request.within)
+        let reader = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
         defer { reader.close() }
         let within = request.within.map { (modulus: $0.modulus, residues: Set($0.residues)) }
         // A first level's buckets (one per ~16 rows, at most 2^20) are counted in arrays; a finer

@@ -87,7 +87,7 @@ extension KeyRange {
     /// With no key, only the filter's ` WHERE (…)`.
     public func sqlSuffix(dialect: any Dialect, render: ([Value]) throws -> String) rethrows -> String {
         var conditions: [String] = filter.map { ["(" + $0 + ")"] } ?? []
-        if let buckets, let d = dialect as? any DigestSQLDialect { conditions.append(DigestSQL.condition(buckets, d)) }
+        if let buckets, let condition = DigestSQL.condition(buckets, in: dialect) { conditions.append(condition) }
         let lock = lockRows ? dialect.rowLockClause.map { " " + $0 } ?? "" : ""
         let tuple = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
         if !key.isEmpty, let after { conditions.append("\(tuple) > (\(try render(after)))") }
