@@ -62,4 +62,8 @@ extension PostgresDialect: DigestSQLDialect {
     public func md5HexSQL(_ text: String) -> String { serverEncodingIsUTF8 ? "md5(\(text))" : "md5(convert_to(\(text), 'UTF8'))" }
     public func hex32SQL(_ hex: String) -> String { "('x' || \(hex))::bit(32)::bigint" }
     public func hex64SQL(_ hex: String) -> String { "('x' || \(hex))::bit(64)::bigint" }
+    /// `OFFSET 0` keeps the hashes' subquery whole: flattened, the planner sorts the table's
+    /// whole rows by bucket (spilling past work_mem) and hashes them after; kept, it hashes the
+    /// rows it scans and aggregates 16-byte pairs (200,000 bench_orders rows: 550 ms → 420 ms).
+    public func computedOnce(_ select: String) -> String { select + " OFFSET 0" }
 }

@@ -27,6 +27,13 @@ public protocol DigestSQLDialect: IntegerKeyHashDialect {
     /// The 64-bit integer of an expression holding 16 hex digits, signed or unsigned (the sums
     /// are taken modulo 2^64).
     func hex64SQL(_ hex: String) -> String
+    /// `select` (each row's key hash and row hash) made a subquery the planner keeps as it is,
+    /// where grouping its flattened form would cost more. Default: `select` as it is.
+    func computedOnce(_ select: String) -> String
+}
+
+extension DigestSQLDialect {
+    public func computedOnce(_ select: String) -> String { select }
 }
 
 /// Builds the digest and bucket SQL from a `DigestSQLDialect`'s pieces.
@@ -83,7 +90,7 @@ public enum DigestSQL {
         // the subquery.
         let hashes = "SELECT \(keyHash(request.key, request.keyHash, d)) AS kh, \(d.hex64SQL("substr(\(d.md5HexSQL(rowText(request.columns, delimited: request.delimited, d))), 1, 16)")) AS rh FROM "
             + (from ?? d.quote(table)) + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
-        return "SELECT kh % \(request.modulus) AS b, COUNT(*), SUM(rh) FROM (\(hashes)) ferry_hashes GROUP BY b ORDER BY b"
+        return "SELECT kh % \(request.modulus) AS b, COUNT(*), SUM(rh) FROM (\(d.computedOnce(hashes))) ferry_hashes GROUP BY b ORDER BY b"
     }
 
     /// Parses the query's rows (text, as clients return them).
