@@ -55,6 +55,28 @@ enum SQLiteValueCodec {
         }
     }
 
+    /// True for the forms whose text is formatted (dates, times, timestamps, UUIDs).
+    static func isFormatted(_ form: Form) -> Bool {
+        switch form {
+        case .date, .time, .timestamp, .uuid: return true
+        case .integer, .double, .blob, .text, .stored: return false
+        }
+    }
+
+    /// Appends the text of row `row` of `column` (non-NULL) in a formatted `form`.
+    @inline(__always)
+    static func format(_ col: PinnedBatch.Column, row: Int, form: Form, into out: inout [UInt8]) {
+        switch form {
+        case .date: Temporal.appendDate(col.int(row), into: &out)
+        case .time(let digits): Temporal.appendTime(col.int(row), fractionDigits: digits, into: &out)
+        case .timestamp(let digits, let utc):
+            Temporal.appendTimestamp(col.int(row), fractionDigits: digits, into: &out)
+            if utc { out.append(contentsOf: utcSuffix) }
+        case .uuid: UUIDText.append(col.bytes(row), into: &out)
+        case .integer, .double, .blob, .text, .stored: break
+        }
+    }
+
     /// Binds row `row` of `column` (non-NULL) to parameter `index` in `form`. `scratch` is a
     /// reused buffer for the forms that are formatted; SQLite copies it (SQLITE_TRANSIENT).
     /// Text and blobs are bound without a copy: the batch must outlive the step.
@@ -72,22 +94,9 @@ enum SQLiteValueCodec {
             return sqlite3_bind_int64(st, index, col.int(row))
         case .double:
             return sqlite3_bind_double(st, index, col.double(row))
-        case .date:
+        case .date, .time, .timestamp, .uuid:
             scratch.removeAll(keepingCapacity: true)
-            Temporal.appendDate(col.int(row), into: &scratch)
-            return bindScratch()
-        case .time(let digits):
-            scratch.removeAll(keepingCapacity: true)
-            Temporal.appendTime(col.int(row), fractionDigits: digits, into: &scratch)
-            return bindScratch()
-        case .timestamp(let digits, let utc):
-            scratch.removeAll(keepingCapacity: true)
-            Temporal.appendTimestamp(col.int(row), fractionDigits: digits, into: &scratch)
-            if utc { scratch.append(contentsOf: utcSuffix) }
-            return bindScratch()
-        case .uuid:
-            scratch.removeAll(keepingCapacity: true)
-            UUIDText.append(col.bytes(row), into: &scratch)
+            format(col, row: row, form: form, into: &scratch)
             return bindScratch()
         case .blob:
             let b = col.bytes(row)

@@ -16,6 +16,8 @@ final class SQLiteWriter: BatchWriter {
     private let rowsPerStatement: Int
     private let columns: [Column]
     private let kinds: [SQLiteValueCodec.Form]
+    /// Per formatted column (dates, times, timestamps, UUIDs): its batch's text, bound in place.
+    private let formatted: [SQLiteFormattedColumn?]
     /// Per column: true when -0.0 would lose its sign (REAL, NUMERIC, INTEGER affinity).
     private let signedZeroLost: [Bool]
     private let table: TableName
@@ -59,6 +61,7 @@ final class SQLiteWriter: BatchWriter {
         }
         self.columns = columns
         self.kinds = columns.map { SQLiteValueCodec.Form($0, storedIn: target.column(named: $0.name)?.logicalType) }
+        self.formatted = kinds.map { SQLiteValueCodec.isFormatted($0) ? SQLiteFormattedColumn() : nil }
         self.table = table
     }
 
@@ -78,10 +81,11 @@ final class SQLiteWriter: BatchWriter {
     }
 
     private func write(pinned: PinnedBatch) throws {
-        // Dates, times, timestamps and UUIDs are formatted into one reused buffer (bound as copies).
+        // Dates, times, timestamps and UUIDs are formatted for the whole batch first, then bound
+        // in place.
         var scratch: [UInt8] = []
-        scratch.reserveCapacity(64)
         let cols = pinned.columns
+        for c in formatted.indices { formatted[c]?.fill(cols[c], count: pinned.count, form: kinds[c]) }
         var row = 0
         if let multi = multiRow {
             let st = multi.handle
@@ -144,7 +148,11 @@ final class SQLiteWriter: BatchWriter {
                             message: "-0.0 would lose its sign in a SQLite REAL column (stored as 0)"))
                     }
                 }
-                rc = SQLiteValueCodec.bind(st, idx, form: kinds[c], column: col, row: row, scratch: &scratch)
+                if let f = formatted[c] {
+                    rc = f.bind(st, idx, row: row)
+                } else {
+                    rc = SQLiteValueCodec.bind(st, idx, form: kinds[c], column: col, row: row, scratch: &scratch)
+                }
             }
             guard rc == SQLITE_OK else {
                 let message = rc == SQLITE_MISMATCH && kinds[c].isStored
