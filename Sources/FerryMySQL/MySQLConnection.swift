@@ -121,6 +121,11 @@ public final class MySQLConnection: Connection {
 
     deinit { close() }
 
+    /// The server's port, data directory and host name, and the database.
+    public func databaseIdentity() throws -> String? {
+        try query("SELECT CONCAT(@@port, '/', @@datadir, '/', @@hostname, '/', IFNULL(DATABASE(), ''))").first?.first ?? nil
+    }
+
     public func close() {
         guard !closed else { return }
         closed = true

@@ -106,6 +106,11 @@ public final class PostgresConnection: Connection {
 
     deinit { close() }
 
+    /// The server's port and start, and the database: equal only for one database of one running server.
+    public func databaseIdentity() throws -> String? {
+        try rows("SELECT current_setting('port') || '/' || pg_postmaster_start_time()::text || '/' || current_database()").first?.first ?? nil
+    }
+
     public func close() {
         guard !closed else { return }
         closed = true

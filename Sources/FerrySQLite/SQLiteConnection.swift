@@ -75,6 +75,17 @@ public final class SQLiteConnection: Connection {
 
     deinit { close() }
 
+    /// The file's device and inode (two paths to one file are one database).
+    public func databaseIdentity() throws -> String? {
+        guard endpoint.path != ":memory:" else { return nil }
+        // Through links: attributes of a link are the link's own.
+        let path = URL(fileURLWithPath: endpoint.path).resolvingSymlinksInPath().path
+        guard let attributes = try? FileManager.default.attributesOfItem(atPath: path),
+              let device = attributes[.systemNumber], let inode = attributes[.systemFileNumber]
+        else { return nil }
+        return "sqlite:\(device):\(inode)"
+    }
+
     private var closed = false
     public func close() {
         guard !closed else { return }

@@ -284,7 +284,19 @@ final class ServerCLITests: XCTestCase {
             XCTAssertEqual(v.code, 0, v.out + v.err)
             let d = try CLITests.run(CLITests.binaryURL, ["describe", url, "Album"])
             XCTAssertTrue(d.out.contains("primary key: (AlbumId)"), d.out)
+            // A table copied onto itself is refused at once (it waited for ever on its own read's lock).
+            let onto = try CLITests.run(CLITests.binaryURL, ["copy", "-q", "--mode", "replace", "--tables", "Artist", url, url])
+            XCTAssertEqual(onto.code, 2, onto.err)
+            XCTAssertTrue(onto.err.contains("Artist would be copied onto itself"), onto.err)
+            XCTAssertEqual(try CLITests.run(CLITests.binaryURL, ["copy", "-q", "--mode", "replace", "--tables", "Artist", url, "sqlite:" + back]).code, 0)
         }
+        // Two paths to one SQLite file (a link) are one database.
+        let copy = folder.path("self.db")
+        try FileManager.default.copyItem(atPath: chinook, toPath: copy)
+        try FileManager.default.createSymbolicLink(atPath: folder.path("alias.db"), withDestinationPath: copy)
+        let onto = try CLITests.run(CLITests.binaryURL, ["copy", "-q", "--mode", "replace", "--tables", "Artist", "sqlite:" + copy, "sqlite:" + folder.path("alias.db")])
+        XCTAssertEqual(onto.code, 2, onto.err)
+        XCTAssertTrue(onto.err.contains("are the same database"), onto.err)
     }
 }
 

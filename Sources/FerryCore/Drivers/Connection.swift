@@ -140,6 +140,12 @@ public protocol Connection: AnyObject {
     /// What this connection can do: everything for the built-in engines; for the protocol's
     /// client, what the service or plugin declared. Planners refuse work that needs more.
     var capabilities: Capabilities { get }
+
+    /// Text equal for two connections to the same database (a SQLite file's device and inode;
+    /// a server's address, port, data directory or start, and database), so that a copy of a
+    /// table onto itself is refused instead of waiting on its own lock. Nil where unknown (the
+    /// default).
+    func databaseIdentity() throws -> String?
 }
 
 extension Connection {
@@ -173,6 +179,7 @@ extension Connection {
     public func addDeferredKeys(_ table: PlannedTable) throws {}
 
     public var capabilities: Capabilities { .all }
+    public func databaseIdentity() throws -> String? { nil }
     public func beginSnapshot() throws { try begin() }
     public func exportSnapshot() throws -> String? { nil }
     public func beginSnapshot(importing id: String) throws { try beginSnapshot() }

@@ -34,8 +34,15 @@ extension CopyEngine {
         for name in chosen { described[name] = try source.describe(name) }
         let keyWidths = options.foreignKeys && target.dialect.foreignKeysNeedEqualTypes
             ? Self.foreignKeyIntegerWidths(described, chosen: chosen) : [:]
+        // The same database on both sides: a table must not be copied onto itself (the read's
+        // snapshot would hold a lock the write waits for, for ever).
+        let sameDatabase = try source.databaseIdentity().map { id in try target.databaseIdentity() == id } ?? false
         for name in chosen {
             guard let schema = described[name] else { continue }
+            if sameDatabase && (name.schema ?? source.defaultSchema) == target.defaultSchema {
+                throw FerryError.invalidOption(
+                    "\(name) would be copied onto itself: \(source.endpoint.redacted) and \(target.endpoint.redacted) are the same database; copy into another database or SQLite file")
+            }
             var resolved = try options.casts.resolve(schema, target: target.dialect)
             usedRules.formUnion(resolved.usedRules)
             // Both ends of a foreign key get one integer type where the target needs it (MySQL).
