@@ -195,7 +195,7 @@ extension Ferry {
                 let foreignKeys = summary.tables.reduce(0) { $0 + $1.foreignKeys }
                 var objects = indexes + foreignKeys > 0 ? ", \(indexes) indexes, \(foreignKeys) foreign keys" : ""
                 if summary.mode.isKeyed {
-                    let c = summary.tables.compactMap(\.counts).reduce(MergeCounts(), +)
+                    let c = summary.tables.filter { $0.status == .ok }.compactMap(\.counts).reduce(MergeCounts(), +)
                     objects += summary.mode == .mirror
                         ? " (\(c.inserted) inserted, \(c.updated) updated, \(c.deleted) deleted, \(c.unchanged) unchanged)"
                         : " (\(c.inserted) inserted, \(c.updated) updated, \(c.unchanged) unchanged)"

@@ -118,6 +118,9 @@ final class XMLServiceTests: XCTestCase {
         // Append of duplicate keys fails whole and leaves no staging table behind.
         let dup = try harness.copy(src, writer, mode: .append, tables: ["Genre"])
         XCTAssertFalse(dup.ok)
+        // It failed at its commit, after its rows were sent: none of them counts as copied.
+        XCTAssertEqual(dup.tables.first?.rows, 25)
+        XCTAssertEqual(dup.totalRows, 0)
         XCTAssertEqual(try served.countRows(TableName("Genre")), 25)
         XCTAssertFalse(try served.listTables().contains { $0.name.name.hasPrefix("_ferry_") })
         let replaced = try harness.copy(src, writer, mode: .replace, tables: ["Genre"])

@@ -54,7 +54,9 @@ public struct CopySummary: Sendable, Codable {
     public var jobs: Int = 1
 
     public var ok: Bool { tables.allSatisfy { $0.status == .ok } }
-    public var totalRows: Int64 { tables.reduce(0) { $0 + $1.rows } }
+    /// Rows of the tables that were copied: a failed or cancelled table committed none, whatever
+    /// it had sent before it failed (through the service, a table can fail at its commit).
+    public var totalRows: Int64 { tables.filter { $0.status == .ok }.reduce(0) { $0 + $1.rows } }
 }
 
 /// A problem at one row of a batch, raised by a writer; the engine names the row by its key.
