@@ -192,7 +192,14 @@ public final class MySQLConnection: Connection {
     }
     public func unfreezeWrites() throws { try execute("UNLOCK TABLES") }
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
-        try DigestSQL.digests(try query(DigestSQL.query(table.name, request, myDialect)), table: table.name)
+        var d = myDialect
+        let schema = schemaOf(table.name)
+        d.utf8Columns = Set(try query(
+            """
+            SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = \(lit(schema)) AND TABLE_NAME = \(lit(table.name.name))
+            AND CHARACTER_SET_NAME IN ('utf8mb4', 'utf8mb3', 'utf8', 'ascii')
+            """).compactMap { $0.first ?? nil })
+        return try DigestSQL.digests(try query(DigestSQL.query(table.name, request, d)), table: table.name)
     }
     public func commit() throws {
         try execute("COMMIT")
