@@ -146,22 +146,27 @@ public final class MySQLConnection: Connection {
 
     /// Runs a query and returns every row as text (NULL as nil). For catalog queries.
     func query(_ sql: String) throws -> [[String?]] {
+        var rows: [[String?]] = []
+        try forEachRow(sql) { rows.append($0) }
+        return rows
+    }
+
+    /// Runs a query and hands its rows to `body` one at a time (as text, NULL as nil).
+    func forEachRow(_ sql: String, _ body: ([String?]) throws -> Void) throws {
         let rc = sql.withCString { mysql_real_query(mysql, $0, UInt(strlen($0))) }
         guard rc == 0 else { throw error(sql: sql) }
         guard let result = MySQLResult(storing: mysql) else {
-            if mysql_field_count(mysql) == 0 { return [] }
+            if mysql_field_count(mysql) == 0 { return }
             throw error(sql: sql)
         }
         let n = result.fieldCount
-        var rows: [[String?]] = []
         while let row = result.fetchRow() {
             let lengths = result.lengths()
-            rows.append((0..<n).map { i in
+            try body((0..<n).map { i in
                 guard let p = row[i], let lengths else { return nil }
                 return String(decoding: UnsafeRawBufferPointer(start: p, count: Int(lengths[i])), as: UTF8.self)
             })
         }
-        return rows
     }
 
     /// A string literal (quoted and escaped) for catalog queries.
@@ -199,7 +204,9 @@ public final class MySQLConnection: Connection {
             SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = \(lit(schema)) AND TABLE_NAME = \(lit(table.name.name))
             AND CHARACTER_SET_NAME IN ('utf8mb4', 'utf8mb3', 'utf8', 'ascii')
             """).compactMap { $0.first ?? nil })
-        return try DigestSQL.digests(try query(DigestSQL.query(table.name, request, d)), table: table.name)
+        var out: [BucketDigest] = []
+        try forEachRow(DigestSQL.query(table.name, request, d)) { out.append(try DigestSQL.digest($0, table: table.name)) }
+        return out
     }
     public func commit() throws {
         try execute("COMMIT")

@@ -197,7 +197,11 @@ public final class PostgresConnection: Connection {
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
         try guardedRead {
             let from = (try readsWithOnly(table.name) ? "ONLY " : "") + pgDialect.quote(table.name)
-            return try DigestSQL.digests(try rows(DigestSQL.query(table.name, request, pgDialect, from: from)), table: table.name)
+            let r = try query(DigestSQL.query(table.name, request, pgDialect, from: from))
+            var out: [BucketDigest] = []
+            out.reserveCapacity(r.count)
+            for i in 0..<r.count { out.append(try DigestSQL.digest([r.value(i, 0), r.value(i, 1), r.value(i, 2)], table: table.name)) }
+            return out
         }
     }
     public func commit() throws {

@@ -93,16 +93,15 @@ public enum DigestSQL {
         return "SELECT kh % \(request.modulus) AS b, COUNT(*), SUM(rh) FROM (\(d.computedOnce(hashes))) ferry_hashes GROUP BY b ORDER BY b"
     }
 
-    /// Parses the query's rows (text, as clients return them).
-    public static func digests(_ rows: [[String?]], table: TableName) throws -> [BucketDigest] {
-        try rows.map { r in
-            guard r.count == 3, let b = r[0].flatMap({ Int64($0) }), let n = r[1].flatMap({ Int64($0) }),
-                let sum = r[2].flatMap({ wrappingInteger($0) })
-            else {
-                throw FerryError.copyFailed(table: table, endpoint: "", reason: "the range digest query returned \(r.map { $0 ?? "NULL" })")
-            }
-            return BucketDigest(bucket: b, rows: n, sum0: sum, sum1: 0)
+    /// Parses one row of the query (a client hands rows over one at a time: a level's answer can
+    /// hold a few hundred thousand buckets, not to be kept twice).
+    public static func digest(_ r: [String?], table: TableName) throws -> BucketDigest {
+        guard r.count == 3, let b = r[0].flatMap({ Int64($0) }), let n = r[1].flatMap({ Int64($0) }),
+            let sum = r[2].flatMap({ wrappingInteger($0) })
+        else {
+            throw FerryError.copyFailed(table: table, endpoint: "", reason: "the range digest query returned \(r.map { $0 ?? "NULL" })")
         }
+        return BucketDigest(bucket: b, rows: n, sum0: sum, sum1: 0)
     }
 
     /// A decimal integer of any length (`-`, digits, an optional `.000…` as some engines print a

@@ -94,10 +94,35 @@ public enum RangeDiff {
                 out.targetRows = t.reduce(0) { $0 + $1.rows }
                 try firstLevel(out.sourceRows, out.targetRows)
             }
-            let theirs = Dictionary(t.map { ($0.bucket, $0) }, uniquingKeysWith: { a, _ in a })
-            let ours = Dictionary(s.map { ($0.bucket, $0) }, uniquingKeysWith: { a, _ in a })
-            let differing = Array(Set(ours.keys).union(theirs.keys).filter { ours[$0] != theirs[$0] }).sorted()
-            let levelUnchanged = s.reduce(0) { $0 + (theirs[$1.bucket] == $1 ? $1.rows : 0) }
+            // Both lists in bucket order, walked side by side (a level's answer can hold a few
+            // hundred thousand buckets: no dictionaries of them).
+            let ours = s.isSorted ? s : s.sorted { $0.bucket < $1.bucket }
+            let theirs = t.isSorted ? t : t.sorted { $0.bucket < $1.bucket }
+            var differing: [Int64] = []
+            var levelUnchanged: Int64 = 0, oursInDiffering: Int64 = 0, theirsInDiffering: Int64 = 0
+            var i = 0, j = 0
+            while i < ours.count || j < theirs.count {
+                let a = i < ours.count ? ours[i] : nil, b = j < theirs.count ? theirs[j] : nil
+                if let a, let b, a.bucket == b.bucket {
+                    if a == b {
+                        levelUnchanged += a.rows
+                    } else {
+                        differing.append(a.bucket)
+                        oursInDiffering += a.rows
+                        theirsInDiffering += b.rows
+                    }
+                    i += 1
+                    j += 1
+                } else if let a, b.map({ a.bucket < $0.bucket }) ?? true {
+                    differing.append(a.bucket)
+                    oursInDiffering += a.rows
+                    i += 1
+                } else if let b {
+                    differing.append(b.bucket)
+                    theirsInDiffering += b.rows
+                    j += 1
+                }
+            }
             if differing.count > maxBuckets {
                 // Too many buckets to name in one filter: read the previous level's buckets
                 // (fewer, larger), or everything at the first level. Rows of this level's equal
@@ -111,12 +136,11 @@ public enum RangeDiff {
                 out.buckets = (modulus, [])
                 return out
             }
-            let rowsInDiffering = max(
-                differing.reduce(0) { $0 + (ours[$1]?.rows ?? 0) }, differing.reduce(0) { $0 + (theirs[$1]?.rows ?? 0) })
+            let rowsInDiffering = max(oursInDiffering, theirsInDiffering)
             // Small enough to read (a few rows per bucket, or a twentieth of the table), or as
             // fine as the 32-bit key hash goes.
             let total = max(out.sourceRows, out.targetRows)
-            report(differing.reduce(0) { $0 + (ours[$1]?.rows ?? 0) })
+            report(oursInDiffering)
             if rowsInDiffering <= 8 * Int64(differing.count) || rowsInDiffering <= total / 20 || modulus * fanout > 1 << 31
                 || out.levels >= 6
             {
@@ -127,4 +151,9 @@ public enum RangeDiff {
             modulus *= fanout
         }
     }
+}
+
+extension Array where Element == BucketDigest {
+    /// True when the buckets ascend (as every digest query orders them).
+    var isSorted: Bool { zip(self, dropFirst()).allSatisfy { $0.bucket < $1.bucket } }
 }
