@@ -115,6 +115,14 @@ public final class HTTPConnection: Connection {
         if keyRange?.keys != nil {
             throw FerryError.invalidOption("the XML service reads by key range or key-hash bucket, not by a list of keys")
         }
+        if let buckets = keyRange?.buckets, !capabilities.contains(.digests), var plain = keyRange {
+            // A peer without the digests' second form hashes keys otherwise, or not at all: its
+            // rows are read as they come (bounds and all, where it pages by key) and filtered here.
+            plain.buckets = nil
+            plain.limit = nil  // a limit counts the rows that pass the filter
+            let inner = try reader(table: table, columns: columns, keyRange: plain.after == nil && plain.upTo == nil && !plain.descending ? nil : plain, batchSize: batchSize)
+            return try BucketFilteringReader(inner, columns: columns, filter: buckets, table: table.name, limit: keyRange?.limit)
+        }
         if let range = keyRange, !range.key.isEmpty, range.key != (table.preferredKey?.columns ?? []) {
             throw FerryError.invalidOption("the XML service pages by the table's key (\((table.preferredKey?.columns ?? []).joined(separator: ", "))), not by \(range.key.joined(separator: ", "))")
         }
@@ -132,12 +140,6 @@ public final class HTTPConnection: Connection {
         guard let buckets = keyRange?.buckets else {
             return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
                                   after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit, descending: keyRange?.descending ?? false)
-        }
-        guard capabilities.contains(.digests) else {
-            // A peer of the digests' first form hashes keys otherwise: its rows are filtered here.
-            let inner = try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
-                                       after: keyRange?.after, upTo: keyRange?.upTo, limit: nil, descending: false)
-            return try BucketFilteringReader(inner, columns: columns, filter: buckets, table: table.name, limit: keyRange?.limit)
         }
         // Bucket filters travel as query parameters, a bounded number of buckets per walk: the
         // service filters next to its data, one walk after the other.
