@@ -33,17 +33,7 @@ extension RowsStreamCore {
                 tag.selfClosing = true
                 return tag
             }
-            let nameStart = c.i
-            while c.i < c.end, c.p[c.i] != 61, c.p[c.i] != 32, c.p[c.i] != 62, c.p[c.i] != 47, c.p[c.i] != 9, c.p[c.i] != 10, c.p[c.i] != 13 { c.i += 1 }
-            _ = try c.byte("unterminated tag")
-            guard c.i > nameStart else { throw error("expected an attribute name", c) }
-            let name = UnsafeBufferPointer(rebasing: c.p[nameStart..<c.i])
-            c.skipSpace()
-            guard try c.eat("=") else { throw error("expected = after an attribute name", c) }
-            c.skipSpace()
-            let quote = try c.byte("unterminated tag")
-            guard quote == 34 || quote == 39 else { throw error("expected a quoted attribute value", c) }
-            c.i += 1
+            let (name, quote) = try attributeStart(&c)
             // Most values are a few plain bytes: compared where they are.
             var k = c.i
             while k < c.end, c.p[k] != quote, c.p[k] != 38, c.p[k] != 60, c.p[k] >= 32 { k += 1 }
@@ -108,6 +98,23 @@ extension RowsStreamCore {
         return true
     }
 
+    /// An attribute's name, `=` and opening quote (the cursor left after the quote): the name's
+    /// bytes where they are, and the quote that ends the value.
+    func attributeStart(_ c: inout Cursor) throws -> (name: UnsafeBufferPointer<UInt8>, quote: UInt8) {
+        let nameStart = c.i
+        while c.i < c.end, c.p[c.i] != 61, c.p[c.i] != 32, c.p[c.i] != 62, c.p[c.i] != 47, c.p[c.i] != 9, c.p[c.i] != 10, c.p[c.i] != 13 { c.i += 1 }
+        _ = try c.byte("unterminated tag")
+        guard c.i > nameStart else { throw error("expected an attribute name", c) }
+        let name = UnsafeBufferPointer(rebasing: c.p[nameStart..<c.i])
+        c.skipSpace()
+        guard try c.eat("=") else { throw error("expected = after attribute \(String(decoding: name, as: UTF8.self))", c) }
+        c.skipSpace()
+        let quote = try c.byte("unterminated tag")
+        guard quote == 34 || quote == 39 else { throw error("expected a quoted value for attribute \(String(decoding: name, as: UTF8.self))", c) }
+        c.i += 1
+        return (name, quote)
+    }
+
     /// Attributes up to `>` or `/>` (the tag must be complete in the bytes).
     func attributes(_ c: inout Cursor) throws -> ([String: String], Bool) {
         var attrs: [String: String] = [:]
@@ -119,17 +126,8 @@ extension RowsStreamCore {
                 return (attrs, false)
             }
             if try c.eat("/>") { return (attrs, true) }
-            let nameStart = c.i
-            while c.i < c.end, c.p[c.i] != 61, c.p[c.i] != 32, c.p[c.i] != 62, c.p[c.i] != 47, c.p[c.i] != 9, c.p[c.i] != 10, c.p[c.i] != 13 { c.i += 1 }
-            _ = try c.byte("unterminated tag")
-            guard c.i > nameStart else { throw error("expected an attribute name", c) }
-            let name = String(decoding: UnsafeBufferPointer(rebasing: c.p[nameStart..<c.i]), as: UTF8.self)
-            c.skipSpace()
-            guard try c.eat("=") else { throw error("expected = after attribute \(name)", c) }
-            c.skipSpace()
-            let quote = try c.byte("unterminated tag")
-            guard quote == 34 || quote == 39 else { throw error("expected a quoted value for attribute \(name)", c) }
-            c.i += 1
+            let (nameBytes, quote) = try attributeStart(&c)
+            let name = String(decoding: nameBytes, as: UTF8.self)
             var v: [UInt8] = []
             try Self.attributeText(&c, quote: quote, into: &v)
             guard attrs[name] == nil else { throw error("attribute \(name) given twice", c) }

@@ -13,8 +13,6 @@ import Foundation
 /// compute without measuring the text. Each field ends where the column says, so different
 /// rows never have the same text. A key's text (the MD5 key hash) always uses the first form.
 public enum CanonicalText {
-    static let hex: [UInt8] = Array("0123456789abcdef".utf8)
-
     /// True for types whose text never holds a comma and is never empty, so that a field can be
     /// the text and a comma.
     public static func isDelimited(_ type: borrowing LogicalType) -> Bool {
@@ -110,13 +108,7 @@ public enum CanonicalText {
             columns[c].withUnsafeArena { appendHex(UnsafeRawBufferPointer(rebasing: $0[range]), into: &out) }
         case .uuid:
             let range = columns[c].range(row)
-            columns[c].withUnsafeArena { bytes in
-                for (i, b) in UnsafeRawBufferPointer(rebasing: bytes[range]).enumerated() {
-                    if i == 4 || i == 6 || i == 8 || i == 10 { out.append(UInt8(ascii: "-")) }
-                    out.append(hex[Int(b >> 4)])
-                    out.append(hex[Int(b & 15)])
-                }
-            }
+            columns[c].withUnsafeArena { UUIDText.append(UnsafeRawBufferPointer(rebasing: $0[range]), into: &out) }
         case .text, .json, .enumeration, .unsupported:
             let range = columns[c].range(row)
             columns[c].withUnsafeArena { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[range])) }

@@ -65,8 +65,7 @@ public enum DigestSQL {
 
     /// `<key hash> % modulus IN (…)` for a bucket filter.
     public static func condition(_ filter: BucketFilter, _ d: any DigestSQLDialect) -> String {
-        guard !filter.residues.isEmpty else { return "1 = 0" }
-        return "\(keyHash(filter.key, filter.hash, d)) % \(filter.modulus) IN (" + filter.residues.map(String.init).joined(separator: ", ") + ")"
+        condition(filter, hash: keyHash(filter.key, filter.hash, d))
     }
 
     /// The bucket filter in `d`'s SQL, when it can compute the filter's key hash; else nil
@@ -74,8 +73,12 @@ public enum DigestSQL {
     public static func condition(_ filter: BucketFilter, in d: any Dialect) -> String? {
         if let d = d as? any DigestSQLDialect { return condition(filter, d) }
         guard filter.hash == .integer, filter.key.count == 1, let d = d as? any IntegerKeyHashDialect else { return nil }
+        return condition(filter, hash: integerKeyHash(filter.key[0], d))
+    }
+
+    private static func condition(_ filter: BucketFilter, hash: String) -> String {
         guard !filter.residues.isEmpty else { return "1 = 0" }
-        return "\(integerKeyHash(filter.key[0], d)) % \(filter.modulus) IN (" + filter.residues.map(String.init).joined(separator: ", ") + ")"
+        return "\(hash) % \(filter.modulus) IN (" + filter.residues.map(String.init).joined(separator: ", ") + ")"
     }
 
     /// A query whose rows are `bucket, rows, sum` (integers; the sum may exceed 64 bits and is

@@ -113,9 +113,10 @@ public enum DigestComputer {
     @inline(__always)
     static func keyHash(_ batch: RowBatch, row: Int, types: [LogicalType], keyIndexes: [Int], hash: KeyHash, scratch: inout [UInt8]) -> Int64 {
         if hash == .integer, keyIndexes.count == 1 {
-            let column = batch.columns[keyIndexes[0]]
-            // A NULL key (never in a key column) hashes as 0.
-            return column.isNull(row) ? 0 : KeyHash.integer(column.ints[row])
+            // Through the array: a ColumnBuffer taken out of it is copied per row. A NULL key
+            // (never in a key column) hashes as 0.
+            let k = keyIndexes[0]
+            return batch.columns[k].isNull(row) ? 0 : KeyHash.integer(batch.columns[k].ints[row])
         }
         scratch.removeAll(keepingCapacity: true)
         CanonicalText.appendFields(batch, row: row, at: keyIndexes, types: types, into: &scratch)
@@ -158,15 +159,15 @@ public enum DigestComputer {
     public static func digests(_ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int = 10_000) throws -> [BucketDigest] {
         let keyIndexes = try keyIndexes(request.key, in: request.columns, table: table.name)
         let types = request.columns.map(\.logicalType)
-        // `within` goes to the reader too: an engine that computes the key hash in its SQL (SQLite,
-        // for an integer key) reads only those rows.
+        // `within` goes to the reader, which passes only those rows: an engine that computes the
+        // key hash in its SQL (SQLite, for an integer key) reads only them, others filter in
+        // Ferry (`BucketFilteringReader`).
         let range = request.filter == nil && request.within == nil ? nil : KeyRange(key: [], filter: request.filter, buckets: request.within)
         let reader = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
         defer { reader.close() }
-        let within = request.within.map { (modulus: $0.modulus, residues: Set($0.residues)) }
         // A first level's buckets (one per ~16 rows, at most 2^20) are counted in arrays; a finer
         // level's, spread over up to 2^31, in a dictionary.
-        let dense = within == nil && request.modulus <= 1 << 20
+        let dense = request.within == nil && request.modulus <= 1 << 20
         var counts = [Int64](repeating: 0, count: dense ? Int(request.modulus) : 0)
         var sums = counts
         var sparse: [Int64: BucketDigest] = [:]
@@ -178,7 +179,6 @@ public enum DigestComputer {
         while let batch = try reader.next() {
             for row in 0..<batch.count {
                 let k = keyHash(batch, row: row, types: types, keyIndexes: keyIndexes, hash: hash, scratch: &scratch)
-                if let within, !within.residues.contains(k % within.modulus) { continue }
                 let r = rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
                 let b = k % request.modulus
                 if dense {
