@@ -64,6 +64,11 @@ extension SQLiteConnection {
     }
 
     public func describe(_ table: TableName) throws -> TableSchema {
+        try describe(table, rowEstimate: true)
+    }
+
+    /// The row estimate is an exact count: a scan of the table's smallest b-tree.
+    public func describe(_ table: TableName, rowEstimate: Bool) throws -> TableSchema {
         let schema = schemaName(table)
         let sqlSt = try prepare(
             "SELECT sql FROM \(dialect.quote(schema)).sqlite_schema WHERE type = 'table' AND name = ?1")
@@ -148,7 +153,7 @@ extension SQLiteConnection {
         }
         var described = TableSchema(
             name: table, engine: .sqlite, columns: columns, primaryKey: primaryKey, uniqueKeys: uniqueKeys,
-            rowEstimate: try countRows(table))
+            rowEstimate: rowEstimate ? try countRows(table) : nil)
         described.indexes = secondary
         described.foreignKeys = try foreignKeys(table)
         described.checks = Self.checks(in: createSQL)

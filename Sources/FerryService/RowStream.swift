@@ -35,7 +35,7 @@ final class RowStream {
         let c = lease.connection
         do {
             let table = try service.served(name, in: c)
-            let schema = try c.describe(table)
+            let schema = try c.describe(table, rowEstimate: false)
             var columns = try wanted.isEmpty ? schema.columns : wanted.map { w in
                 guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: table, column: w) }
                 return col

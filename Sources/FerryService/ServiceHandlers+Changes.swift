@@ -16,7 +16,7 @@ extension ServiceHandlers {
             let c = try open(write: true)
             defer { c.close() }
             let t = try served(name, in: c)
-            let schema = try c.describe(t)
+            let schema = try c.describe(t, rowEstimate: false)
             let columns = try (wanted.isEmpty ? schema.columns.filter { $0.logicalType.isSupported && !$0.generated } : wanted.map { w in
                 guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: t, column: w) }
                 return col
@@ -54,7 +54,7 @@ extension ServiceHandlers {
             let c = try open(write: true)
             defer { c.close() }
             let t = try served(name, in: c)
-            try Self.transaction(c) { try c.resetSerial(t, schema: try c.describe(t)) }
+            try Self.transaction(c) { try c.resetSerial(t, schema: try c.describe(t, rowEstimate: false)) }
         }
         return .xml(XMLDocuments.applied([("reset", 1)]))
     }

@@ -24,7 +24,7 @@ extension ServiceHandlers {
             let lease = try read(snapshot: snapshot)
             defer { lease.release() }
             let c = lease.connection
-            let schema = try c.describe(try served(name, in: c))
+            let schema = try c.describe(try served(name, in: c), rowEstimate: false)
             let hash = try Self.keyHashParameter(hashText, table: name)
             func columns(_ names: [String]) throws -> [Column] {
                 try names.map { n in

@@ -34,7 +34,7 @@ extension ServiceHandlers {
             let t = try served(name, in: c)
             // A foreign key may only reference a table this service serves.
             for fk in objects.foreignKeys { try mayReference(fk.referencedTable) }
-            var schema = try c.describe(t)
+            var schema = try c.describe(t, rowEstimate: false)
             schema.indexes = indexes ? objects.indexes : []
             schema.foreignKeys = indexes ? [] : objects.foreignKeys
             schema = RequestSchema.sanitized(schema)

@@ -15,7 +15,7 @@ extension ServiceHandlers {
             let push = try PushDocument.decode(data) { name, names in
                 let t = try served(name, in: c)
                 guard !Self.isStaging(t) else { throw ServiceError.notFound(t) }
-                let schema = try c.describe(t)
+                let schema = try c.describe(t, rowEstimate: false)
                 return try names.map { n in
                     guard let col = schema.column(named: n), col.logicalType.isSupported, !col.generated else {
                         throw FerryError.columnNotFound(table: t, column: n)

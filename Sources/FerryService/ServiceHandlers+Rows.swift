@@ -82,7 +82,7 @@ extension ServiceHandlers {
             let c = try open(write: true)
             defer { c.close() }
             let t = try served(name, in: c)
-            let schema = try c.describe(t)
+            let schema = try c.describe(t, rowEstimate: false)
             let columns = try (wanted.isEmpty ? schema.columns : wanted.map { w in
                 guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: t, column: w) }
                 return col

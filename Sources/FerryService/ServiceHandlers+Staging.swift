@@ -24,8 +24,8 @@ extension ServiceHandlers {
             defer { r.close() }
             let from = try served(stagingTable, in: c)
             let to = try served(into, in: c)
-            let schema = try c.describe(from)
-            let target = try c.describe(to)
+            let schema = try c.describe(from, rowEstimate: false)
+            let target = try c.describe(to, rowEstimate: false)
             return try Self.transaction(c) {
                 let columns = movedColumns(schema.columns)
                 let reader = try r.reader(table: schema, columns: columns, keyRange: nil, batchSize: 10_000)
@@ -91,7 +91,7 @@ extension ServiceHandlers {
             let r = try open(write: false)
             defer { r.close() }
             let t = try served(name, in: c)
-            let schema = try c.describe(t)
+            let schema = try c.describe(t, rowEstimate: false)
             let key = keyNames.isEmpty ? (schema.preferredKey?.columns ?? []) : keyNames
             guard !key.isEmpty else { throw FerryError.noKey(table: t) }
             for k in key where schema.column(named: k) == nil { throw FerryError.columnNotFound(table: t, column: k) }
@@ -101,7 +101,7 @@ extension ServiceHandlers {
                     throw ServiceError.badRequest("\(staging) is not a staging table (\(CopyEngine.internalPrefix)…)", table: name.description)
                 }
                 try self.staging.check(staging, principal, doing: "apply")
-                return try c.describe(staging)
+                return try c.describe(staging, rowEstimate: false)
             } }
             /// Every batch of a staging table, read on `r`; a refused row named by its key.
             func each(_ staging: TableSchema, _ body: (RowBatch, [Column]) throws -> Void) throws {

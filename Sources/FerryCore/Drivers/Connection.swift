@@ -19,6 +19,11 @@ public protocol Connection: AnyObject {
     func countRows(_ table: TableName) throws -> Int64
     /// Columns, types, keys, serial columns and a row estimate. Throws `FerryError.tableNotFound`.
     func describe(_ table: TableName) throws -> TableSchema
+    /// `describe`, with the row estimate only when `rowEstimate` is true: where the estimate
+    /// costs a scan of the table (SQLite counts its rows), a caller that never shows it (the
+    /// service describes the table on every page and every pushed batch) asks without.
+    /// Default: `describe`.
+    func describe(_ table: TableName, rowEstimate: Bool) throws -> TableSchema
     func tableExists(_ table: TableName) throws -> Bool
 
     /// A reader over `columns` of `table` (a subset of its schema's columns, in that order),
@@ -149,6 +154,10 @@ public protocol Connection: AnyObject {
 }
 
 extension Connection {
+    public func describe(_ table: TableName, rowEstimate: Bool) throws -> TableSchema {
+        try describe(table)
+    }
+
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
         try DigestComputer.digests(self, table: table, request: request)
     }
