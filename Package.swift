@@ -31,6 +31,10 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.20.0", traits: []),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
+        // The http(s) driver's transport on Linux (URLSession on Apple platforms).
+        .package(url: "https://github.com/swift-server/async-http-client", from: "1.26.0"),
+        .package(url: "https://github.com/apple/swift-nio", from: "2.80.0"),
+        .package(url: "https://github.com/apple/swift-nio-extras", from: "1.26.0"),
         // Driver plugins: child processes (Linux and macOS; never in FerryKit's iOS build).
         .package(url: "https://github.com/swiftlang/swift-subprocess", from: "1.0.0"),
         .package(url: "https://github.com/apple/swift-system", from: "1.5.0"),
@@ -62,6 +66,18 @@ let package = Package(
         .target(name: "FerryMySQL", dependencies: ["FerryCore", "CMariaDB"]),
         // The XML wire format (shared by the service and its client).
         .target(name: "FerryXML", dependencies: ["FerryCore"]),
+        // `HTTPDriver.standard`: the http(s) driver on the platform's transport — async-http-client
+        // on Linux, URLSession elsewhere (kept out of FerryXML, which plugins link).
+        .target(
+            name: "FerryHTTPClient",
+            dependencies: [
+                "FerryCore", "FerryXML",
+                .product(name: "AsyncHTTPClient", package: "async-http-client", condition: .when(platforms: [.linux])),
+                .product(name: "NIOCore", package: "swift-nio", condition: .when(platforms: [.linux])),
+                .product(name: "NIOPosix", package: "swift-nio", condition: .when(platforms: [.linux])),
+                .product(name: "NIOHTTP1", package: "swift-nio", condition: .when(platforms: [.linux])),
+                .product(name: "NIOHTTPCompression", package: "swift-nio-extras", condition: .when(platforms: [.linux])),
+            ]),
         // The protocol's handlers, free of any transport (no web server, NIO or TLS): served over
         // HTTP by FerryServer and over a pipe by FerryPluginKit.
         .target(
@@ -106,7 +122,7 @@ let package = Package(
         .target(
             name: "FerryKit",
             dependencies: [
-                "FerryCore", "FerrySQLite", "FerryXML",
+                "FerryCore", "FerrySQLite", "FerryXML", "FerryHTTPClient",
                 .target(name: "FerryPostgres", condition: .when(platforms: [.linux, .macOS])),
                 .target(name: "FerryMySQL", condition: .when(platforms: [.linux, .macOS])),
             ]),
@@ -150,12 +166,12 @@ let package = Package(
         // runner: `swift build -c release --product ferry-sync-model` builds no server.
         .target(
             name: "FerrySyncModel",
-            dependencies: ["FerrySync", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryDriverTestKit", "FerryCore"],
+            dependencies: ["FerrySync", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryHTTPClient", "FerryDriverTestKit", "FerryCore"],
             path: "Tests/FerrySyncModel"),
         .executableTarget(name: "ferry-sync-model", dependencies: ["FerrySyncModel"], path: "Tests/SyncModelRunner"),
         .testTarget(
             name: "FerryServerTests",
-            dependencies: ["FerryServer", "FerryXML", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore", "FerrySync", "FerrySyncModel"]),
+            dependencies: ["FerryServer", "FerryXML", "FerryHTTPClient", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore", "FerrySync", "FerrySyncModel"]),
         .testTarget(
             name: "FerryPluginTests",
             dependencies: [

@@ -1,6 +1,7 @@
 @_exported import FerryCore
 import FerrySQLite
 import FerryXML
+import FerryHTTPClient
 import Foundation
 #if canImport(FerryPostgres)
 import FerryPostgres
@@ -38,7 +39,7 @@ public enum Ferry {
         #if canImport(FerryMySQL)
         all.append(MySQLDriver())
         #endif
-        all.append(HTTPDriver())
+        all.append(HTTPDriver.standard)
         return DriverRegistry(all)
     }
 

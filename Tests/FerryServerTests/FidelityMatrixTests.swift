@@ -4,6 +4,7 @@ import FerryMySQL
 import FerryPostgres
 import FerrySQLite
 import FerryServer
+import FerryHTTPClient
 import FerryXML
 import Foundation
 import XCTest
@@ -14,7 +15,7 @@ import XCTest
 /// each trip under the source's logical types; values a target cannot hold must fail with an
 /// error naming table, column and key, and go through once a cast allows the change.
 final class FidelityMatrixTests: XCTestCase {
-    static let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+    static let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver.standard]
     let harness = CopyHarness(FidelityMatrixTests.drivers)
     let table = TableName("ferry_types")
 

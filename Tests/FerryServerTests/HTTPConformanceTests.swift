@@ -1,6 +1,7 @@
 import FerryCore
 import FerryDriverTestKit
 import FerrySQLite
+import FerryHTTPClient
 import FerryXML
 import Foundation
 import XCTest
@@ -28,7 +29,7 @@ final class HTTPConformanceTests: XCTestCase {
         let kit = DriverConformance(options: options) {
             guard used < urls.count else { throw ConformanceFailure("the test started \(urls.count) services; the kit asked for more") }
             used += 1
-            return try HTTPDriver().connect(Endpoint(parsing: urls[used - 1]), role: .target)
+            return try HTTPDriver.standard.connect(Endpoint(parsing: urls[used - 1]), role: .target)
         }
         for check in kit.checks {
             do { try check.run() } catch { XCTFail("\(check.name): \(error)") }

@@ -3,6 +3,7 @@ import FerryDriverTestKit
 import FerryMySQL
 import FerryPostgres
 import FerrySQLite
+import FerryHTTPClient
 import FerryXML
 import Foundation
 import XCTest
@@ -12,7 +13,7 @@ import XCTest
 /// more than two batches; the counts match the differences exactly, a second run changes
 /// nothing, and a row the target refuses leaves it as it was.
 final class KeyedModesTests: XCTestCase {
-    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver.standard]
 
     static let items = TableSchema(
         name: TableName("keyed_items"), engine: .sqlite,

@@ -3,6 +3,7 @@ import FerryDriverTestKit
 import FerryMySQL
 import FerryPostgres
 import FerrySQLite
+import FerryHTTPClient
 import FerryXML
 import Foundation
 import XCTest
@@ -12,7 +13,7 @@ import XCTest
 /// copied 50,000 of 120,000 rows and reported success. Text keys also under collations that
 /// are not byte order: PostgreSQL with an ICU collation, MariaDB with utf8mb4_general_ci.
 final class KeyedWalkTests: XCTestCase {
-    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver.standard]
 
     func testKeyedWalksOnEveryEngineAndThroughTheService() async throws {
         let folder = try TemporaryFolder()
@@ -62,7 +63,7 @@ final class KeyedWalkTests: XCTestCase {
             }
             let service = try await RunningService(database: url, drivers: drivers)
             defer { service.stop() }
-            let http = try HTTPConnection(endpoint: Endpoint(parsing: service.url()))
+            let http = try XCTUnwrap(HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .source) as? HTTPConnection)
             http.pageRows = DriverConformance.walkPage
             for (table, keyLabel) in tables {
                 let what = "http(\(label)), \(keyLabel) key"

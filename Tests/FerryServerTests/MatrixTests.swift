@@ -4,6 +4,7 @@ import FerryMySQL
 import FerryPostgres
 import FerrySQLite
 import FerryServer
+import FerryHTTPClient
 import FerryXML
 import Foundation
 import XCTest
@@ -13,7 +14,7 @@ import XCTest
 /// Values no engine pair can hold everywhere (NaN, ±infinity, -0.0) are covered by each
 /// driver's conformance test and refusal tests instead.
 final class MatrixTests: XCTestCase {
-    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver.standard]
 
     func testEveryPairCarriesEveryType() async throws {
         let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")

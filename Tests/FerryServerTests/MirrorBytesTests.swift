@@ -3,6 +3,7 @@ import FerryDriverTestKit
 import FerryMySQL
 import FerryPostgres
 import FerrySQLite
+import FerryHTTPClient
 import FerryXML
 import Foundation
 import XCTest
@@ -11,7 +12,7 @@ import XCTest
 /// full copy reads, on each side: measured on the wire, by relays in front of PostgreSQL (the
 /// source) and MariaDB (the target).
 final class MirrorBytesTests: XCTestCase {
-    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver.standard]
 
     func testMirrorOfAMillionRowsReadsAFewPercentOfAFullCopy() throws {
         let harness = CopyHarness(drivers)

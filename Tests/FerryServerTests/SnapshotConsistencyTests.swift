@@ -3,6 +3,7 @@ import FerryDriverTestKit
 import FerryMySQL
 import FerryPostgres
 import FerrySQLite
+import FerryHTTPClient
 import FerryXML
 import Foundation
 import XCTest
@@ -12,7 +13,7 @@ import XCTest
 /// transaction), arrive with no child whose parent is missing — with one job and with several
 /// (the other jobs import job 0's exported snapshot).
 final class SnapshotConsistencyTests: XCTestCase {
-    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver.standard]
 
     func testCopyOfALivePostgreSQLDatabaseReadsOneSnapshot() throws {
         try copyWhileAnApplicationWrites(try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"), into: try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL"))

@@ -2,6 +2,7 @@ import FerryCore
 import FerryDriverTestKit
 import FerrySQLite
 import FerryServer
+import FerryHTTPClient
 import FerryXML
 import Foundation
 import XCTest
@@ -13,7 +14,7 @@ import Glibc
 /// many network pieces, and answers that break off.
 final class StreamingServiceTests: XCTestCase {
     var folder: TemporaryFolder!
-    let drivers: [any Driver] = [SQLiteDriver(), HTTPDriver()]
+    let drivers: [any Driver] = [SQLiteDriver(), HTTPDriver.standard]
 
     override func setUpWithError() throws {
         folder = try TemporaryFolder()
@@ -57,7 +58,7 @@ final class StreamingServiceTests: XCTestCase {
     func testLargeRequestsAndPagesStreamExactly() async throws {
         let service = try await RunningService(database: "sqlite:" + folder.path("big.db"), drivers: drivers, maxBodyBytes: 256 << 20, pageBytes: 3 << 20)
         defer { service.stop() }
-        let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .target)
+        let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
         let columns = [col("id", .int64, nullable: false), col("body", .text), col("image", .binary(maxLength: nil), nullable: false), col("f", .float64)]
         let types = columns.map(\.logicalType)
         let names = columns.map(\.name)
@@ -136,7 +137,7 @@ final class StreamingServiceTests: XCTestCase {
         // Every connection through the relay is cut after 400 KB of answers (the page is 3.8 MB).
         let relay = try CuttingRelay(upstreamPort: service.port, cutAfter: 400_000)
         defer { relay.stop() }
-        let http = try HTTPDriver().connect(Endpoint(parsing: "http://:\(service.readOnly)@127.0.0.1:\(relay.port)/"), role: .source)
+        let http = try HTTPDriver.standard.connect(Endpoint(parsing: "http://:\(service.readOnly)@127.0.0.1:\(relay.port)/"), role: .source)
         let schema = try http.describe(table)
 
         // Batches of 2 rows: some reach the caller before the cut, so the page cannot be asked again.
@@ -181,7 +182,7 @@ final class StreamingServiceTests: XCTestCase {
         defer { relay.stop() }
         func read(_ query: String) throws -> (rows: [[Value]], bytes: Int) {
             let before = relay.answered
-            let http = try HTTPDriver().connect(Endpoint(parsing: "http://:\(service.readOnly)@127.0.0.1:\(relay.port)/\(query)"), role: .source)
+            let http = try HTTPDriver.standard.connect(Endpoint(parsing: "http://:\(service.readOnly)@127.0.0.1:\(relay.port)/\(query)"), role: .source)
             defer { http.close() }
             let reader = try http.reader(table: try http.describe(table), columns: columns, keyRange: nil, batchSize: 1000)
             var got: [[Value]] = []
@@ -218,7 +219,7 @@ final class StreamingServiceTests: XCTestCase {
         XCTAssertEqual(status, 200, "the status went out before the error")
         XCTAssertTrue(body.contains("<error code="), String(body.suffix(300)))
         XCTAssertTrue(body.hasSuffix("</rows>\n"), String(body.suffix(300)))
-        let http = try HTTPDriver().connect(Endpoint(parsing: service.url(token: service.readOnly)), role: .source)
+        let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url(token: service.readOnly)), role: .source)
         let schema = try http.describe(TableName("t"))
         let reader = try http.reader(table: schema, columns: schema.columns, keyRange: nil, batchSize: 1000)
         XCTAssertThrowsError(try { while try reader.next() != nil {} }()) { e in

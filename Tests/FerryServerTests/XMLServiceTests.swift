@@ -4,6 +4,7 @@ import FerryMySQL
 import FerryPostgres
 import FerrySQLite
 @testable import FerryServer
+import FerryHTTPClient
 import FerryXML
 import Foundation
 import Hummingbird
@@ -82,7 +83,7 @@ final class RunningService {
 
 final class XMLServiceTests: XCTestCase {
     var folder: TemporaryFolder!
-    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+    let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver.standard]
     var harness: CopyHarness { CopyHarness(drivers) }
 
     override func setUpWithError() throws {
@@ -99,7 +100,7 @@ final class XMLServiceTests: XCTestCase {
         let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers)
         defer { service.stop() }
         let src = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + chinook), role: .source)
-        let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .source)
+        let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .source)
         XCTAssertEqual(try http.listTables().count, 11)
         XCTAssertEqual(try http.describe(TableName("Track")).primaryKey, ["TrackId"])
         let lite = try sqlite("copy.db")
@@ -110,7 +111,7 @@ final class XMLServiceTests: XCTestCase {
         // SQLite -> http -> SQLite: a second service over an empty file, written through HTTP.
         let target = try await RunningService(database: "sqlite:" + folder.path("served.db"), drivers: drivers)
         defer { target.stop() }
-        let writer = try HTTPDriver().connect(Endpoint(parsing: target.url()), role: .target)
+        let writer = try HTTPDriver.standard.connect(Endpoint(parsing: target.url()), role: .target)
         let s2 = try harness.copy(src, writer)
         XCTAssertTrue(s2.ok, "\(s2.tables.compactMap(\.error))")
         let served = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path("served.db")), role: .source)
@@ -143,7 +144,7 @@ final class XMLServiceTests: XCTestCase {
         let w = try src.writer(into: try src.describe(schema.name), columns: schema.columns)
         try w.write(RowBatch(rows: rows, types: schema.columns.map(\.logicalType)))
         try src.commit()
-        let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .target)
+        let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
         let s = try harness.copy(src, http)
         XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
         let back = try sqlite("back.db")
@@ -164,7 +165,7 @@ final class XMLServiceTests: XCTestCase {
             db.close()
             let service = try await RunningService(database: url, drivers: drivers)
             defer { service.stop() }
-            let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .target)
+            let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
             let s = try harness.copy(src, http, tables: ["Artist", "Album"])
             XCTAssertTrue(s.ok, "\(url.prefix(8)): \(s.tables.compactMap(\.error))")
             let direct = try harness.registry.connect(url, role: .source)
@@ -258,7 +259,7 @@ final class XMLServiceTests: XCTestCase {
             XCTAssertEqual(status, 422, "\(url.prefix(8)): \(body)")
             XCTAssertEqual(try rows(), expected, "nothing applied")
             // The http driver's keyed calls go through the same endpoint.
-            let http = try HTTPDriver().connect(Endpoint(parsing: service.url()), role: .target)
+            let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
             let cols = try http.describe(table).columns
             XCTAssertEqual(try http.upsertRows(into: try http.describe(table), columns: cols, key: ["id"], rows: RowBatch(rows: [[.int(3), .text("THREE")]], types: [.int64, .text])), 1)
             XCTAssertEqual(try http.deleteRows(from: try http.describe(table), key: [cols[0]], keys: RowBatch(rows: [[.int(5)]], types: [.int64])), 1)
@@ -325,7 +326,7 @@ final class XMLServiceTests: XCTestCase {
         try expect("POST", "v1/tables", service.readWrite, body: staging("_ferry_upsert_Genre"), 201)
         let src = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + self.chinook), role: .source)
         defer { src.close() }
-        let writer = try HTTPDriver().connect(Endpoint(parsing: service.url(token: service.write)), role: .target)
+        let writer = try HTTPDriver.standard.connect(Endpoint(parsing: service.url(token: service.write)), role: .target)
         defer { writer.close() }
         let summary = try CopyHarness(drivers).copy(src, writer, mode: .upsert, tables: ["Genre"])
         XCTAssertEqual(summary.tables.first?.rows, 25, "\(summary.tables)")
@@ -428,7 +429,7 @@ final class XMLServiceTests: XCTestCase {
         }
 
         // The client reports a wrong token as one clear line, without the token.
-        XCTAssertThrowsError(try HTTPDriver().connect(Endpoint(parsing: service.url(token: "not-a-valid-token-123")), role: .source)) { e in
+        XCTAssertThrowsError(try HTTPDriver.standard.connect(Endpoint(parsing: service.url(token: "not-a-valid-token-123")), role: .source)) { e in
             XCTAssertTrue("\(e)".contains("refused the token"), "\(e)")
             XCTAssertFalse("\(e)".contains("not-a-valid-token-123"))
         }

@@ -4,6 +4,7 @@ import FerryMySQL
 import FerryPostgres
 import FerrySQLite
 import FerrySync
+import FerryHTTPClient
 import FerryXML
 import Foundation
 
@@ -17,7 +18,7 @@ struct SyncOrigin {
     let dialect: Kind
     enum Kind { case sqlite, postgres, mysql }
 
-    static let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver()]
+    static let drivers: [any Driver] = [SQLiteDriver(), PostgresDriver(), MySQLDriver(), HTTPDriver.standard]
     static let tables = ["s", "c", "p", "ch", "u"]
     /// These tables only: the test servers' databases hold other tests' tables too.
     static var options: SnapshotOptions {
