@@ -12,6 +12,8 @@ public struct RowsEncoder {
     public let types: [LogicalType]
     /// Columns holding values in the served engine's stored form (written with `s`).
     public let stored: [Bool]
+    /// Each column's cell form (from its type and `stored`), decided once.
+    let forms: [WireValue.CellForm]
     private var batch: RowBatch?
     private var row = 0
     private var column = 0
@@ -27,6 +29,7 @@ public struct RowsEncoder {
     public init(types: [LogicalType], stored: [Bool] = []) {
         self.types = types
         self.stored = stored
+        forms = types.enumerated().map { c, t in WireValue.CellForm(t, stored: c < stored.count && stored[c]) }
     }
 
     /// True when no batch is being written.
@@ -45,43 +48,44 @@ public struct RowsEncoder {
     /// Returns true when the batch is done (and released).
     public mutating func fill(_ out: inout [UInt8], limit: Int) -> Bool {
         guard let batch else { return true }
-        // Columns are used in place (a ColumnBuffer taken out of the array would be retained
-        // and released, five arrays each, for every cell).
-        batch.columns.withUnsafeBufferPointer { cols in
-            while out.count < limit && row < batch.count {
-                if let l = large {
-                    let end = min(l.next + Self.slice, l.end)
-                    cols[column].withUnsafeArena { arena in
-                        let piece = UnsafeRawBufferPointer(rebasing: arena[l.next..<end])
+        let forms = self.forms
+        // The batch's buffers pinned for this piece: each cell reads raw pointers (a
+        // ColumnBuffer read from its array was retained and released, five arrays, per cell).
+        batch.withPinnedColumns { cols in
+            forms.withUnsafeBufferPointer { forms in
+                while out.count < limit && row < batch.count {
+                    if let l = large {
+                        let end = min(l.next + Self.slice, l.end)
+                        let piece = cols[column].bytes(l.next..<end)
                         if l.base64 { XMLText.appendBase64(piece, into: &out) } else { XMLText.appendContent(piece, into: &out) }
+                        if end == l.end {
+                            out.appendASCII("</v>")
+                            large = nil
+                            column += 1
+                        } else {
+                            large = (end, l.end, l.base64)
+                        }
+                        continue
                     }
-                    if end == l.end {
-                        out.appendASCII("</v>")
-                        large = nil
-                        column += 1
-                    } else {
-                        large = (end, l.end, l.base64)
+                    if !inRow {
+                        out.appendASCII("<r>")
+                        inRow = true
                     }
-                    continue
+                    if column == forms.count {
+                        out.appendASCII("</r>\n")
+                        inRow = false
+                        column = 0
+                        row += 1
+                        continue
+                    }
+                    let form = forms[column]
+                    if form.sliceable, !cols[column].isNull(row), cols[column].range(row).count > Self.largeValue {
+                        startLarge(cols[column], form: form, into: &out)
+                        continue
+                    }
+                    WireValue.appendCell(cols[column], row: row, form: form, into: &out)
+                    column += 1
                 }
-                if !inRow {
-                    out.appendASCII("<r>")
-                    inRow = true
-                }
-                if column == types.count {
-                    out.appendASCII("</r>\n")
-                    inRow = false
-                    column = 0
-                    row += 1
-                    continue
-                }
-                let isStored = column < stored.count && stored[column]
-                if cols[column].storage == .bytes, !cols[column].isNull(row), cols[column].range(row).count > Self.largeValue, Self.sliceable(types[column]) {
-                    startLarge(cols[column], stored: isStored, into: &out)
-                    continue
-                }
-                WireValue.appendCell(cols[column], row: row, type: types[column], stored: isStored, into: &out)
-                column += 1
             }
         }
         if row >= batch.count {
@@ -92,21 +96,17 @@ public struct RowsEncoder {
     }
 
     /// Opens the cell of a value long enough to go out in slices, and notes where it is.
-    private mutating func startLarge(_ c: ColumnBuffer, stored isStored: Bool, into out: inout [UInt8]) {
+    private mutating func startLarge(_ c: PinnedColumn, form: WireValue.CellForm, into out: inout [UInt8]) {
         var range = c.range(row)
         let base64: Bool
         // A stored TEXT or BLOB says its class and goes out without its tag byte.
-        let storedTag = isStored ? c.withUnsafeArena { $0[range.lowerBound] } : 0
+        let storedTag = form == .stored ? c.bytes(row).first ?? 0 : 0
         if storedTag == StoredValue.text || storedTag == StoredValue.blob {
             range = range.lowerBound + 1..<range.upperBound
-            base64 = storedTag == StoredValue.blob || !c.withUnsafeArena { XMLText.isRepresentable(UnsafeRawBufferPointer(rebasing: $0[range])) }
+            base64 = storedTag == StoredValue.blob || !XMLText.isRepresentable(c.bytes(range))
             out.appendASCII(storedTag == StoredValue.text ? "<v s=\"t\" " : "<v s=\"b\" ")
         } else {
-            if case .binary = types[column] {
-                base64 = true
-            } else {
-                base64 = !c.withUnsafeArena { XMLText.isRepresentable(UnsafeRawBufferPointer(rebasing: $0[range])) }
-            }
+            base64 = form != .text || !XMLText.isRepresentable(c.bytes(range))
             out.appendASCII("<v ")
         }
         // `n`: the value's length in bytes, so that the decoder makes room for it once.
@@ -116,13 +116,7 @@ public struct RowsEncoder {
         large = (range.lowerBound, range.upperBound, base64)
     }
 
-    /// Types whose cells are the value's bytes, escaped or in base64 (the others are short).
-    static func sliceable(_ type: LogicalType) -> Bool {
-        switch type {
-        case .binary, .text, .json, .enumeration, .unsupported, .decimal: return true
-        default: return false
-        }
-    }
+
 
 
 }

@@ -20,60 +20,90 @@ public enum WireValue {
     /// the column holds values in the served engine's stored form (`StoredValue`), written in
     /// their own form (`<v s="t">…</v>`, below) rather than as binary.
     public static func appendCell(_ column: ColumnBuffer, row: Int, type: LogicalType, stored: Bool = false, into out: inout [UInt8]) {
+        let form = CellForm(type, stored: stored)
+        column.withPinned { appendCell($0, row: row, form: form, into: &out) }
+    }
+
+    /// `appendCell` on a pinned column, its form decided once per column: the encoder's loop
+    /// (no buffer retained, no LogicalType copied, per value).
+    @inline(__always)
+    static func appendCell(_ column: PinnedColumn, row: Int, form: CellForm, into out: inout [UInt8]) {
         if column.isNull(row) {
             out.appendASCII("<v null=\"1\"/>")
             return
         }
-        switch type {
+        switch form {
         case .boolean:
-            out.appendASCII(column.ints[row] != 0 ? "<v>true</v>" : "<v>false</v>")
-        case .int16, .int32, .int64:
+            out.appendASCII(column.int(row) != 0 ? "<v>true</v>" : "<v>false</v>")
+        case .integer:
             out.appendASCII("<v>")
-            IntegerText.append(column.ints[row], into: &out)
+            IntegerText.append(column.int(row), into: &out)
             out.appendASCII("</v>")
-        case .float32, .float64:
+        case .float:
             out.appendASCII("<v>")
-            out.append(contentsOf: formatDouble(column.doubles[row]).utf8)
+            out.append(contentsOf: formatDouble(column.double(row)).utf8)
             out.appendASCII("</v>")
         case .date:
             out.appendASCII("<v>")
-            Temporal.appendDate(column.ints[row], into: &out)
+            Temporal.appendDate(column.int(row), into: &out)
             out.appendASCII("</v>")
         case .time:
             out.appendASCII("<v>")
-            Temporal.appendTime(column.ints[row], fractionDigits: nil, into: &out)
+            Temporal.appendTime(column.int(row), fractionDigits: nil, into: &out)
             out.appendASCII("</v>")
-        case .timestamp(_, let tz):
+        case .timestamp(let zone):
             out.appendASCII("<v>")
-            Temporal.appendTimestamp(column.ints[row], separator: 84, into: &out)
-            if tz { out.append(90) }
+            Temporal.appendTimestamp(column.int(row), separator: 84, into: &out)
+            if zone { out.append(90) }
             out.appendASCII("</v>")
         case .uuid:
             out.appendASCII("<v>")
-            column.withUnsafeArena { UUIDText.append(UnsafeRawBufferPointer(rebasing: $0[column.range(row)]), into: &out) }
+            UUIDText.append(column.bytes(row), into: &out)
             out.appendASCII("</v>")
+        case .stored:
+            appendStoredCell(column.bytes(row), into: &out)
         case .binary:
-            column.withUnsafeArena { arena in
-                let bytes = UnsafeRawBufferPointer(rebasing: arena[column.range(row)])
-                if stored {
-                    appendStoredCell(bytes, into: &out)
-                } else {
-                    out.appendASCII("<v enc=\"b64\">")
-                    XMLText.appendBase64(bytes, into: &out)
-                    out.appendASCII("</v>")
-                }
-            }
-        case .decimal, .text, .json, .enumeration, .unsupported:
-            column.withUnsafeArena { arena in
-                let bytes = UnsafeRawBufferPointer(rebasing: arena[column.range(row)])
-                out.appendASCII("<v>")
-                if !XMLText.appendEscapedIfRepresentable(bytes, into: &out) {
-                    out.removeLast(1)
-                    out.appendASCII(" enc=\"b64\">")
-                    XMLText.appendBase64(bytes, into: &out)
-                }
+            out.appendASCII("<v enc=\"b64\">")
+            XMLText.appendBase64(column.bytes(row), into: &out)
+            out.appendASCII("</v>")
+        case .text:
+            let bytes = column.bytes(row)
+            out.appendASCII("<v>")
+            if !XMLText.appendEscapedIfRepresentable(bytes, into: &out) {
+                out.removeLast(1)
+                out.appendASCII(" enc=\"b64\">")
+                XMLText.appendBase64(bytes, into: &out)
             }
             out.appendASCII("</v>")
+        }
+    }
+
+    /// How a column's cells are written, from its logical type and whether it holds stored
+    /// values.
+    enum CellForm: Equatable {
+        case boolean, integer, float, date, time, timestamp(zone: Bool), uuid, binary, stored, text
+
+        init(_ type: LogicalType, stored: Bool) {
+            switch type {
+            case .boolean: self = .boolean
+            case .int16, .int32, .int64: self = .integer
+            case .float32, .float64: self = .float
+            case .date: self = .date
+            case .time: self = .time
+            case .timestamp(_, let zone): self = .timestamp(zone: zone)
+            case .uuid: self = .uuid
+            case .binary: self = stored ? .stored : .binary
+            case .decimal, .text, .json, .enumeration, .unsupported: self = .text
+            }
+        }
+
+        /// Cells that are the value's bytes, escaped or in base64 (the others are short):
+        /// a long one goes out in slices.
+        var sliceable: Bool {
+            switch self {
+            case .binary, .stored, .text: return true
+            default: return false
+            }
         }
     }
 

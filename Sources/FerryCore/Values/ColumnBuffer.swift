@@ -137,3 +137,77 @@ public struct ColumnBuffer: Sendable {
         nullCount = 0
     }
 }
+
+/// One column's buffers as raw pointers, its null bits included: valid only inside
+/// `RowBatch.withPinnedColumns`. Unlike `PinnedBatch` nothing is computed per row, so a batch
+/// may be pinned once per piece of work (the XML encoder pins it for each piece it writes).
+public struct PinnedColumn {
+    public let storage: ColumnStorage
+    let ints: UnsafePointer<Int64>?
+    let doubles: UnsafePointer<Double>?
+    let arena: UnsafeRawPointer?
+    let offsets: UnsafePointer<Int>?
+    let nullBits: UnsafePointer<UInt64>?
+
+    @inline(__always) public func isNull(_ row: Int) -> Bool {
+        guard let nullBits else { return false }
+        return (nullBits[row >> 6] >> UInt64(row & 63)) & 1 == 1
+    }
+    @inline(__always) public func int(_ row: Int) -> Int64 { ints.unsafelyUnwrapped[row] }
+    @inline(__always) public func double(_ row: Int) -> Double { doubles.unsafelyUnwrapped[row] }
+    /// Row `row`'s bytes (`.bytes` storage).
+    @inline(__always) public func bytes(_ row: Int) -> UnsafeRawBufferPointer {
+        let o = offsets.unsafelyUnwrapped
+        return UnsafeRawBufferPointer(start: arena.map { $0 + o[row] }, count: o[row + 1] - o[row])
+    }
+    /// The bytes `range` of the column's arena (`.bytes` storage).
+    @inline(__always) public func bytes(_ range: Range<Int>) -> UnsafeRawBufferPointer {
+        UnsafeRawBufferPointer(start: arena.map { $0 + range.lowerBound }, count: range.count)
+    }
+    @inline(__always) public func range(_ row: Int) -> Range<Int> {
+        let o = offsets.unsafelyUnwrapped
+        return o[row]..<o[row + 1]
+    }
+}
+
+extension ColumnBuffer {
+    /// Runs `body` with this column's arrays pinned.
+    public func withPinned<R>(_ body: (PinnedColumn) -> R) -> R {
+        nullBits.withUnsafeBufferPointer { bits in
+            switch storage {
+            case .int64:
+                return ints.withUnsafeBufferPointer { p in
+                    body(PinnedColumn(storage: storage, ints: p.baseAddress, doubles: nil, arena: nil, offsets: nil, nullBits: bits.baseAddress))
+                }
+            case .double:
+                return doubles.withUnsafeBufferPointer { p in
+                    body(PinnedColumn(storage: storage, ints: nil, doubles: p.baseAddress, arena: nil, offsets: nil, nullBits: bits.baseAddress))
+                }
+            case .bytes:
+                return arena.withUnsafeBytes { a in
+                    offsets.withUnsafeBufferPointer { o in
+                        body(PinnedColumn(storage: storage, ints: nil, doubles: nil, arena: a.baseAddress, offsets: o.baseAddress, nullBits: bits.baseAddress))
+                    }
+                }
+            }
+        }
+    }
+}
+
+extension RowBatch {
+    /// Runs `body` with every column's buffers pinned (nested `withUnsafe…` scopes: the
+    /// pointers stay valid until `body` returns), without retaining or copying any buffer
+    /// per value.
+    public func withPinnedColumns<R>(_ body: (UnsafeBufferPointer<PinnedColumn>) -> R) -> R {
+        var pinned: [PinnedColumn] = []
+        pinned.reserveCapacity(columns.count)
+        func pin(_ i: Int) -> R {
+            if i == columns.count { return pinned.withUnsafeBufferPointer(body) }
+            return columns[i].withPinned { column in
+                pinned.append(column)
+                return pin(i + 1)
+            }
+        }
+        return pin(0)
+    }
+}
