@@ -328,7 +328,7 @@ struct RowsStreamCore {
                     if inRow && column >= types.count {
                         throw XMLWireError.unexpected("row \(rows + 1) has more than \(types.count) values")
                     }
-                    let tag = try cellTag(&c)
+                    let tag = try Self.commonCellTag(&c) ?? cellTag(&c)
                     cellInRow = inRow
                     cellNull = tag.null
                     cellBase64 = tag.base64
@@ -347,6 +347,10 @@ struct RowsStreamCore {
                         // The common case: the whole value is here, without references, CDATA or
                         // CR, and `</v>` follows it: decoded straight from the input.
                         var k = c.i
+                        if let base = c.p.baseAddress {
+                            // Eight bytes at a time up to the first `<`, `&` or control byte.
+                            while k + 8 <= c.end, !Self.needsLook(UnsafeRawPointer(base).loadUnaligned(fromByteOffset: k, as: UInt64.self)) { k += 8 }
+                        }
                         while k < c.end {
                             let b = c.p[k]
                             if b == 60 || b == 38 || b == 13 || (b < 32 && b != 9 && b != 10) { break }
@@ -454,8 +458,11 @@ struct RowsStreamCore {
             pendingCR = false
         }
         while true {
-            // A run of plain bytes, in one piece.
+            // A run of plain bytes, in one piece (eight at a time while none needs a look).
             var k = c.i
+            if let base = c.p.baseAddress {
+                while k + 8 <= c.end, !Self.needsLook(UnsafeRawPointer(base).loadUnaligned(fromByteOffset: k, as: UInt64.self)) { k += 8 }
+            }
             while k < c.end {
                 let b = c.p[k]
                 if b == 60 || b == 38 || b == 13 || (b < 32 && b != 9 && b != 10) { break }

@@ -15,6 +15,60 @@ extension RowsStreamCore {
         var selfClosing = false
     }
 
+    /// The start tags Ferry writes for most cells, recognised whole at `c.i` (just after `<v`):
+    /// ` s="X">` for a stored value of class X, ` s="b" enc="b64">`, ` enc="b64">` and
+    /// ` null="1"/>`. nil for anything else (other spacing, quotes or attributes, or a tag cut by
+    /// the end of the bytes so far), which `cellTag` reads attribute by attribute.
+    @inline(__always) static func commonCellTag(_ c: inout Cursor) -> CellTag? {
+        guard let base = c.p.baseAddress, c.end - c.i >= 7 else { return nil }
+        let p = base + c.i
+        let n = c.end - c.i
+        var tag = CellTag()
+        @inline(__always) func matches(_ s: StaticString, at offset: Int) -> Bool {
+            let k = s.utf8CodeUnitCount
+            guard offset + k <= n else { return false }
+            return s.withUTF8Buffer { q in
+                for j in 0..<k where p[offset + j] != q[j] { return false }
+                return true
+            }
+        }
+        if matches(" s=\"", at: 0), p[5] == 34 {
+            let s = p[4]
+            guard s == StoredValue.integer || s == StoredValue.real || s == StoredValue.text || s == StoredValue.blob else { return nil }
+            tag.stored = s
+            if p[6] == 62 {
+                c.i += 7
+                return tag
+            }
+            let encoded: StaticString = " enc=\"b64\">"
+            guard matches(encoded, at: 6) else { return nil }
+            tag.base64 = true
+            c.i += 6 + encoded.utf8CodeUnitCount
+            return tag
+        }
+        let encoded: StaticString = " enc=\"b64\">", null: StaticString = " null=\"1\"/>"
+        if matches(encoded, at: 0) {
+            tag.base64 = true
+            c.i += encoded.utf8CodeUnitCount
+            return tag
+        }
+        if matches(null, at: 0) {
+            tag.null = true
+            tag.selfClosing = true
+            c.i += null.utf8CodeUnitCount
+            return tag
+        }
+        return nil
+    }
+
+    /// True when one of eight bytes (a little-endian word) ends a cell's plain text: `<`, `&`
+    /// or a byte below 0x20 (TAB and LF then get a look byte by byte). Bytes from 0x80 are plain.
+    @inline(__always) static func needsLook(_ w: UInt64) -> Bool {
+        let high: UInt64 = 0x8080_8080_8080_8080, low: UInt64 = 0x0101_0101_0101_0101
+        @inline(__always) func hasZeroByte(_ x: UInt64) -> Bool { (x &- low) & ~x & high != 0 }
+        return (w &- 0x20 &* low) & ~w & high != 0 || hasZeroByte(w ^ (0x3C &* low)) || hasZeroByte(w ^ (0x26 &* low))
+    }
+
     /// The attributes of a `<v>` start tag, read without building names or a dictionary (one
     /// start tag per value); unknown attributes are skipped.
     mutating func cellTag(_ c: inout Cursor) throws -> CellTag {

@@ -407,9 +407,7 @@ extension Array where Element == UInt8 {
     /// Appends the bytes of an ASCII literal (no array built for it): byte by byte, which for
     /// the few bytes of a tag costs less than a call of `append(contentsOf:)`.
     @inline(__always) mutating func appendASCII(_ s: StaticString) {
-        let n = s.utf8CodeUnitCount
-        if n > 16 { return s.withUTF8Buffer { append(contentsOf: $0) } }
-        let p = s.utf8Start
-        for k in 0..<n { append(p[k]) }
+        // One capacity check and a copy (appending byte by byte checked each byte).
+        s.withUTF8Buffer { append(contentsOf: $0) }
     }
 }

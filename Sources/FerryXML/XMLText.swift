@@ -19,11 +19,16 @@ public enum XMLText {
     static func isXMLText(_ bytes: UnsafeRawBufferPointer, controlsAllowed: Bool) -> Bool {
         var i = 0
         let n = bytes.count
-        if controlsAllowed, let base = bytes.baseAddress {
-            // ASCII eight bytes at a time: no byte with its high bit set.
-            while i + 8 <= n, base.loadUnaligned(fromByteOffset: i, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { i += 8 }
-        }
+        guard let base = bytes.baseAddress else { return true }
         while i < n {
+            // ASCII eight bytes at a time (no byte with its high bit set, and, unless controls
+            // are allowed, none below 0x20), again after each byte that needs a look.
+            if controlsAllowed {
+                while i + 8 <= n, base.loadUnaligned(fromByteOffset: i, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { i += 8 }
+            } else {
+                while i + 8 <= n, isPrintableASCII(base.loadUnaligned(fromByteOffset: i, as: UInt64.self)) { i += 8 }
+            }
+            guard i < n else { break }
             let b = bytes[i]
             if b < 0x20 {
                 if !controlsAllowed && b != 0x09 && b != 0x0A && b != 0x0D { return false }
@@ -57,22 +62,32 @@ public enum XMLText {
     /// Appends `bytes` escaped for element content or a double-quoted attribute. Runs of bytes
     /// that need no escaping are copied in one piece.
     public static func appendEscaped(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
-        appendEscaped(bytes, table: escapeClass, into: &out)
+        appendEscaped(bytes, content: false, into: &out)
     }
 
     /// `appendEscaped` for element content, where `"` and `'` stay as they are.
     public static func appendContent(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
-        appendEscaped(bytes, table: contentClass, into: &out)
+        appendEscaped(bytes, content: true, into: &out)
     }
 
-    static func appendEscaped(_ bytes: UnsafeRawBufferPointer, table classes: StaticString, into out: inout [UInt8]) {
+    /// `content`: element content (quotes plain, scanned eight bytes at a time), else an
+    /// attribute's text.
+    static func appendEscaped(_ bytes: UnsafeRawBufferPointer, content: Bool, into out: inout [UInt8]) {
         var start = 0
-        classes.withUTF8Buffer { table in
-            for i in 0..<bytes.count {
+        var i = 0
+        let n = bytes.count
+        guard let base = bytes.baseAddress else { return }
+        (content ? contentClass : escapeClass).withUTF8Buffer { table in
+            while i < n {
+                if content {
+                    while i + 8 <= n, isPlainContent(base.loadUnaligned(fromByteOffset: i, as: UInt64.self)) { i += 8 }
+                    guard i < n else { break }
+                }
                 let b = bytes[i]
+                i += 1
                 guard table[Int(b)] == 49 else { continue }
-                if i > start { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<i])) }
-                start = i + 1
+                if i - 1 > start { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<i - 1])) }
+                start = i
                 appendEntity(b, into: &out)
             }
         }
@@ -87,8 +102,12 @@ public enum XMLText {
         var start = 0
         var i = 0
         let n = bytes.count
+        guard let base = bytes.baseAddress else { return true }
         let ok = contentClass.withUTF8Buffer { table -> Bool in
             while i < n {
+                // Most text is plain ASCII: eight bytes at a time until a byte needs a look.
+                while i + 8 <= n, isPlainContent(base.loadUnaligned(fromByteOffset: i, as: UInt64.self)) { i += 8 }
+                guard i < n else { break }
                 let b = bytes[i]
                 switch table[Int(b)] {
                 case 48:  // plain ASCII
@@ -115,6 +134,22 @@ public enum XMLText {
         }
         if start < n { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start...])) }
         return true
+    }
+
+    /// True when each of eight bytes is ASCII from 0x20 (no control, no UTF-8 sequence).
+    @inline(__always) static func isPrintableASCII(_ w: UInt64) -> Bool {
+        let high: UInt64 = 0x8080_8080_8080_8080, low: UInt64 = 0x0101_0101_0101_0101
+        return w & high == 0 && (w &- 0x20 &* low) & ~w & high == 0
+    }
+
+    /// True when none of eight bytes (a little-endian word) needs a look in element content:
+    /// no byte below 0x20, none from 0x80 (UTF-8 sequences are checked), no `&`, `<` or `>`.
+    /// Word tricks from "Bit Twiddling Hacks": a byte below n shows in (w - n·L) & ~w & H.
+    @inline(__always) static func isPlainContent(_ w: UInt64) -> Bool {
+        let high: UInt64 = 0x8080_8080_8080_8080, low: UInt64 = 0x0101_0101_0101_0101
+        guard isPrintableASCII(w) else { return false }
+        @inline(__always) func hasZeroByte(_ x: UInt64) -> Bool { (x &- low) & ~x & high != 0 }
+        return !hasZeroByte(w ^ (0x26 &* low)) && !hasZeroByte(w ^ (0x3C &* low)) && !hasZeroByte(w ^ (0x3E &* low))
     }
 
     @inline(__always) static func appendEntity(_ b: UInt8, into out: inout [UInt8]) {

@@ -68,6 +68,53 @@ final class XMLWireFormatTests: XCTestCase {
         XCTAssertTrue(xml.contains("<v></v>"), "the empty string is not NULL")
     }
 
+    /// The escaping scans eight bytes at a time: every character that needs a look, at every
+    /// position of a word and across words, against escaping byte by byte.
+    func testEscapingAtEveryPositionIsByteByByte() throws {
+        func reference(_ bytes: [UInt8]) -> [UInt8]? {
+            guard String(validating: bytes, as: UTF8.self) != nil else { return nil }
+            var out: [UInt8] = []
+            for scalar in String(decoding: bytes, as: UTF8.self).unicodeScalars {
+                let v = scalar.value
+                if v < 0x20 && v != 9 && v != 10 && v != 13 { return nil }
+                if v == 0xFFFE || v == 0xFFFF { return nil }
+                switch v {
+                case 0x26: out += Array("&amp;".utf8)
+                case 0x3C: out += Array("&lt;".utf8)
+                case 0x3E: out += Array("&gt;".utf8)
+                case 0x0D: out += Array("&#13;".utf8)
+                default: out += Array(String(scalar).utf8)
+                }
+            }
+            return out
+        }
+        let specials: [[UInt8]] = ["&", "<", ">", "\r", "\t", "\n", "\"", "'", "é", "✓", "😀", "\u{1}", "\u{7F}", "\u{FFFE}"].map { Array($0.utf8) }
+            + [[0xFF], [0xC3], [0x1F], [0x20], [0x25], [0x27], [0x3B], [0x3D], [0x3F]]
+        var texts: [String] = []
+        for length in 0...19 {
+            for position in 0..<max(length, 1) {
+                for special in specials {
+                    var bytes = (0..<length).map { UInt8(97 + $0 % 26) }
+                    if length > 0 { bytes.replaceSubrange(position...position, with: special) }
+                    var out: [UInt8] = Array("x".utf8)
+                    let ok = bytes.withUnsafeBytes { XMLText.appendEscapedIfRepresentable($0, into: &out) }
+                    let expected = reference(bytes)
+                    XCTAssertEqual(ok, expected != nil, "\(bytes)")
+                    XCTAssertEqual(out, Array("x".utf8) + (expected ?? []), "\(bytes)")
+                    if expected != nil {
+                        texts.append(String(decoding: bytes, as: UTF8.self))
+                        var content: [UInt8] = []
+                        bytes.withUnsafeBytes { XMLText.appendContent($0, into: &content) }
+                        XCTAssertEqual(content, expected, "\(bytes)")
+                    }
+                }
+            }
+        }
+        // And back: the decoder scans plain text eight bytes at a time too.
+        let rows = texts.enumerated().map { [Value.int(Int64($0.offset)), .text($0.element)] }
+        _ = try roundTrip([col("id", .int64), col("t", .text)], rows, batchSize: 1000)
+    }
+
     func testSchemaAndTablesDocuments() throws {
         let schema = TableSchema(
             name: TableName(schema: "sales", "Odd \"name\" <&>\ttab"), engine: Engine("postgres"),
