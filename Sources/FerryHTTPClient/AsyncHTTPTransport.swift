@@ -35,6 +35,10 @@ public final class AsyncHTTPTransport: ProtocolTransport, @unchecked Sendable { 
         configuration.timeout = .init(connect: .seconds(30), read: .seconds(Self.idleSeconds))
         configuration.decompression = address.compress ? .enabled(limit: .none) : .disabled
         configuration.httpVersion = .http1Only
+        // A refused or failed connection fails the request at once (the client retried until the
+        // connect timeout, 30 s, before saying "connection refused"); Ferry's own retries of
+        // GETs, with backoff, stay the only ones, as with URLSession.
+        configuration.connectionPool.retryConnectionEstablishment = false
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
 

@@ -146,6 +146,11 @@ final class CLITests: XCTestCase {
         let masked = try ferry(["tables", "oracle://scott:tiger@db/orcl"])
         XCTAssertFalse(masked.err.contains("tiger"), "password leaked: \(masked.err)")
         assertOneLineError(try ferry(["tables", chinook]), code: 2, contains: "no scheme")
+        // A service that does not run (nothing listens on port 1 of loopback): one line after the
+        // retries, the token masked.
+        let gone = try ferry(["tables", "http://:secret-token-1234@127.0.0.1:1/"])
+        assertOneLineError(gone, code: 1, contains: "the service did not answer: connection refused")
+        XCTAssertFalse(gone.err.contains("secret-token-1234"), "token leaked: \(gone.err)")
         let usage = try ferry(["copy", "sqlite:a", "sqlite:b", "--jobs", "0"])
         XCTAssertEqual(usage.code, 2, usage.err)
         XCTAssertTrue(usage.err.contains("--jobs must be between 1 and 64"), usage.err)
