@@ -7,6 +7,7 @@ import NIOCore
 import NIOHTTP1
 import NIOHTTPCompression
 import NIOPosix
+import NIOSSL
 
 /// The protocol over HTTP(S) on async-http-client (SwiftNIO), Linux's transport. Bodies stream
 /// both ways with back-pressure: an answer's pieces wait in its `HTTPExchange` until the
@@ -203,6 +204,16 @@ final class AsyncHTTPDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         if let e = error as? NIOConnectionError {
             let why = e.connectionErrors.first.map { Self.described($0.error) } ?? e.dnsAError ?? e.dnsAAAAError
             return TransportFailure("cannot connect to \(e.host):\(e.port)" + (why.map { ": \($0)" } ?? ""))
+        }
+        if let e = error as? NIOSSLError, case .handshakeFailed(let why) = e {
+            // BoringSSL's reason, without its source file and line.
+            if "\(why)".contains("CERTIFICATE_VERIFY_FAILED") {
+                return TransportFailure("the TLS handshake failed: the service's certificate is not signed by a CA this machine trusts")
+            }
+            return TransportFailure("the TLS handshake failed")
+        }
+        if let e = error as? NIOSSLExtraError, e == .failedToValidateHostname {
+            return TransportFailure("the TLS handshake failed: the service's certificate is not for this host name")
         }
         if let e = error as? IOError {
             // "connection reset (error set): Connection refused (errno: 111)" as NIO prints it.

@@ -205,6 +205,11 @@ final class XMLServiceTests: XCTestCase {
         XCTAssertTrue(out.contains("<count rows=\"25\"/>"), out)
         XCTAssertThrowsError(try ExternalTool.run(["curl", "-s", "-f", "http://127.0.0.1:\(service.port)/v1/tables"], input: ""),
                              "plain HTTP to the TLS port must fail")
+        // Ferry's client verifies the certificate against the machine's CAs: this one is its own.
+        XCTAssertThrowsError(try HTTPDriver.standard.connect(Endpoint(parsing: "https://:\(service.readOnly)@127.0.0.1:\(service.port)/"), role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("the TLS handshake failed: the service's certificate is not signed by a CA this machine trusts"), "\(e)")
+            XCTAssertFalse("\(e)".contains(service.readOnly), "token leaked: \(e)")
+        }
     }
 
     func testGzipWhenAsked() async throws {
