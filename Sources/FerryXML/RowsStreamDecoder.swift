@@ -352,16 +352,7 @@ struct RowsStreamCore {
                     if !cellNull {
                         // The common case: the whole value is here, without references, CDATA or
                         // CR, and `</v>` follows it: decoded straight from the input.
-                        var k = c.i
-                        if let base = c.p.baseAddress {
-                            // Eight bytes at a time up to the first `<`, `&` or control byte.
-                            while k + 8 <= c.end, !Self.needsLook(UnsafeRawPointer(base).loadUnaligned(fromByteOffset: k, as: UInt64.self)) { k += 8 }
-                        }
-                        while k < c.end {
-                            let b = c.p[k]
-                            if b == 60 || b == 38 || b == 13 || (b < 32 && b != 9 && b != 10) { break }
-                            k += 1
-                        }
+                        let k = Self.plainRun(c, from: c.i)
                         if k + 4 <= c.end && c.p[k] == 60 && c.p[k + 1] == 47 && c.p[k + 2] == 118 && c.p[k + 3] == 62 {
                             let text = UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: c.p[c.i..<k]))
                             if cellBase64 {
@@ -464,16 +455,8 @@ struct RowsStreamCore {
             pendingCR = false
         }
         while true {
-            // A run of plain bytes, in one piece (eight at a time while none needs a look).
-            var k = c.i
-            if let base = c.p.baseAddress {
-                while k + 8 <= c.end, !Self.needsLook(UnsafeRawPointer(base).loadUnaligned(fromByteOffset: k, as: UInt64.self)) { k += 8 }
-            }
-            while k < c.end {
-                let b = c.p[k]
-                if b == 60 || b == 38 || b == 13 || (b < 32 && b != 9 && b != 10) { break }
-                k += 1
-            }
+            // A run of plain bytes, in one piece.
+            let k = Self.plainRun(c, from: c.i)
             if k > c.i {
                 try emit(UnsafeBufferPointer(rebasing: c.p[c.i..<k]))
                 c.i = k

@@ -61,12 +61,24 @@ extension RowsStreamCore {
         return nil
     }
 
-    /// True when one of eight bytes (a little-endian word) ends a cell's plain text: `<`, `&`
-    /// or a byte below 0x20 (TAB and LF then get a look byte by byte). Bytes from 0x80 are plain.
-    @inline(__always) static func needsLook(_ w: UInt64) -> Bool {
-        let high: UInt64 = 0x8080_8080_8080_8080, low: UInt64 = 0x0101_0101_0101_0101
-        @inline(__always) func hasZeroByte(_ x: UInt64) -> Bool { (x &- low) & ~x & high != 0 }
-        return (w &- 0x20 &* low) & ~w & high != 0 || hasZeroByte(w ^ (0x3C &* low)) || hasZeroByte(w ^ (0x26 &* low))
+    /// Where a run of a cell's plain text that starts at `k` ends: the first `<`, `&`, CR or
+    /// control byte (TAB and LF are plain), or the end of the bytes. Eight bytes at a time while
+    /// none of them is below 0x20, `<` or `&` (bytes from 0x80 are plain here), then byte by byte.
+    @inline(__always) static func plainRun(_ c: Cursor, from start: Int) -> Int {
+        var k = start
+        if let base = c.p.baseAddress {
+            while k + 8 <= c.end {
+                let w = UnsafeRawPointer(base).loadUnaligned(fromByteOffset: k, as: UInt64.self)
+                if XMLText.hasByte(below: 0x20, w) || XMLText.hasByte(0x3C, w) || XMLText.hasByte(0x26, w) { break }
+                k += 8
+            }
+        }
+        while k < c.end {
+            let b = c.p[k]
+            if b == 60 || b == 38 || b == 13 || (b < 32 && b != 9 && b != 10) { break }
+            k += 1
+        }
+        return k
     }
 
     /// The attributes of a `<v>` start tag, read without building names or a dictionary (one

@@ -24,7 +24,7 @@ public enum XMLText {
             // ASCII eight bytes at a time (no byte with its high bit set, and, unless controls
             // are allowed, none below 0x20), again after each byte that needs a look.
             if controlsAllowed {
-                while i + 8 <= n, base.loadUnaligned(fromByteOffset: i, as: UInt64.self) & 0x8080_8080_8080_8080 == 0 { i += 8 }
+                while i + 8 <= n, base.loadUnaligned(fromByteOffset: i, as: UInt64.self) & highBits == 0 { i += 8 }
             } else {
                 while i + 8 <= n, isPrintableASCII(base.loadUnaligned(fromByteOffset: i, as: UInt64.self)) { i += 8 }
             }
@@ -136,20 +136,30 @@ public enum XMLText {
         return true
     }
 
-    /// True when each of eight bytes is ASCII from 0x20 (no control, no UTF-8 sequence).
-    @inline(__always) static func isPrintableASCII(_ w: UInt64) -> Bool {
-        let high: UInt64 = 0x8080_8080_8080_8080, low: UInt64 = 0x0101_0101_0101_0101
-        return w & high == 0 && (w &- 0x20 &* low) & ~w & high == 0
+    // Eight bytes at a time, as a little-endian word (the tricks of "Bit Twiddling Hacks"):
+    // a byte below n (n <= 0x80) shows in (w - n·L) & ~w & H, a byte equal to b in w ^ b·L.
+    static let highBits: UInt64 = 0x8080_8080_8080_8080
+    static let lowBits: UInt64 = 0x0101_0101_0101_0101
+
+    /// True when one of the word's bytes is below `n` (at most 0x80).
+    @inline(__always) static func hasByte(below n: UInt8, _ w: UInt64) -> Bool {
+        (w &- UInt64(n) &* lowBits) & ~w & highBits != 0
     }
 
-    /// True when none of eight bytes (a little-endian word) needs a look in element content:
-    /// no byte below 0x20, none from 0x80 (UTF-8 sequences are checked), no `&`, `<` or `>`.
-    /// Word tricks from "Bit Twiddling Hacks": a byte below n shows in (w - n·L) & ~w & H.
+    /// True when one of the word's bytes is `b`.
+    @inline(__always) static func hasByte(_ b: UInt8, _ w: UInt64) -> Bool {
+        hasByte(below: 1, w ^ (UInt64(b) &* lowBits))
+    }
+
+    /// True when each of eight bytes is ASCII from 0x20 (no control, no UTF-8 sequence).
+    @inline(__always) static func isPrintableASCII(_ w: UInt64) -> Bool {
+        w & highBits == 0 && !hasByte(below: 0x20, w)
+    }
+
+    /// True when none of eight bytes needs a look in element content: no byte below 0x20,
+    /// none from 0x80 (UTF-8 sequences are checked), no `&`, `<` or `>`.
     @inline(__always) static func isPlainContent(_ w: UInt64) -> Bool {
-        let high: UInt64 = 0x8080_8080_8080_8080, low: UInt64 = 0x0101_0101_0101_0101
-        guard isPrintableASCII(w) else { return false }
-        @inline(__always) func hasZeroByte(_ x: UInt64) -> Bool { (x &- low) & ~x & high != 0 }
-        return !hasZeroByte(w ^ (0x26 &* low)) && !hasZeroByte(w ^ (0x3C &* low)) && !hasZeroByte(w ^ (0x3E &* low))
+        isPrintableASCII(w) && !hasByte(0x26, w) && !hasByte(0x3C, w) && !hasByte(0x3E, w)
     }
 
     @inline(__always) static func appendEntity(_ b: UInt8, into out: inout [UInt8]) {

@@ -172,21 +172,21 @@ public struct PinnedColumn {
 
 extension ColumnBuffer {
     /// Runs `body` with this column's arrays pinned.
-    public func withPinned<R>(_ body: (PinnedColumn) -> R) -> R {
-        nullBits.withUnsafeBufferPointer { bits in
+    public func withPinned<R, E: Error>(_ body: (PinnedColumn) throws(E) -> R) throws(E) -> R {
+        try nullBits.withUnsafeBufferPointer { (bits) throws(E) -> R in
             switch storage {
             case .int64:
-                return ints.withUnsafeBufferPointer { p in
-                    body(PinnedColumn(storage: storage, ints: p.baseAddress, doubles: nil, arena: nil, offsets: nil, nullBits: bits.baseAddress))
+                return try ints.withUnsafeBufferPointer { (p) throws(E) -> R in
+                    try body(PinnedColumn(storage: storage, ints: p.baseAddress, doubles: nil, arena: nil, offsets: nil, nullBits: bits.baseAddress))
                 }
             case .double:
-                return doubles.withUnsafeBufferPointer { p in
-                    body(PinnedColumn(storage: storage, ints: nil, doubles: p.baseAddress, arena: nil, offsets: nil, nullBits: bits.baseAddress))
+                return try doubles.withUnsafeBufferPointer { (p) throws(E) -> R in
+                    try body(PinnedColumn(storage: storage, ints: nil, doubles: p.baseAddress, arena: nil, offsets: nil, nullBits: bits.baseAddress))
                 }
             case .bytes:
-                return arena.withUnsafeBytes { a in
-                    offsets.withUnsafeBufferPointer { o in
-                        body(PinnedColumn(storage: storage, ints: nil, doubles: nil, arena: a.baseAddress, offsets: o.baseAddress, nullBits: bits.baseAddress))
+                return try arena.withUnsafeBufferPointer { (a) throws(E) -> R in
+                    try offsets.withUnsafeBufferPointer { (o) throws(E) -> R in
+                        try body(PinnedColumn(storage: storage, ints: nil, doubles: nil, arena: a.baseAddress.map(UnsafeRawPointer.init), offsets: o.baseAddress, nullBits: bits.baseAddress))
                     }
                 }
             }
@@ -198,16 +198,16 @@ extension RowBatch {
     /// Runs `body` with every column's buffers pinned (nested `withUnsafe…` scopes: the
     /// pointers stay valid until `body` returns), without retaining or copying any buffer
     /// per value.
-    public func withPinnedColumns<R>(_ body: (UnsafeBufferPointer<PinnedColumn>) -> R) -> R {
+    public func withPinnedColumns<R, E: Error>(_ body: (UnsafeBufferPointer<PinnedColumn>) throws(E) -> R) throws(E) -> R {
         var pinned: [PinnedColumn] = []
         pinned.reserveCapacity(columns.count)
-        func pin(_ i: Int) -> R {
-            if i == columns.count { return pinned.withUnsafeBufferPointer(body) }
-            return columns[i].withPinned { column in
+        func pin(_ i: Int) throws(E) -> R {
+            if i == columns.count { return try pinned.withUnsafeBufferPointer { (p) throws(E) -> R in try body(p) } }
+            return try columns[i].withPinned { (column) throws(E) -> R in
                 pinned.append(column)
-                return pin(i + 1)
+                return try pin(i + 1)
             }
         }
-        return pin(0)
+        return try pin(0)
     }
 }

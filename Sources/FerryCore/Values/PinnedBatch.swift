@@ -42,39 +42,19 @@ public final class PinnedBatch {
         self.count = count
     }
 
-    /// Runs `body` with every buffer of `batch` pinned (each column's arrays held by nested
-    /// `withUnsafe…` scopes, so the pointers stay valid until `body` returns).
+    /// Runs `body` with every buffer of `batch` pinned (`RowBatch.withPinnedColumns`: the
+    /// pointers stay valid until `body` returns), and each column's null flags computed.
     public static func with<R>(_ batch: RowBatch, _ body: (PinnedBatch) throws -> R) throws -> R {
         let n = batch.count
         let nulls = UnsafeMutablePointer<UInt8>.allocate(capacity: max(n, 1) * max(batch.columns.count, 1))
         defer { nulls.deallocate() }
-        var columns: [Column] = []
-        columns.reserveCapacity(batch.columns.count)
-        func pin(_ i: Int) throws -> R {
-            if i == batch.columns.count { return try body(PinnedBatch(columns: columns, count: n)) }
-            let c = batch.columns[i]
-            let flags = nulls + i * max(n, 1)
-            for r in 0..<n { flags[r] = c.isNull(r) ? 1 : 0 }
-            switch c.storage {
-            case .int64:
-                return try c.ints.withUnsafeBufferPointer { p in
-                    columns.append(Column(storage: .int64, ints: p.baseAddress, doubles: nil, arena: nil, offsets: nil, nulls: flags))
-                    return try pin(i + 1)
-                }
-            case .double:
-                return try c.doubles.withUnsafeBufferPointer { p in
-                    columns.append(Column(storage: .double, ints: nil, doubles: p.baseAddress, arena: nil, offsets: nil, nulls: flags))
-                    return try pin(i + 1)
-                }
-            case .bytes:
-                return try c.arena.withUnsafeBytes { a in
-                    try c.offsets.withUnsafeBufferPointer { o in
-                        columns.append(Column(storage: .bytes, ints: nil, doubles: nil, arena: a.baseAddress, offsets: o.baseAddress, nulls: flags))
-                        return try pin(i + 1)
-                    }
-                }
+        return try batch.withPinnedColumns { (pinned) throws -> R in
+            let columns = pinned.enumerated().map { i, c in
+                let flags = nulls + i * max(n, 1)
+                for r in 0..<n { flags[r] = c.isNull(r) ? 1 : 0 }
+                return Column(storage: c.storage, ints: c.ints, doubles: c.doubles, arena: c.arena, offsets: c.offsets, nulls: flags)
             }
+            return try body(PinnedBatch(columns: columns, count: n))
         }
-        return try pin(0)
     }
 }
