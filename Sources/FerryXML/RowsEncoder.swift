@@ -29,7 +29,7 @@ public struct RowsEncoder {
     public init(types: [LogicalType], stored: [Bool] = []) {
         self.types = types
         self.stored = stored
-        forms = types.enumerated().map { c, t in WireValue.CellForm(t, stored: c < stored.count && stored[c]) }
+        forms = WireValue.CellForm.forms(types, stored: stored)
     }
 
     /// True when no batch is being written.

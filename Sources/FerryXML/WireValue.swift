@@ -97,6 +97,12 @@ public enum WireValue {
             }
         }
 
+        /// Each column's form: `types`, and `stored` (shorter than `types` when the last columns
+        /// hold no stored values).
+        static func forms(_ types: [LogicalType], stored: [Bool]) -> [CellForm] {
+            types.enumerated().map { c, t in CellForm(t, stored: c < stored.count && stored[c]) }
+        }
+
         /// Cells that are the value's bytes, escaped or in base64 (the others are short):
         /// a long one goes out in slices.
         var sliceable: Bool {

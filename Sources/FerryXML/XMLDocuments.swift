@@ -376,12 +376,16 @@ public enum XMLDocuments {
             return out
         }
 
-        /// Rows `range` of `batch` as `<r><v>…</v>…</r>` lines.
+        /// Rows `range` of `batch` as `<r><v>…</v>…</r>` lines (the batch pinned once, each
+        /// column's cell form decided once).
         public func rows(_ batch: RowBatch, range: Range<Int>? = nil, into out: inout [UInt8]) {
-            for r in range ?? 0..<batch.count {
-                out.append(contentsOf: "<r>".utf8)
-                for (c, t) in types.enumerated() { WireValue.appendCell(batch.columns[c], row: r, type: t, stored: c < stored.count && stored[c], into: &out) }
-                out.append(contentsOf: "</r>\n".utf8)
+            let forms = WireValue.CellForm.forms(types, stored: stored)
+            batch.withPinnedColumns { cols in
+                for r in range ?? 0..<batch.count {
+                    out.append(contentsOf: "<r>".utf8)
+                    for c in forms.indices { WireValue.appendCell(cols[c], row: r, form: forms[c], into: &out) }
+                    out.append(contentsOf: "</r>\n".utf8)
+                }
             }
         }
 
