@@ -233,8 +233,7 @@ final class PostgresReader: BatchReader {
                 col.append(Double(bitPattern: UInt64(bigEndian: f.loadUnaligned(as: UInt64.self))))
             }
         case .numeric:
-            guard let text = PostgresValueCodec.numericText(f, count: n) else { throw malformed() }
-            col.append(string: text)
+            guard PostgresValueCodec.appendNumericText(f, count: n, to: &col) else { throw malformed() }
         case .bytes:
             col.append(bytes: UnsafeRawBufferPointer(start: f, count: n))
         case .uuid:

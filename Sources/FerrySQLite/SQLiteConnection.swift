@@ -71,9 +71,20 @@ public final class SQLiteConnection: Connection {
             sqlite3_close_v2(db)
             throw FerryError.readOnlyTarget(endpoint: shown, reason: "SQLite opened it read-only; check the file's permissions or choose another target")
         }
+        if createdFile != nil {
+            // A file Ferry creates gets 16 KiB pages instead of SQLite's 4 KiB: a bulk load
+            // writes and splits a quarter as many pages (PostgreSQL -> SQLite, 1 M rows of
+            // bench_orders: 0.55-0.70 s of system time -> 0.38-0.47 s, 2.4-3.1 s -> 2.1-2.4 s).
+            // It is not a crash-safety setting. An existing file keeps its own page size, so a
+            // file made empty beforehand (`PRAGMA page_size=4096; VACUUM;`) chooses another.
+            try? execute("PRAGMA page_size = \(Self.createdPageSize)")
+        }
     }
 
     deinit { close() }
+
+    /// The page size of a database file Ferry creates (README, "SQLite targets").
+    static let createdPageSize = 16_384
 
     /// The file's device and inode (two paths to one file are one database).
     public func databaseIdentity() throws -> String? {

@@ -11,12 +11,10 @@ final class SQLiteFormattedColumn {
     private var capacity: Int
     /// Row i's text is `offsets[i]..<offsets[i + 1]`.
     private var offsets: [Int] = [0]
-    private var scratch: [UInt8] = []
 
     init() {
         capacity = 1 << 16
         base = UnsafeMutableRawPointer.allocate(byteCount: capacity, alignment: 16)
-        scratch.reserveCapacity(64)
     }
 
     deinit { base.deallocate() }
@@ -27,34 +25,28 @@ final class SQLiteFormattedColumn {
     func fill(_ column: PinnedBatch.Column, count: Int, form: SQLiteValueCodec.Form) {
         var offsets = self.offsets
         self.offsets = []
-        var scratch = self.scratch
-        self.scratch = []
         var base = self.base, capacity = self.capacity, end = 0
         offsets.removeAll(keepingCapacity: true)
         offsets.append(0)
         for row in 0..<count {
             if !column.isNull(row) {
-                scratch.removeAll(keepingCapacity: true)
-                SQLiteValueCodec.format(column, row: row, form: form, into: &scratch)
-                let n = scratch.count
-                if end + n > capacity {
+                let most = SQLiteValueCodec.maxTextBytes(column, row: row, form: form)
+                if end + most > capacity {
                     var grown = capacity * 2
-                    while end + n > grown { grown *= 2 }
+                    while end + most > grown { grown *= 2 }
                     let moved = UnsafeMutableRawPointer.allocate(byteCount: grown, alignment: 16)
                     moved.copyMemory(from: base, byteCount: end)
                     base.deallocate()
                     base = moved
                     capacity = grown
                 }
-                scratch.withUnsafeBytes { if let from = $0.baseAddress { (base + end).copyMemory(from: from, byteCount: n) } }
-                end += n
+                end += SQLiteValueCodec.write(column, row: row, form: form, to: (base + end).assumingMemoryBound(to: UInt8.self))
             }
             offsets.append(end)
         }
         self.base = base
         self.capacity = capacity
         self.offsets = offsets
-        self.scratch = scratch
     }
 
     /// Binds row `row`'s text in place: it must stay bound only until the next `fill`.

@@ -77,6 +77,35 @@ enum SQLiteValueCodec {
         }
     }
 
+    /// The most bytes `write` writes for row `row` of `column` in a formatted `form`.
+    @inline(__always)
+    static func maxTextBytes(_ col: PinnedBatch.Column, row: Int, form: Form) -> Int {
+        switch form {
+        case .uuid: return UUIDText.maxTextBytes(col.bytes(row).count)
+        default: return Temporal.maxTextBytes + 6
+        }
+    }
+
+    /// Writes the text of row `row` of `column` (non-NULL) in a formatted `form` at `p` (room
+    /// for `maxTextBytes`); returns its length.
+    @inline(__always)
+    static func write(_ col: PinnedBatch.Column, row: Int, form: Form, to p: UnsafeMutablePointer<UInt8>) -> Int {
+        switch form {
+        case .date: return Temporal.write(date: col.int(row), to: p)
+        case .time(let digits): return Temporal.write(time: col.int(row), fractionDigits: digits, to: p)
+        case .timestamp(let digits, let utc):
+            var n = Temporal.write(timestamp: col.int(row), fractionDigits: digits, to: p)
+            if utc {
+                // "+00:00", as utcSuffix
+                p[n] = 43; p[n + 1] = 48; p[n + 2] = 48; p[n + 3] = 58; p[n + 4] = 48; p[n + 5] = 48
+                n += 6
+            }
+            return n
+        case .uuid: return UUIDText.write(col.bytes(row), to: p)
+        case .integer, .double, .blob, .text, .stored: return 0
+        }
+    }
+
     /// Binds row `row` of `column` (non-NULL) to parameter `index` in `form`. `scratch` is a
     /// reused buffer for the forms that are formatted; SQLite copies it (SQLITE_TRANSIENT).
     /// Text and blobs are bound without a copy: the batch must outlive the step.

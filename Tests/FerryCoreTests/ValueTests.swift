@@ -57,6 +57,34 @@ final class ValueTests: XCTestCase {
         XCTAssertEqual(UUIDText.parse(text), bytes)
         XCTAssertEqual(UUIDText.parse("{00010203-0405-0607-0809-0A0B0C0D0E0F}"), bytes)
         XCTAssertNil(UUIDText.parse("0001"))
+        // Every byte value in every position, against the digits written one by one.
+        var rng = SystemRandomNumberGenerator()
+        for round in 0..<64 {
+            let bytes = (0..<16).map { i in round < 16 ? UInt8(truncatingIfNeeded: round * 16 + i) : UInt8.random(in: 0...255, using: &rng) }
+            var expected = ""
+            for (i, b) in bytes.enumerated() {
+                if [4, 6, 8, 10].contains(i) { expected += "-" }
+                expected += String(b, radix: 16).count == 1 ? "0" + String(b, radix: 16) : String(b, radix: 16)
+            }
+            XCTAssertEqual(UUIDText.format(bytes), expected)
+        }
+    }
+
+    /// The formatting fast paths (two-digit fields, four-digit years) against the general one.
+    func testTemporalTextAtTheEdges() throws {
+        XCTAssertEqual(Temporal.formatDate(Temporal.days(year: 999, month: 12, day: 31)), "0999-12-31")
+        XCTAssertEqual(Temporal.formatDate(Temporal.days(year: 1000, month: 1, day: 1)), "1000-01-01")
+        XCTAssertEqual(Temporal.formatDate(Temporal.days(year: 9999, month: 12, day: 31)), "9999-12-31")
+        XCTAssertEqual(Temporal.formatDate(Temporal.days(year: 10000, month: 1, day: 1)), "10000-01-01")
+        XCTAssertEqual(Temporal.formatDate(Temporal.days(year: -44, month: 3, day: 15)), "-0044-03-15")
+        XCTAssertEqual(Temporal.formatTime(Temporal.microsPerDay), "24:00:00")
+        XCTAssertEqual(Temporal.formatTime(838 * 3_600_000_000 + 59 * 60_000_000 + 59_000_000), "838:59:59")
+        XCTAssertEqual(Temporal.formatTimestamp(Temporal.days(year: 2024, month: 2, day: 29) * Temporal.microsPerDay + 45_296_000_007),
+                       "2024-02-29 12:34:56.000007")
+        for d in stride(from: Int64(-800_000), through: 3_000_000, by: 7919) {
+            let micros = d * Temporal.microsPerDay + (d * 1_234_567) % Temporal.microsPerDay
+            XCTAssertEqual(try Temporal.parseTimestamp(Temporal.formatTimestamp(micros)).micros, micros)
+        }
     }
 
     func testBatchesKeepEveryValue() throws {

@@ -194,6 +194,28 @@ final class PostgresDriverTests: XCTestCase {
         XCTAssertTrue(refused.tables[0].error?.contains("column f, key (id=1): -0.0 would lose its sign") == true, refused.tables[0].error ?? "")
     }
 
+    /// Numeric values arrive as PostgreSQL's own text of them, digit for digit: every weight
+    /// (tiny fractions to 10^40), every scale, signs, zeros with a scale, negative zero, NaN.
+    func testNumericTextIsPostgresText() throws {
+        let db = try pg.connect(try pg.makeDatabase("numtext"))
+        try db.run("""
+            CREATE TABLE nums (id int PRIMARY KEY, n numeric);
+            INSERT INTO nums
+              SELECT g, round(((g * 7919) % 200003 - 100000)::numeric * power(10::numeric, g % 45 - 25), g % 31)
+              FROM generate_series(1, 3000) g;
+            INSERT INTO nums VALUES (3001, 0), (3002, '0.000'), (3003, '-0.0000'), (3004, 'NaN'), (3005, '1e-30'),
+              (3006, '-99999999999999999999.99999999999999999999'), (3007, '10000'), (3008, '0.0001'), (3009, '1000000000000'),
+              (3010, '-1.5'), (3011, '123456789.123456789'), (3012, '9999.9999'), (3013, NULL);
+            """)
+        let lite = try XCTUnwrap(try sqlite("numtext.db") as? SQLiteConnection)
+        XCTAssertTrue(try copy(db, lite).ok)
+        let expected = try db.rows("SELECT id, n::text FROM nums ORDER BY id")
+        let got = try lite.query("SELECT CAST(id AS TEXT), n FROM nums ORDER BY id").map { row in row.map(\.canonicalText) }
+        XCTAssertEqual(expected.count, 3013)
+        XCTAssertEqual(got.count, expected.count)
+        for (e, g) in zip(expected, got) where e != g { XCTFail("numeric \(e) arrived as \(g)"); break }
+    }
+
     func testRefusalsAndErrors() throws {
         let url = try pg.makeDatabase("bad")
         let db = try pg.connect(url)

@@ -95,6 +95,18 @@ public struct ColumnBuffer: Sendable {
         markRow(null: false)
     }
 
+    /// Appends one value of exactly `count` bytes that `write` puts straight into the column's
+    /// memory (a driver formatting text without a buffer of its own per value).
+    @inline(__always)
+    public mutating func append(count: Int, initializingWith write: (UnsafeMutableRawBufferPointer) -> Void) {
+        precondition(storage == .bytes, "bytes appended to a \(storage) column")
+        let start = arena.count
+        arena.append(contentsOf: repeatElement(0, count: count))
+        arena.withUnsafeMutableBytes { write(UnsafeMutableRawBufferPointer(rebasing: $0[start..<start + count])) }
+        offsets.append(arena.count)
+        markRow(null: false)
+    }
+
     public mutating func append<S: Sequence>(bytes: S) where S.Element == UInt8 {
         precondition(storage == .bytes, "bytes appended to a \(storage) column")
         arena.append(contentsOf: bytes)

@@ -51,6 +51,15 @@ public enum Temporal {
         i += total
     }
 
+    /// Writes `v` (0...99) as two digits at `p[i]…` and moves `i` past them.
+    @inline(__always)
+    private static func put2(_ v: Int64, _ p: UnsafeMutablePointer<UInt8>, _ i: inout Int) {
+        let u = UInt8(truncatingIfNeeded: v)
+        p[i] = 48 &+ u / 10
+        p[i + 1] = 48 &+ u % 10
+        i += 2
+    }
+
     /// Longest text formatting writes: a timestamp of the widest year (`-` and 19 digits) with
     /// a six-digit fraction.
     private static let scratchBytes = 64
@@ -73,26 +82,32 @@ public enum Temporal {
             p[i] = 45
             i += 1
         }
-        put(y.magnitude > UInt64(Int64.max) ? Int64.max : Int64(y.magnitude), width: 4, p, &i)
+        if y >= 1000 && y <= 9999 {
+            put2(y / 100, p, &i)
+            put2(y % 100, p, &i)
+        } else {
+            put(y.magnitude > UInt64(Int64.max) ? Int64.max : Int64(y.magnitude), width: 4, p, &i)
+        }
         p[i] = 45
         i += 1
-        put(m, width: 2, p, &i)
+        put2(m, p, &i)
         p[i] = 45
         i += 1
-        put(d, width: 2, p, &i)
+        put2(d, p, &i)
     }
 
     @inline(__always)
     private static func writeTime(_ micros: Int64, fractionDigits: Int?, _ p: UnsafeMutablePointer<UInt8>, _ i: inout Int) {
         let secs = micros / microsPerSecond
         let frac = micros % microsPerSecond
-        put(secs / 3600, width: 2, p, &i)
+        let hours = secs / 3600
+        if hours >= 0 && hours < 100 { put2(hours, p, &i) } else { put(hours, width: 2, p, &i) }
         p[i] = 58
         i += 1
-        put(secs / 60 % 60, width: 2, p, &i)
+        put2(secs / 60 % 60, p, &i)
         p[i] = 58
         i += 1
-        put(secs % 60, width: 2, p, &i)
+        put2(secs % 60, p, &i)
         var digits = 6
         if let f = fractionDigits {
             digits = max(f, 0)
@@ -156,18 +171,43 @@ public enum Temporal {
 
     /// Appends `YYYY-MM-DD HH:MM:SS[.ffffff]` to `out`.
     public static func appendTimestamp(_ micros: Int64, fractionDigits: Int? = nil, separator: UInt8 = 32, into out: inout [UInt8]) {
+        appending(to: &out) { p, i in i = write(timestamp: micros, fractionDigits: fractionDigits, separator: separator, to: p) }
+    }
+
+    /// The most bytes a `write(…to:)` writes.
+    public static let maxTextBytes = scratchBytes
+
+    /// Writes `YYYY-MM-DD HH:MM:SS[.ffffff]` at `p` (room for `maxTextBytes`); returns its length.
+    @inline(__always)
+    public static func write(timestamp micros: Int64, fractionDigits: Int? = nil, separator: UInt8 = 32, to p: UnsafeMutablePointer<UInt8>) -> Int {
         var days = micros / microsPerDay
         var rest = micros % microsPerDay
         if rest < 0 {
             days -= 1
             rest += microsPerDay
         }
-        appending(to: &out) { p, i in
-            writeDate(days, p, &i)
-            p[i] = separator
-            i += 1
-            writeTime(rest, fractionDigits: fractionDigits, p, &i)
-        }
+        var i = 0
+        writeDate(days, p, &i)
+        p[i] = separator
+        i += 1
+        writeTime(rest, fractionDigits: fractionDigits, p, &i)
+        return i
+    }
+
+    /// Writes `YYYY-MM-DD` at `p` (room for `maxTextBytes`); returns its length.
+    @inline(__always)
+    public static func write(date days: Int64, to p: UnsafeMutablePointer<UInt8>) -> Int {
+        var i = 0
+        writeDate(days, p, &i)
+        return i
+    }
+
+    /// Writes `HH:MM:SS[.ffffff]` at `p` (room for `maxTextBytes`); returns its length.
+    @inline(__always)
+    public static func write(time micros: Int64, fractionDigits: Int?, to p: UnsafeMutablePointer<UInt8>) -> Int {
+        var i = 0
+        writeTime(micros, fractionDigits: fractionDigits, p, &i)
+        return i
     }
 
     // MARK: Parsing

@@ -159,23 +159,45 @@ public enum UUIDText {
     /// Appends the 36-character form of 16 bytes to `out` (written into a stack buffer and
     /// appended once: byte by byte into the array was 750 instructions a UUID).
     public static func append(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
-        let capacity = bytes.count * 2 + 4
-        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: capacity) { buf in
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: maxTextBytes(bytes.count)) { buf in
             guard let p = buf.baseAddress else { return }
-            var j = 0
-            for i in 0..<bytes.count {
-                if i == 4 || i == 6 || i == 8 || i == 10 {
-                    p[j] = 45
-                    j += 1
-                }
-                let b = bytes[i]
-                let h = b >> 4, l = b & 15
-                p[j] = h < 10 ? 48 + h : 87 + h
-                p[j + 1] = l < 10 ? 48 + l : 87 + l
-                j += 2
-            }
-            out.append(contentsOf: UnsafeBufferPointer(start: p, count: j))
+            out.append(contentsOf: UnsafeBufferPointer(start: p, count: write(bytes, to: p)))
         }
+    }
+
+    /// The most bytes `write` writes for `count` bytes.
+    @inline(__always)
+    public static func maxTextBytes(_ count: Int) -> Int { count * 2 + 4 }
+
+    /// Writes the hyphenated hex of `bytes` at `p` (room for `maxTextBytes(bytes.count)`);
+    /// returns its length.
+    @inline(__always)
+    public static func write(_ bytes: UnsafeRawBufferPointer, to p: UnsafeMutablePointer<UInt8>) -> Int {
+        @inline(__always) func hex(_ n: UInt8) -> UInt8 { n &+ (n < 10 ? 48 : 87) }
+        if bytes.count == 16 {
+            // Byte i's two digits go to 2i plus the hyphens before it (after bytes 4, 6, 8, 10).
+            for i in 0..<16 {
+                let b = bytes[i]
+                let j = 2 &* i &+ (i >= 4 ? 1 : 0) &+ (i >= 6 ? 1 : 0) &+ (i >= 8 ? 1 : 0) &+ (i >= 10 ? 1 : 0)
+                p[j] = hex(b >> 4)
+                p[j &+ 1] = hex(b & 15)
+            }
+            p[8] = 45; p[13] = 45; p[18] = 45; p[23] = 45
+            return 36
+        }
+        var j = 0
+        for i in 0..<bytes.count {
+            if i == 4 || i == 6 || i == 8 || i == 10 {
+                p[j] = 45
+                j += 1
+            }
+            let b = bytes[i]
+            let h = b >> 4, l = b & 15
+            p[j] = h < 10 ? 48 + h : 87 + h
+            p[j + 1] = l < 10 ? 48 + l : 87 + l
+            j += 2
+        }
+        return j
     }
 
     /// Parses hex with or without hyphens and braces; nil when it is not 16 bytes of hex.
