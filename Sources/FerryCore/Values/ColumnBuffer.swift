@@ -80,7 +80,7 @@ public struct ColumnBuffer: Sendable {
     @inline(__always)
     public mutating func append(bytes: UnsafeRawBufferPointer) {
         precondition(storage == .bytes, "bytes appended to a \(storage) column")
-        arena.append(contentsOf: bytes)
+        appendToArena(bytes)
         offsets.append(arena.count)
         markRow(null: false)
     }
@@ -90,7 +90,7 @@ public struct ColumnBuffer: Sendable {
     public mutating func append(tag: UInt8, bytes: UnsafeRawBufferPointer) {
         precondition(storage == .bytes, "bytes appended to a \(storage) column")
         arena.append(tag)
-        arena.append(contentsOf: bytes)
+        appendToArena(bytes)
         offsets.append(arena.count)
         markRow(null: false)
     }
@@ -100,11 +100,19 @@ public struct ColumnBuffer: Sendable {
     @inline(__always)
     public mutating func append(count: Int, initializingWith write: (UnsafeMutableRawBufferPointer) -> Void) {
         precondition(storage == .bytes, "bytes appended to a \(storage) column")
-        let start = arena.count
-        arena.append(contentsOf: repeatElement(0, count: count))
-        arena.withUnsafeMutableBytes { write(UnsafeMutableRawBufferPointer(rebasing: $0[start..<start + count])) }
+        withUnsafeTemporaryAllocation(byteCount: count, alignment: 1) { buffer in
+            write(buffer)
+            appendToArena(UnsafeRawBufferPointer(buffer))
+        }
         offsets.append(arena.count)
         markRow(null: false)
+    }
+
+    /// Appends bytes to the arena as a typed buffer: Array's append of a raw buffer copies it
+    /// byte by byte (~120 instructions for a short value, callgrind), of a typed one by memcpy.
+    @inline(__always)
+    private mutating func appendToArena(_ bytes: UnsafeRawBufferPointer) {
+        arena.append(contentsOf: UnsafeBufferPointer(start: bytes.baseAddress?.assumingMemoryBound(to: UInt8.self), count: bytes.count))
     }
 
     public mutating func append<S: Sequence>(bytes: S) where S.Element == UInt8 {
