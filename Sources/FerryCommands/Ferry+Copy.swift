@@ -1,5 +1,6 @@
 import ArgumentParser
 import FerryCore
+import FerryKit
 import Foundation
 
 extension WriteMode: ExpressibleByArgument {}
@@ -166,22 +167,18 @@ extension Ferry {
 
             let registry = Ferry.registry
             let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry, passwords: passwordFiles)
-            let src = try registry.connect(sourceEndpoint, role: .source)
-            defer { src.close() }
-            let dst = try registry.connect(targetEndpoint, role: .target)
-            defer { dst.close() }
-
-            let engine = CopyEngine(registry: registry)
-            let plan = try engine.plan(source: src, target: dst, options: options)
+            let session = try CopySession(source: sourceEndpoint, target: targetEndpoint, registry: registry)
+            defer { session.close() }
+            let plan = try session.plan(options)
             if dryRun {
                 if output.json { try Console.json(plan) } else { Console.out(render(plan)) }
                 return
             }
             if plan.tables.isEmpty {
-                Console.error("ferry: nothing to copy: no tables matched in \(src.endpoint)")
+                Console.error("ferry: nothing to copy: no tables matched in \(session.source.endpoint)")
             }
             let progress = ProgressReporter(quiet: quiet || output.json && isatty(2) == 0)
-            let summary = engine.run(plan, source: src, target: dst, options: options, progress: progress)
+            let summary = session.run(plan, options: options, progress: progress)
             if output.json {
                 struct Out: Encodable {
                     var ok: Bool
@@ -213,13 +210,8 @@ extension Ferry {
             }
             let failures = summary.tables.filter { $0.status != .ok }
             if verify && failures.isEmpty && !plan.tables.isEmpty {
-                var v = Verifier.Options()
-                v.tables = plan.tables.map(\.source)
-                v.keys = options.keys
-                v.casts = options.casts
-                // The source side reads the copy's own snapshot (still open on this connection).
-                let report = try Verifier().verify(source: src, target: dst, options: v)
-                try? src.rollback()
+                // The source side reads the copy's own snapshot (kept open by keepSourceSnapshot).
+                let report = try session.verify(plan, options: options)
                 if !output.json { try Verify.print(report, json: false) }
                 try Verify.exit(for: report)
             }

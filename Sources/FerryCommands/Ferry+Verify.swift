@@ -1,5 +1,6 @@
 import ArgumentParser
 import FerryCore
+import FerryKit
 import Foundation
 
 extension Ferry {
@@ -63,25 +64,9 @@ extension Ferry {
             options.keys = tableOptions.keys
             options.maxReported = Swift.max(1, max)
             options.casts = try castOptions.rules()
-            let (s, t) = try driverSettings.endpoints(source: source, target: target, registry: Ferry.registry, passwords: passwordFiles)
-            let src = try Ferry.registry.connect(s, role: .source)
-            defer { src.close() }
-            let dst = try Ferry.registry.connect(t, role: .source)
-            defer { dst.close() }
-            // One snapshot per side, for every table (each side's own moment).
-            for c in [src, dst] {
-                do { try c.beginSnapshot() } catch {
-                    try? c.rollback()
-                    Console.error("warning: \(c.endpoint) could not start a read snapshot (\(error)); each table is read as of its own moment")
-                }
-            }
             options.jobs = jobs
-            let registry = Ferry.registry
-            let report = try Verifier().verify(
-                source: src, target: dst, options: options, connect: { try registry.connect($0, role: .source) },
-                note: { Console.error("note: \($0)") })
-            try? src.rollback()
-            try? dst.rollback()
+            let (s, t) = try driverSettings.endpoints(source: source, target: target, registry: Ferry.registry, passwords: passwordFiles)
+            let report = try Verifier.compare(s, with: t, options: options, registry: Ferry.registry, say: { Console.error($0) })
             try Self.print(report, json: output.json)
             if report.tables.contains(where: { $0.status == .different }) && !output.json {
                 Console.error(

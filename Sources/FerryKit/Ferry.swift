@@ -58,18 +58,16 @@ public enum Ferry {
         let targetEndpoint = try registry.applying(driverOptions, to: Endpoint(parsing: target))
         let progress = observer.map { ProgressReporter(observer: $0) } ?? ProgressReporter(style: .quiet) { _ in }
         return try await blocking { cancellation in
-            let s = try registry.connect(sourceEndpoint, role: .source)
-            defer { s.close() }
-            let t = try registry.connect(targetEndpoint, role: .target)
-            defer { t.close() }
-            let engine = CopyEngine(registry: registry)
-            let plan = try engine.plan(source: s, target: t, options: options)
-            return CopyOutcome(engine.run(plan, source: s, target: t, options: options, progress: progress, cancellation: cancellation))
+            let session = try CopySession(source: sourceEndpoint, target: targetEndpoint, registry: registry)
+            defer { session.close() }
+            let plan = try session.plan(options)
+            return CopyOutcome(session.run(plan, options: options, progress: progress, cancellation: cancellation))
         }
     }
 
     /// Compares the tables of `source` with their copies in `target`, value by value, as
-    /// `ferry verify` does.
+    /// `ferry verify` does: each side in one read snapshot where its engine can, `options.jobs`
+    /// tables at a time.
     public static func verify(
         _ source: String, against target: String, options: Verifier.Options = Verifier.Options(), driverOptions: [String: String] = [:]
     ) async throws -> Verifier.Report {
@@ -77,11 +75,7 @@ public enum Ferry {
         let sourceEndpoint = try registry.applying(driverOptions, to: Endpoint(parsing: source))
         let targetEndpoint = try registry.applying(driverOptions, to: Endpoint(parsing: target))
         return try await blocking { cancellation in
-            let s = try registry.connect(sourceEndpoint, role: .source)
-            defer { s.close() }
-            let t = try registry.connect(targetEndpoint, role: .source)
-            defer { t.close() }
-            return try Verifier().verify(source: s, target: t, options: options, cancellation: cancellation)
+            try Verifier.compare(sourceEndpoint, with: targetEndpoint, options: options, registry: registry, cancellation: cancellation)
         }
     }
 

@@ -90,6 +90,40 @@ final class LibraryTests: XCTestCase {
         }
     }
 
+    /// The blocking session `ferry copy` runs on: a plan that touches nothing, the run, and a
+    /// comparison against the snapshot the copy read while the source goes on changing.
+    func testCopySessionPlansRunsAndVerifiesAgainstItsSnapshot() throws {
+        let folder = try TemporaryFolder()
+        let sourcePath = folder.path("source.db")
+        try FileManager.default.copyItem(atPath: TestDatabases.packageRoot().appendingPathComponent("samples/chinook.sqlite").path, toPath: sourcePath)
+        let writer = try XCTUnwrap(try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + sourcePath), role: .target) as? SQLiteConnection)
+        defer { writer.close() }
+        try writer.run("PRAGMA journal_mode = WAL")  // a writer beside the session's open read snapshot
+        let source = try Endpoint(parsing: "sqlite:" + sourcePath), target = try Endpoint(parsing: "sqlite:" + folder.path("copy.db"))
+
+        let session = try CopySession(source: source, target: target)
+        defer { session.close() }
+        var options = CopyOptions()
+        options.tables = [TableName("Artist"), TableName("Album")]
+        options.keepSourceSnapshot = true
+        let plan = try session.plan(options)
+        XCTAssertEqual(plan.tables.map(\.source.name), ["Artist", "Album"])
+        XCTAssertFalse(try session.target.tableExists(TableName("Album")), "planning creates nothing")
+        let summary = session.run(plan, options: options)
+        XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))")
+        XCTAssertEqual(summary.totalRows, 275 + 347)
+
+        try writer.run("DELETE FROM Album WHERE AlbumId = 1")
+        let kept = try session.verify(plan, options: options)
+        XCTAssertTrue(kept.equal, "compared with the snapshot the copy read: \(kept.tables)")
+        var now = Verifier.Options()
+        now.tables = options.tables
+        var said: [String] = []
+        let changed = try Verifier.compare(source, with: target, options: now, say: { said.append($0) })
+        XCTAssertEqual(changed.tables.map(\.status), [.equal, .different], "a new comparison reads the source as it is now")
+        XCTAssertEqual(said, [])
+    }
+
     func testTheEmbeddingSampleBuildsAndRuns() throws {
         let products = CLITests.binaryURL.deletingLastPathComponent()
         let sample = products.appendingPathComponent("ferry-embedding-sample")

@@ -173,15 +173,19 @@ public enum UUIDText {
     /// returns its length.
     @inline(__always)
     public static func write(_ bytes: UnsafeRawBufferPointer, to p: UnsafeMutablePointer<UInt8>) -> Int {
-        @inline(__always) func hex(_ n: UInt8) -> UInt8 { n &+ (n < 10 ? 48 : 87) }
-        if bytes.count == 16 {
-            // Byte i's two digits go to 2i plus the hyphens before it (after bytes 4, 6, 8, 10).
-            for i in 0..<16 {
-                let b = bytes[i]
-                let j = 2 &* i &+ (i >= 4 ? 1 : 0) &+ (i >= 6 ? 1 : 0) &+ (i >= 8 ? 1 : 0) &+ (i >= 10 ? 1 : 0)
-                p[j] = hex(b >> 4)
-                p[j &+ 1] = hex(b & 15)
+        if bytes.count == 16, let from = bytes.baseAddress {
+            // Four bytes at a time into eight digits (byte by byte was 400 instructions a UUID).
+            let out = UnsafeMutableRawPointer(p)
+            func put(_ digits: UInt64, _ at: Int) { out.storeBytes(of: digits.littleEndian, toByteOffset: at, as: UInt64.self) }
+            func halves(_ digits: UInt64, _ at: Int, _ then: Int) {
+                let d = digits.littleEndian
+                out.storeBytes(of: UInt32(truncatingIfNeeded: d), toByteOffset: at, as: UInt32.self)
+                out.storeBytes(of: UInt32(truncatingIfNeeded: d >> 32), toByteOffset: then, as: UInt32.self)
             }
+            put(hexDigits(from), 0)
+            halves(hexDigits(from + 4), 9, 14)
+            halves(hexDigits(from + 8), 19, 24)
+            put(hexDigits(from + 12), 28)
             p[8] = 45; p[13] = 45; p[18] = 45; p[23] = 45
             return 36
         }
@@ -198,6 +202,18 @@ public enum UUIDText {
             j += 2
         }
         return j
+    }
+
+    /// The eight lowercase hex digits of the four bytes at `p`, in memory order once stored
+    /// little-endian: each byte spread to two, nibbles split, then '0'-'9' or 'a'-'f' per byte.
+    @inline(__always)
+    static func hexDigits(_ p: UnsafeRawPointer) -> UInt64 {
+        var x = UInt64(UInt32(littleEndian: p.loadUnaligned(as: UInt32.self)))
+        x = (x | (x << 16)) & 0x0000_FFFF_0000_FFFF
+        x = (x | (x << 8)) & 0x00FF_00FF_00FF_00FF
+        let nibbles = ((x >> 4) & 0x000F_000F_000F_000F) | ((x & 0x000F_000F_000F_000F) << 8)
+        let letters = ((nibbles &+ 0x0606_0606_0606_0606) >> 4) & 0x0101_0101_0101_0101
+        return nibbles &+ 0x3030_3030_3030_3030 &+ letters &* 39
     }
 
     /// Parses hex with or without hyphens and braces; nil when it is not 16 bytes of hex.
