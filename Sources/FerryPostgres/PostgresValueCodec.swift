@@ -115,9 +115,25 @@ enum PostgresValueCodec {
         return true
     }
 
-    /// Encodes exact decimal text as numeric. Returns the number of fraction digits, or nil
-    /// when the text is not a decimal number.
-    static func appendNumeric(_ text: UnsafeRawBufferPointer, into out: inout [UInt8]) -> Int? {
+    /// What `writeNumeric` made of a decimal text.
+    enum NumericEncoding {
+        /// `bytes` written (the field's length word included); `scale` fraction digits.
+        case written(bytes: Int, scale: Int)
+        case notDecimal
+        /// More fraction digits (16,383) or integer digits (131,072) than PostgreSQL's numeric holds.
+        case outOfRange
+    }
+
+    /// The most bytes `writeNumeric` writes for a text of `count` bytes: length word, header,
+    /// and two bytes per base-10000 group (at most count / 4 + 2 of them).
+    @inline(__always)
+    static func numericBound(_ count: Int) -> Int { 12 + 2 * (count / 4 + 2) }
+
+    /// Writes exact decimal text as a numeric field (length word first) at `p`, which has room
+    /// for `numericBound(text.count)` bytes. No allocation: the base-10000 groups are read off
+    /// the text where they lie.
+    static func writeNumeric(_ text: UnsafeRawBufferPointer, to p: UnsafeMutableRawPointer) -> NumericEncoding {
+        @inline(__always) func be16(_ v: Int, _ at: Int) { p.storeBytes(of: UInt16(truncatingIfNeeded: v).bigEndian, toByteOffset: at, as: UInt16.self) }
         var i = 0
         var negative = false
         if text.count > 0, text[0] == 45 || text[0] == 43 {
@@ -126,56 +142,63 @@ enum PostgresValueCodec {
         }
         let rest = UnsafeRawBufferPointer(rebasing: text[i...])
         if rest.elementsEqual("NaN".utf8) && i == 0 || rest.elementsEqual("Infinity".utf8) {
-            put32(8, &out)
-            put16(0, &out); put16(0, &out)
-            put16(Int16(bitPattern: rest.count == 3 ? nanSign : (negative ? ninfSign : pinfSign)), &out)
-            put16(0, &out)
-            return 0
+            p.storeBytes(of: Int32(8).bigEndian, as: Int32.self)
+            be16(0, 4); be16(0, 6)
+            be16(Int(rest.count == 3 ? nanSign : (negative ? ninfSign : pinfSign)), 8)
+            be16(0, 10)
+            return .written(bytes: 12, scale: 0)
         }
-        var intDigits: [UInt8] = []
-        var fracDigits: [UInt8] = []
-        var seenDot = false
-        while i < text.count {
-            let c = text[i]
-            if c >= 48 && c <= 57 {
-                if seenDot { fracDigits.append(c - 48) } else { intDigits.append(c - 48) }
-            } else if c == 46 && !seenDot {
-                seenDot = true
-            } else {
-                return nil
-            }
+        // [intStart, intStart + intCount) and [fracStart, fracStart + fracCount) are digits.
+        let intStart = i
+        while i < text.count, text[i] >= 48, text[i] <= 57 { i += 1 }
+        let intCount = i - intStart
+        var fracStart = i, fracCount = 0
+        if i < text.count, text[i] == 46 {
             i += 1
+            fracStart = i
+            while i < text.count, text[i] >= 48, text[i] <= 57 { i += 1 }
+            fracCount = i - fracStart
         }
-        guard !intDigits.isEmpty || !fracDigits.isEmpty else { return nil }
-        let dscale = fracDigits.count
-        // Base-10000 groups aligned on the decimal point.
-        while intDigits.count % 4 != 0 { intDigits.insert(0, at: 0) }
-        while fracDigits.count % 4 != 0 { fracDigits.append(0) }
-        var groups: [Int16] = []
-        for g in stride(from: 0, to: intDigits.count, by: 4) {
-            groups.append(Int16(intDigits[g]) * 1000 + Int16(intDigits[g + 1]) * 100 + Int16(intDigits[g + 2]) * 10 + Int16(intDigits[g + 3]))
+        guard i == text.count, intCount + fracCount > 0 else { return .notDecimal }
+        guard fracCount <= 16_383, intCount <= 131_072 else { return .outOfRange }
+        // Groups aligned on the decimal point: the integer part padded on the left, the
+        // fraction on the right.
+        let pad = (4 - intCount % 4) % 4
+        let intGroups = (intCount + pad) / 4
+        let groups = intGroups + (fracCount + 3) / 4
+        @inline(__always) func group(_ k: Int) -> Int {
+            var v = 0
+            for d in 0..<4 {
+                let digit: Int
+                if k < intGroups {
+                    let j = k * 4 + d - pad
+                    digit = j >= 0 ? Int(text[intStart + j] - 48) : 0
+                } else {
+                    let j = (k - intGroups) * 4 + d
+                    digit = j < fracCount ? Int(text[fracStart + j] - 48) : 0
+                }
+                v = v * 10 + digit
+            }
+            return v
         }
-        let intGroups = groups.count
-        for g in stride(from: 0, to: fracDigits.count, by: 4) {
-            groups.append(Int16(fracDigits[g]) * 1000 + Int16(fracDigits[g + 1]) * 100 + Int16(fracDigits[g + 2]) * 10 + Int16(fracDigits[g + 3]))
+        var first = 0
+        while first < groups && group(first) == 0 { first += 1 }
+        var end = groups
+        while end > first && group(end - 1) == 0 { end -= 1 }
+        let ndigits = end - first
+        guard ndigits <= Int(Int16.max) else { return .outOfRange }
+        let weight = ndigits == 0 ? 0 : intGroups - 1 - first
+        p.storeBytes(of: Int32(8 + ndigits * 2).bigEndian, as: Int32.self)
+        be16(ndigits, 4)
+        be16(weight, 6)
+        be16(Int(negative && ndigits > 0 ? negSign : 0), 8)
+        be16(fracCount, 10)
+        var at = 12
+        for k in first..<end {
+            be16(group(k), at)
+            at += 2
         }
-        var weight = intGroups - 1
-        var start = 0
-        while start < groups.count && groups[start] == 0 {
-            start += 1
-            weight -= 1
-        }
-        var end = groups.count
-        while end > start && groups[end - 1] == 0 { end -= 1 }
-        let digits = groups[start..<end]
-        if digits.isEmpty { weight = 0 }
-        put32(Int32(8 + digits.count * 2), &out)
-        put16(Int16(digits.count), &out)
-        put16(Int16(weight), &out)
-        put16(Int16(bitPattern: negative && !digits.isEmpty ? negSign : 0), &out)
-        put16(Int16(dscale), &out)
-        for d in digits { put16(d, &out) }
-        return dscale
+        return .written(bytes: at, scale: fracCount)
     }
 
     // MARK: Encoding for a target column

@@ -216,6 +216,40 @@ final class PostgresDriverTests: XCTestCase {
         for (e, g) in zip(expected, got) where e != g { XCTFail("numeric \(e) arrived as \(g)"); break }
     }
 
+    /// Decimal text written as PostgreSQL's binary numeric arrives as PostgreSQL's own reading
+    /// of that text: signs, leading and trailing zeros, no integer or no fraction digits, every
+    /// alignment of the base-10000 groups; text that is no decimal is refused.
+    func testDecimalTextIsWrittenAsPostgresReadsIt() throws {
+        var rng = SplitMix64(seed: 29)
+        var texts = ["0", "-0", "+0", "0.000", "-0.000", "1.", ".5", "+7", "-.25", "00012.3400", "10000", "9999.9999", "0.0001",
+                     "100000000", "-1000.0001", "123456789012345678901234567890.123456789012345678901234567890", "NaN", "Infinity", "-Infinity"]
+        for _ in 0..<3000 {
+            let int = (0..<Int(rng.next() % 24)).map { _ in String(rng.next() % 4 == 0 ? 0 : rng.next() % 10) }.joined()
+            let frac = (0..<Int(rng.next() % 24)).map { _ in String(rng.next() % 4 == 0 ? 0 : rng.next() % 10) }.joined()
+            let sign = ["", "-", "+"][Int(rng.next() % 3)]
+            texts.append(sign + (int.isEmpty && frac.isEmpty ? "0" : int) + (frac.isEmpty && rng.next() % 2 == 0 ? "" : "." + frac))
+        }
+        let lite = try XCTUnwrap(try sqlite("dec.db") as? SQLiteConnection)
+        try lite.execute("CREATE TABLE dec (id INTEGER PRIMARY KEY, n DECIMAL TEXT)")  // TEXT affinity: stored as written
+        let db = try pg.connect(try pg.makeDatabase("dec"))
+        try db.run("CREATE TABLE expected (id int PRIMARY KEY, t text)")
+        for (i, t) in texts.enumerated() {
+            try lite.execute("INSERT INTO dec VALUES (\(i), '\(t)')")
+            try db.run("INSERT INTO expected VALUES (\(i), '\(t)')")
+        }
+        let s = try copy(lite, db, tables: ["dec"])
+        XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
+        let got = try db.rows("SELECT d.n::text, e.t::numeric::text, e.t FROM dec d JOIN expected e USING (id) ORDER BY d.id")
+        XCTAssertEqual(got.count, texts.count)
+        for row in got where row[0] != row[1] { XCTFail("'\(row[2] ?? "")' arrived as \(row[0] ?? "NULL"), PostgreSQL reads \(row[1] ?? "NULL")"); break }
+
+        for bad in ["1e5", "1.2.3", "-", ".", "12a"] {
+            try lite.execute("DELETE FROM dec; INSERT INTO dec VALUES (1, '\(bad)')")
+            let refused = try copy(lite, db, mode: .replace, tables: ["dec"])
+            XCTAssertTrue(refused.tables[0].error?.contains("is not a decimal number") == true, refused.tables[0].error ?? "copied '\(bad)'")
+        }
+    }
+
     func testRefusalsAndErrors() throws {
         let url = try pg.makeDatabase("bad")
         let db = try pg.connect(url)
