@@ -129,6 +129,7 @@ public final class MySQLConnection: Connection {
     public func close() {
         guard !closed else { return }
         closed = true
+        settle()
         mysql_close(mysql)
     }
 
@@ -137,8 +138,17 @@ public final class MySQLConnection: Connection {
                    message: String(cString: mysql_error(mysql)), sql: sql, endpoint: endpoint.redacted)
     }
 
+    /// A LOAD DATA that a writer runs on a thread of its own while it encodes the next rows.
+    /// Every other use of the connection waits for it first (`settle`), so the client library
+    /// is only ever used by one thread at a time.
+    var loadInFlight: MySQLBackgroundLoad?
+
+    /// Waits until no LOAD DATA runs on another thread (its outcome stays with its writer).
+    func settle() { loadInFlight?.waitUnlessCalledFromIt() }
+
     /// Runs one statement; results, if any, are discarded.
     func execute(_ sql: String) throws {
+        settle()
         let rc = sql.withCString { mysql_real_query(mysql, $0, UInt(strlen($0))) }
         guard rc == 0 else { throw error(sql: sql) }
         _ = MySQLResult(storing: mysql)
@@ -153,6 +163,7 @@ public final class MySQLConnection: Connection {
 
     /// Runs a query and hands its rows to `body` one at a time (as text, NULL as nil).
     func forEachRow(_ sql: String, _ body: ([String?]) throws -> Void) throws {
+        settle()
         let rc = sql.withCString { mysql_real_query(mysql, $0, UInt(strlen($0))) }
         guard rc == 0 else { throw error(sql: sql) }
         guard let result = MySQLResult(storing: mysql) else {

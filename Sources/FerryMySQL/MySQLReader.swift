@@ -65,6 +65,7 @@ final class MySQLReader: BatchReader {
         self.zeroDatesAsNull = columns.map { $0.readHints.contains(.zeroDatesAsNull) }
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + d.quote(table.name)
         if let range = keyRange { sql += range.sqlSuffix(dialect: d) { MySQLValueCodec.literals($0, connection) } }
+        connection.settle()
         let rc = sql.withCString { mysql_real_query(connection.mysql, $0, UInt(strlen($0))) }
         guard rc == 0 else {
             let e = connection.error(sql: sql)

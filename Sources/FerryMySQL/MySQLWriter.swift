@@ -6,7 +6,8 @@ import Foundation
 /// callbacks (no temporary file), several batches to a statement: batches are encoded as they
 /// come and loaded once they hold `loadBytes` (or at `finish`) — a statement per batch of 10,000
 /// two-integer rows cost a fifth of the copy (500,000 rows SQLite → MariaDB 1.22–1.31 s, 0.95–1.01
-/// s in statements ten times larger). Every value is escaped exactly; a load that raises any
+/// s in statements ten times larger). A load runs on a thread of its own while the next rows
+/// are encoded (one load in flight): the server's work and Ferry's overlap instead of adding up. Every value is escaped exactly; a load that raises any
 /// warning (truncation, conversion, a skipped duplicate) is an error naming the row, because
 /// MySQL must never silently change a value. When the server refuses LOCAL INFILE the writer
 /// falls back to multi-row INSERTs.
@@ -21,7 +22,12 @@ final class MySQLWriter: BatchWriter {
     private var useInsert = false
     /// Rows the statements reported as affected (mysql_affected_rows).
     private(set) var affected = 0
+    /// Rows the LOAD DATA statements reported stored (their affected rows).
+    private var loaded = 0
+    var rowsStored: Int64? { Int64(affected + loaded) }
     private var buffer: [UInt8] = []
+    /// The buffer of the last load, kept for the next one (its capacity grown already).
+    private var spare: [UInt8] = []
     /// Batches encoded into `buffer` and not loaded yet, and their size.
     private var pending: [RowBatch] = []
     private var pendingBytes = 0
@@ -87,8 +93,6 @@ final class MySQLWriter: BatchWriter {
         insertPrefix = prefix
         insertSuffix = suffix
     }
-
-    func finish() throws { try load() }
 
     private func fail(_ row: Int, _ column: Int, _ message: String) -> BatchRowError {
         BatchRowError(row: row, error: .invalidValue(table: table, column: columns[column].name, key: nil, message: message))
@@ -196,6 +200,11 @@ final class MySQLWriter: BatchWriter {
         if pendingBytes >= Self.loadBytes { try load() }
     }
 
+    func finish() throws {
+        try load()
+        try settle()
+    }
+
     private func insert(_ batch: RowBatch) throws {
         buffer.removeAll(keepingCapacity: true)
         buffer.append(contentsOf: insertPrefix.utf8)
@@ -204,25 +213,51 @@ final class MySQLWriter: BatchWriter {
         try runInsert(buffer, rows: batch.count)
     }
 
-    /// Loads the batches waiting (one LOAD DATA); a row the server warns about is named by its
-    /// batch and row.
+    /// Starts loading the batches waiting (one LOAD DATA, on a thread of its own) once the load
+    /// before it ended; a row the server warns about is named by its batch and row.
     private func load() throws {
+        try settle()
         guard !pending.isEmpty else { return }
         let batches = pending
         pending = []
         pendingBytes = 0
-        do {
-            try runLoad(buffer, batches: batches)
-        } catch let e as MySQLError where [1148, 2068, 3948, 4166].contains(e.code) {
-            // The server refuses LOCAL INFILE: INSERT from now on.
-            useInsert = true
+        if useInsert {
             for b in batches { try insert(b) }
+            return
+        }
+        var bytes: [UInt8] = []
+        swap(&bytes, &buffer)
+        buffer = spare
+        spare = []
+        connection.loadInFlight = MySQLBackgroundLoad(bytes: bytes, batches: batches) { [self] load in try runLoad(load.bytes, batches: load.batches) }
+    }
+
+    /// Waits for the load in flight and takes its outcome: its error, or (when the server
+    /// refuses LOCAL INFILE) its batches again as INSERTs, and INSERTs from then on.
+    private func settle() throws {
+        guard let load = connection.loadInFlight else { return }
+        load.waitUnlessCalledFromIt()
+        connection.loadInFlight = nil
+        spare = load.bytes
+        load.bytes = []
+        spare.removeAll(keepingCapacity: true)
+        switch load.outcome {
+        case .success, nil:
+            return
+        case .failure(let e as MySQLError) where [1148, 2068, 3948, 4166].contains(e.code):
+            useInsert = true
+            for b in load.batches { try insert(b) }
+        case .failure(let e):
+            throw e
         }
     }
 
-    /// Nothing of a statement is in flight between calls: batches not loaded yet are dropped,
-    /// and the local-infile handler is back to the client's default.
+    /// Nothing of a statement is in flight once this returns: a load running is waited for,
+    /// batches not loaded yet are dropped, and the local-infile handler is back to the client's
+    /// default.
     func abort() {
+        connection.loadInFlight?.waitUnlessCalledFromIt()
+        connection.loadInFlight = nil
         pending = []
         pendingBytes = 0
         mysql_set_local_infile_default(connection.mysql)
@@ -252,10 +287,13 @@ final class MySQLWriter: BatchWriter {
         defer { mysql_set_local_infile_default(connection.mysql) }
         let rc = loadSQL.withCString { mysql_real_query(connection.mysql, $0, UInt(strlen($0))) }
         guard rc == 0 else { throw connection.error(sql: loadSQL) }
+        // Read on this thread, summed on the writer's after the wait (`settle`).
+        loaded += Int(mysql_affected_rows(connection.mysql))
         try checkWarnings(batches: batches)
     }
 
     private func runInsert(_ buffer: [UInt8], rows: Int) throws {
+        connection.settle()
         let rc = buffer.withUnsafeBytes { raw in
             mysql_real_query(connection.mysql, raw.baseAddress?.assumingMemoryBound(to: CChar.self), UInt(raw.count))
         }
@@ -330,4 +368,42 @@ final class InfileSource {
         offset += n
         return Int32(n)
     }
+}
+
+/// One LOAD DATA running on a thread of its own; the connection's other users wait for it.
+final class MySQLBackgroundLoad: @unchecked Sendable {  // unchecked: `outcome` is written before `done` is signalled and read after waiting for it
+    var bytes: [UInt8]
+    let batches: [RowBatch]
+    private(set) var outcome: Result<Void, any Error>?
+    private let done = DispatchGroup()
+    /// Weak: the thread holds the load while it runs, and nothing holds either afterwards.
+    private weak var thread: Thread?
+
+    init(bytes: [UInt8], batches: [RowBatch], _ work: @escaping (MySQLBackgroundLoad) throws -> Void) {
+        self.bytes = bytes
+        self.batches = batches
+        done.enter()
+        let job = UncheckedJob(work)
+        let thread = Thread { [self] in
+            outcome = Result { try job.work(self) }
+            done.leave()
+        }
+        thread.name = "ferry-mysql-load"
+        thread.stackSize = 4 << 20
+        self.thread = thread
+        thread.start()
+    }
+
+    /// Blocks until the load has ended; returns at once on the load's own thread (its warning
+    /// query runs on the same connection).
+    func waitUnlessCalledFromIt() {
+        if let thread, Thread.current === thread { return }
+        done.wait()
+    }
+}
+
+/// A closure handed to the load's thread, which alone calls it.
+private struct UncheckedJob: @unchecked Sendable {
+    let work: (MySQLBackgroundLoad) throws -> Void
+    init(_ work: @escaping (MySQLBackgroundLoad) throws -> Void) { self.work = work }
 }

@@ -17,6 +17,9 @@ final class PostgresWriter: BatchWriter {
     /// The batches sent in the open COPY (none: no COPY is open), and their size.
     private var inCopy: [RowBatch] = []
     private var bytesInCopy = 0
+    /// Rows the server reported copied (`COPY n`), over every COPY of this writer.
+    private var stored: Int64 = 0
+    var rowsStored: Int64? { stored }
     /// Batch bytes (`RowBatch.byteSize`) after which a COPY is ended.
     static let copyBytes = 2 * RowBatch.byteLimit
 
@@ -269,6 +272,7 @@ final class PostgresWriter: BatchWriter {
         var failure: PostgresError?
         while let r = connection.nextResult() {
             if r.status != PGRES_COMMAND_OK && failure == nil { failure = connection.error(r.handle, sql: nil) }
+            if r.status == PGRES_COMMAND_OK, let n = r.commandRows { stored += Int64(n) }
         }
         guard let failure else { return }
         // "COPY t, line 3, column x: …": the line counts the COPY's rows, over its batches.

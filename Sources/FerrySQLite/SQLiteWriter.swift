@@ -24,6 +24,7 @@ final class SQLiteWriter: BatchWriter {
 
     /// Total rows changed by the statements run (sqlite3_changes after each step).
     private(set) var changed = 0
+    var rowsStored: Int64? { Int64(changed) }
 
     /// Rows per multi-row INSERT, at most (fewer when the columns would pass SQLite's parameter
     /// limit). Measured copying 500,000 rows of two integers from PostgreSQL (callgrind,

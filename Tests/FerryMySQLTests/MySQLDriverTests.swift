@@ -250,6 +250,53 @@ final class MySQLDriverTests: XCTestCase {
         try assertSame(src, dst)
     }
 
+    /// A table of several loads, each running while the next is encoded: equal after the copy;
+    /// a load the server fails in the middle of the table leaves the target as it was; and
+    /// when the server refuses LOCAL INFILE, the batches already encoded for the next load are
+    /// inserted instead.
+    func testOverlappingLoads() throws {
+        let src = try sqlite("loads.db")
+        let schema = TableSchema(name: TableName("loads"), engine: Engine("test"), columns: [
+            Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false),
+            Column(name: "v", nativeType: "", logicalType: .int32),
+            Column(name: "t", nativeType: "", logicalType: .text)], primaryKey: ["id"])
+        try src.begin()
+        try src.createTable(schema, named: schema.name)
+        let w = try src.writer(into: try src.describe(schema.name), columns: schema.columns)
+        for chunk in 0..<20 {
+            let rows: [[Value]] = (0..<10_000).map { i in
+                let id = chunk * 10_000 + i
+                return [.int(Int64(id)), .int(Int64(id % 9973)), .text("row \(id) \t of the loads table, with a tab and a \\")]
+            }
+            try w.write(RowBatch(rows: rows, types: schema.columns.map(\.logicalType)))
+        }
+        try src.commit()
+        // About 15 MB of batches: seven loads of MySQLWriter.loadBytes (2 MiB).
+
+        let dst = try my.connect(try my.makeDatabase("loads"))
+        let s = try copy(src, dst)
+        XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
+        try assertSame(src, dst)
+
+        // Row 150,000 collides with a row already there: its load fails, after earlier loads
+        // succeeded in the same transaction; the table is as it was.
+        let clash = try my.connect(try my.makeDatabase("clash"))
+        try clash.run("CREATE TABLE loads (id BIGINT PRIMARY KEY, v INT, t TEXT)")
+        try clash.run("INSERT INTO loads VALUES (150000, 0, 'already here')")
+        let failed = try copy(src, clash, mode: .append)
+        XCTAssertFalse(failed.ok)
+        XCTAssertTrue(failed.tables[0].error?.contains("Duplicate entry '150000'") == true, failed.tables[0].error ?? "")
+        XCTAssertEqual(try clash.rows("SELECT id, t FROM loads"), [["150000", "already here"]])
+
+        let admin = try my.connect(my.adminURL)
+        try admin.run("SET GLOBAL local_infile = 0")
+        defer { try? admin.run("SET GLOBAL local_infile = 1") }
+        let inserted = try my.connect(try my.makeDatabase("inserted"))
+        let s2 = try copy(src, inserted)
+        XCTAssertTrue(s2.ok, "\(s2.tables.compactMap(\.error))")
+        try assertSame(src, inserted)
+    }
+
     func testConnectionErrors() throws {
         let good = try Endpoint(parsing: my.adminURL)
         var wrong = good

@@ -244,4 +244,12 @@ public protocol BatchWriter: AnyObject {
     /// cancels whatever is in flight and leaves the connection ready for the caller's
     /// `rollback`. Never throws; calling it twice, or after `finish`, does nothing.
     func abort()
+    /// Rows the target reported stored by this writer's statements (PostgreSQL's `COPY n`,
+    /// MySQL's affected rows, SQLite's changes), once `finish` returned; nil when the writer
+    /// cannot say, and the engine counts the table instead (a scan).
+    var rowsStored: Int64? { get }
+}
+
+extension BatchWriter {
+    public var rowsStored: Int64? { nil }
 }

@@ -51,20 +51,22 @@ extension CopyEngine {
 
             var merge = mode.isKeyed ? MergeWriter(target: target, table: into, columns: table.targetSchema.columns, key: table.key?.columns ?? []) : nil
             var mirrored: (counts: MergeCounts, stats: CopySummary.MirrorStats)?
+            var stored: Int64?
             if mode == .mirror && created == nil {
                 let m = try mirrorTable(table, source: source, target: target, into: into, options: options, progress: progress, cancellation: cancellation)
                 rows = m.rows
                 mirrored = (m.counts, m.stats)
                 merge = nil
             } else {
-                rows = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
-                                cancellation: cancellation, writer: merge)
+                (rows, stored) = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
+                                          cancellation: cancellation, writer: merge)
             }
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
             if let planned = keysAfterLoad { try target.addDeferredKeys(planned) }
 
             if mode == .create || mode == .replace {
-                let landed = try target.countRows(loadName)
+                // What the target said it stored, else a count of the new table.
+                let landed = try stored ?? target.countRows(loadName)
                 guard landed == rows else {
                     throw FerryError.copyFailed(
                         table: table.source, endpoint: target.endpoint.redacted,
@@ -126,7 +128,7 @@ extension CopyEngine {
         _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema,
         options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, writer custom: (any BatchWriter)? = nil,
         buckets: BucketFilter? = nil
-    ) throws -> Int64 {
+    ) throws -> (rows: Int64, stored: Int64?) {
         let range = table.filter == nil && buckets == nil ? nil : KeyRange(key: [], filter: table.filter, buckets: buckets)
         let reader = Handoff(try source.reader(
             table: table.sourceSchema, columns: table.columns, keyRange: range, batchSize: max(1, options.batchSize)))
@@ -178,7 +180,7 @@ extension CopyEngine {
         }
         producer.join()
         reader.value.close()
-        return rows
+        return (rows, writer.rowsStored)
     }
 
     /// Applies a plan's cast conversions to a batch as read. A value that does not convert is

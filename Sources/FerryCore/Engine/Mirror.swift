@@ -56,7 +56,7 @@ extension CopyEngine {
             collectKeysAt: keyNames.compactMap { n in table.targetSchema.columns.firstIndex { $0.name == n } })
         let rows = try pump(
             table, source: source, target: target, into: into, options: options, progress: progress, cancellation: cancellation,
-            writer: merge, buckets: sourceBuckets)
+            writer: merge, buckets: sourceBuckets).rows
         stats.sourceRowsRead = rows
 
         // The target keys of the same buckets that the source did not send: deleted.
