@@ -83,6 +83,14 @@ final class MySQLDriverTests: XCTestCase {
         XCTAssertEqual(try harness.differences(a, b, tables: tables), [], file: file, line: line)
     }
 
+    /// Copies every table of `src` into a new database and checks both sides are equal.
+    func assertCopiesEqual(_ src: any Connection, into label: String, file: StaticString = #filePath, line: UInt = #line) throws {
+        let dst = try my.connect(try my.makeDatabase(label))
+        let summary = try copy(src, dst)
+        XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))", file: file, line: line)
+        try assertSame(src, dst, file: file, line: line)
+    }
+
     func testDriverConformance() throws {
         var options = DriverConformance.Options()
         options.keepsNaN = false           // MySQL has no NaN or infinity in DOUBLE
@@ -244,10 +252,7 @@ final class MySQLDriverTests: XCTestCase {
         let w = try src.writer(into: try src.describe(schema.name), columns: schema.columns)
         try w.write(RowBatch(rows: rows, types: schema.columns.map(\.logicalType)))
         try src.commit()
-        let dst = try my.connect(try my.makeDatabase("fallback"))
-        let summary = try copy(src, dst)
-        XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))")
-        try assertSame(src, dst)
+        try assertCopiesEqual(src, into: "fallback")
     }
 
     /// A table of several loads, each running while the next is encoded: equal after the copy;
@@ -272,11 +277,7 @@ final class MySQLDriverTests: XCTestCase {
         }
         try src.commit()
         // About 15 MB of batches: seven loads of MySQLWriter.loadBytes (2 MiB).
-
-        let dst = try my.connect(try my.makeDatabase("loads"))
-        let s = try copy(src, dst)
-        XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
-        try assertSame(src, dst)
+        try assertCopiesEqual(src, into: "loads")
 
         // Row 150,000 collides with a row already there: its load fails, after earlier loads
         // succeeded in the same transaction; the table is as it was.
@@ -291,10 +292,7 @@ final class MySQLDriverTests: XCTestCase {
         let admin = try my.connect(my.adminURL)
         try admin.run("SET GLOBAL local_infile = 0")
         defer { try? admin.run("SET GLOBAL local_infile = 1") }
-        let inserted = try my.connect(try my.makeDatabase("inserted"))
-        let s2 = try copy(src, inserted)
-        XCTAssertTrue(s2.ok, "\(s2.tables.compactMap(\.error))")
-        try assertSame(src, inserted)
+        try assertCopiesEqual(src, into: "inserted")
     }
 
     func testConnectionErrors() throws {
