@@ -130,6 +130,7 @@ public final class MySQLConnection: Connection {
         guard !closed else { return }
         closed = true
         settle()
+        loadInFlight = nil
         mysql_close(mysql)
     }
 

@@ -55,18 +55,28 @@ enum MySQLValueCodec {
     @inline(__always)
     static func appendEscaped(_ b: UnsafeRawBufferPointer, insert: Bool, into out: inout [UInt8]) {
         if insert { out.append(39) }
-        for c in b {
+        // Runs of bytes that need no escape are appended in one piece (byte by byte into the
+        // array was a uniqueness and capacity check per byte).
+        var start = 0
+        for i in 0..<b.count {
+            let c = b[i]
+            let escape: UInt8
             switch c {
-            case 92: out.append(92); out.append(92)
-            case 9: out.append(92); out.append(116)
-            case 10: out.append(92); out.append(110)
-            case 13 where insert: out.append(92); out.append(114)
-            case 0: out.append(92); out.append(48)
-            case 39 where insert: out.append(92); out.append(39)
-            case 26 where insert: out.append(92); out.append(90)
-            default: out.append(c)
+            case 92: escape = 92
+            case 9: escape = 116
+            case 10: escape = 110
+            case 13 where insert: escape = 114
+            case 0: escape = 48
+            case 39 where insert: escape = 39
+            case 26 where insert: escape = 90
+            default: continue
             }
+            if i > start { out.append(bytes: UnsafeRawBufferPointer(rebasing: b[start..<i])) }
+            out.append(92)
+            out.append(escape)
+            start = i + 1
         }
+        if start < b.count { out.append(bytes: UnsafeRawBufferPointer(rebasing: b[start...])) }
         if insert { out.append(39) }
     }
 

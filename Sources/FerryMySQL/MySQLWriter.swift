@@ -31,6 +31,9 @@ final class MySQLWriter: BatchWriter {
     /// Batches encoded into `buffer` and not loaded yet, and their size.
     private var pending: [RowBatch] = []
     private var pendingBytes = 0
+    /// Rows given to `write` so far, and before the first batch waiting.
+    private var given = 0
+    private var pendingFirst = 0
     /// Batch bytes (`RowBatch.byteSize`) after which a LOAD DATA runs.
     static let loadBytes = 2 * RowBatch.byteLimit
 
@@ -125,7 +128,7 @@ final class MySQLWriter: BatchWriter {
                 case .int(let range):
                     let v = col.int(row)
                     if let range, !range.contains(v) { throw fail(row, c, "\(v) does not fit the target's integer column") }
-                    appendPlain(String(v))
+                    IntegerText.append(v, into: &out)
                 case .bool:
                     out.append(col.int(row) != 0 ? 49 : 48)
                 case .double(let float):
@@ -188,14 +191,22 @@ final class MySQLWriter: BatchWriter {
     /// Encodes the batch and sends it: as one INSERT, waiting for the server; or into the next
     /// LOAD DATA, which runs once the batches waiting for it hold `loadBytes`.
     func write(_ batch: RowBatch) throws {
-        guard !useInsert else { return try insert(batch) }
-        if pending.isEmpty { buffer.removeAll(keepingCapacity: true) }
+        guard !useInsert else {
+            try insert(batch, rowsBefore: given)
+            given += batch.count
+            return
+        }
+        if pending.isEmpty {
+            buffer.removeAll(keepingCapacity: true)
+            pendingFirst = given
+        }
         let before = buffer.count
         do { try PinnedBatch.with(batch) { try encode($0) } } catch {
             buffer.removeSubrange(before...)
             throw error
         }
         pending.append(batch)
+        given += batch.count
         pendingBytes += batch.byteSize
         if pendingBytes >= Self.loadBytes { try load() }
     }
@@ -205,12 +216,29 @@ final class MySQLWriter: BatchWriter {
         try settle()
     }
 
-    private func insert(_ batch: RowBatch) throws {
+    /// One INSERT of `batch`; a refused row is named by its batch and its place among the
+    /// writer's rows (`rowsBefore` were given before the batch).
+    private func insert(_ batch: RowBatch, rowsBefore: Int) throws {
         buffer.removeAll(keepingCapacity: true)
         buffer.append(contentsOf: insertPrefix.utf8)
-        try PinnedBatch.with(batch) { try encode($0) }
-        buffer.append(contentsOf: insertSuffix.utf8)
-        try runInsert(buffer, rows: batch.count)
+        do {
+            try PinnedBatch.with(batch) { try encode($0) }
+            buffer.append(contentsOf: insertSuffix.utf8)
+            try runInsert(buffer, rows: batch.count)
+        } catch var e as BatchRowError {
+            e.batch = e.batch ?? batch
+            e.rowsBefore = rowsBefore
+            throw e
+        }
+    }
+
+    /// `batches` (the first after `rowsBefore` rows) as INSERTs, one each.
+    private func insert(_ batches: [RowBatch], rowsBefore: Int) throws {
+        var first = rowsBefore
+        for b in batches {
+            try insert(b, rowsBefore: first)
+            first += b.count
+        }
     }
 
     /// Starts loading the batches waiting (one LOAD DATA, on a thread of its own) once the load
@@ -221,15 +249,17 @@ final class MySQLWriter: BatchWriter {
         let batches = pending
         pending = []
         pendingBytes = 0
-        if useInsert {
-            for b in batches { try insert(b) }
-            return
-        }
+        if useInsert { return try insert(batches, rowsBefore: pendingFirst) }
         var bytes: [UInt8] = []
         swap(&bytes, &buffer)
         buffer = spare
         spare = []
-        connection.loadInFlight = MySQLBackgroundLoad(bytes: bytes, batches: batches) { [self] load in try runLoad(load.bytes, batches: load.batches) }
+        let load = MySQLBackgroundLoad(bytes: bytes, batches: batches, firstRow: pendingFirst) { [self] load in
+            try runLoad(load.bytes, batches: load.batches, firstRow: load.firstRow)
+        }
+        // Set before the thread starts: the load's own warning query reads it.
+        connection.loadInFlight = load
+        load.start()
     }
 
     /// Waits for the load in flight and takes its outcome: its error, or (when the server
@@ -246,7 +276,7 @@ final class MySQLWriter: BatchWriter {
             return
         case .failure(let e as MySQLError) where [1148, 2068, 3948, 4166].contains(e.code):
             useInsert = true
-            for b in load.batches { try insert(b) }
+            try insert(load.batches, rowsBefore: load.firstRow)
         case .failure(let e):
             throw e
         }
@@ -264,7 +294,7 @@ final class MySQLWriter: BatchWriter {
     }
 
     /// Runs one LOAD DATA over `bytes` (the rows of `batches`), fed to the client library from memory.
-    private func runLoad(_ bytes: [UInt8], batches: [RowBatch]) throws {
+    private func runLoad(_ bytes: [UInt8], batches: [RowBatch], firstRow: Int) throws {
         let source = InfileSource(bytes: bytes)
         let unmanaged = Unmanaged.passRetained(source)
         defer { unmanaged.release() }
@@ -289,7 +319,7 @@ final class MySQLWriter: BatchWriter {
         guard rc == 0 else { throw connection.error(sql: loadSQL) }
         // Read on this thread, summed on the writer's after the wait (`settle`).
         loaded += Int(mysql_affected_rows(connection.mysql))
-        try checkWarnings(batches: batches)
+        try checkWarnings(batches: batches, firstRow: firstRow)
     }
 
     private func runInsert(_ buffer: [UInt8], rows: Int) throws {
@@ -311,7 +341,7 @@ final class MySQLWriter: BatchWriter {
     /// Any warning from a statement means MySQL changed or skipped a value: turn it into an
     /// error. Its row counts the statement's rows: those of `batches` (a load), or of the batch
     /// just written (`rows` of them).
-    private func checkWarnings(batches: [RowBatch]?, rows: Int = 0) throws {
+    private func checkWarnings(batches: [RowBatch]?, rows: Int = 0, firstRow: Int = 0) throws {
         guard mysql_warning_count(connection.mysql) > 0 else { return }
         let warnings = try connection.query("SHOW WARNINGS LIMIT 1")
         guard let w = warnings.first else { return }
@@ -325,7 +355,7 @@ final class MySQLWriter: BatchWriter {
             }
             var first = 0
             for b in batches {
-                if row - 1 < first + b.count { throw BatchRowError(row: row - 1 - first, error: error, batch: b) }
+                if row - 1 < first + b.count { throw BatchRowError(row: row - 1 - first, error: error, batch: b, rowsBefore: firstRow + first) }
                 first += b.count
             }
         }
@@ -374,18 +404,26 @@ final class InfileSource {
 final class MySQLBackgroundLoad: @unchecked Sendable {  // unchecked: `outcome` is written before `done` is signalled and read after waiting for it
     var bytes: [UInt8]
     let batches: [RowBatch]
+    /// Rows the writer was given before the first of `batches`.
+    let firstRow: Int
     private(set) var outcome: Result<Void, any Error>?
     private let done = DispatchGroup()
+    private let work: UncheckedJob
     /// Weak: the thread holds the load while it runs, and nothing holds either afterwards.
     private weak var thread: Thread?
 
-    init(bytes: [UInt8], batches: [RowBatch], _ work: @escaping (MySQLBackgroundLoad) throws -> Void) {
+    init(bytes: [UInt8], batches: [RowBatch], firstRow: Int, _ work: @escaping (MySQLBackgroundLoad) throws -> Void) {
         self.bytes = bytes
         self.batches = batches
+        self.firstRow = firstRow
+        self.work = UncheckedJob(work)
+    }
+
+    /// Runs the load on a thread of its own.
+    func start() {
         done.enter()
-        let job = UncheckedJob(work)
         let thread = Thread { [self] in
-            outcome = Result { try job.work(self) }
+            outcome = Result { try work.work(self) }
             done.leave()
         }
         thread.name = "ferry-mysql-load"

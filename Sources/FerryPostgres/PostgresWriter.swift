@@ -17,6 +17,9 @@ final class PostgresWriter: BatchWriter {
     /// The batches sent in the open COPY (none: no COPY is open), and their size.
     private var inCopy: [RowBatch] = []
     private var bytesInCopy = 0
+    /// Rows sent so far, and before the open COPY's first batch.
+    private var given = 0
+    private var copyFirst = 0
     /// Rows the server reported copied (`COPY n`), over every COPY of this writer.
     private var stored: Int64 = 0
     var rowsStored: Int64? { stored }
@@ -218,7 +221,9 @@ final class PostgresWriter: BatchWriter {
     /// Sends a batch's rows in the open COPY (opened first when none is), and ends the COPY once
     /// its batches hold `copyBytes`.
     private func send(_ rows: [UInt8], batch: RowBatch) throws {
+        defer { given += batch.count }
         if inCopy.isEmpty {
+            copyFirst = given
             let start = try connection.exec(copySQL)
             if start.status != PGRES_COPY_IN { throw connection.error(start.handle, sql: copySQL) }
             inCopy.append(batch)
@@ -284,7 +289,7 @@ final class PostgresWriter: BatchWriter {
             let error = FerryError.invalidValue(table: table, column: column, key: nil, message: failure.messageOnly)
             var first = 0
             for b in batches {
-                if line - 1 < first + b.count { throw BatchRowError(row: line - 1 - first, error: error, batch: b) }
+                if line - 1 < first + b.count { throw BatchRowError(row: line - 1 - first, error: error, batch: b, rowsBefore: copyFirst + first) }
                 first += b.count
             }
         }

@@ -126,8 +126,10 @@ extension ServiceHandlers {
         var current = 0
         var previous = 0
         func located(_ e: BatchRowError) -> BatchRowError {
-            // A writer reports a row of the batch it was given, or of the one before (`batch` set).
-            BatchRowError(row: (e.batch == nil ? current : previous) + e.row, error: e.error)
+            // Where the writer says, else a row of the batch it was given, or of the one before
+            // (`batch` set).
+            if let before = e.rowsBefore { return BatchRowError(row: before + e.row, error: e.error) }
+            return BatchRowError(row: (e.batch == nil ? current : previous) + e.row, error: e.error)
         }
         func write(_ batch: RowBatch) throws {
             do { try writer.write(batch) } catch let e as BatchRowError { throw located(e) }
@@ -140,8 +142,8 @@ extension ServiceHandlers {
         }
         while let batch = try decoder.next(final: true) { try write(batch) }
         do { try writer.finish() } catch let e as BatchRowError {
-            // Whatever the writer still held belongs to the last batch.
-            throw BatchRowError(row: previous + e.row, error: e.error)
+            // Where the writer says, else whatever it still held belongs to the last batch.
+            throw BatchRowError(row: (e.rowsBefore ?? previous) + e.row, error: e.error)
         }
         return decoder.rows
     }

@@ -117,7 +117,7 @@ struct RowsStreamCore {
     /// Adds the next bytes of the document.
     public mutating func append(_ bytes: UnsafeRawBufferPointer) {
         compact()
-        buf.append(contentsOf: bytes)
+        buf.append(bytes: bytes)
     }
 
     public mutating func append(_ data: Data) {
@@ -533,7 +533,7 @@ struct RowsStreamCore {
     /// past a MiB) once it is long.
     @inline(__always) private mutating func appendValue(_ bytes: UnsafeRawBufferPointer) throws {
         if !valueIsLarge && text.count + bytes.count <= ValueBuffer.largeBytes {
-            text.append(contentsOf: bytes)
+            text.append(bytes: bytes)
             return
         }
         if !valueIsLarge {

@@ -39,7 +39,7 @@ final class ValueBuffer {
             return
         }
         #endif
-        small.append(contentsOf: bytes)
+        small.append(bytes: bytes)
         count += bytes.count
     }
 
@@ -91,7 +91,7 @@ final class ValueBuffer {
             // No pages: back to the array, which grows in the heap.
             var bytes = [UInt8]()
             bytes.reserveCapacity(capacity)
-            if let l = large { bytes.append(contentsOf: UnsafeRawBufferPointer(start: l, count: count)) }
+            if let l = large { bytes.append(bytes: UnsafeRawBufferPointer(start: l, count: count)) }
             unmap()
             small = bytes
             return

@@ -86,12 +86,12 @@ public enum XMLText {
                 let b = bytes[i]
                 i += 1
                 guard table[Int(b)] == 49 else { continue }
-                if i - 1 > start { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<i - 1])) }
+                if i - 1 > start { out.append(bytes: UnsafeRawBufferPointer(rebasing: bytes[start..<i - 1])) }
                 start = i
                 appendEntity(b, into: &out)
             }
         }
-        if start < bytes.count { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start...])) }
+        if start < bytes.count { out.append(bytes: UnsafeRawBufferPointer(rebasing: bytes[start...])) }
     }
 
     /// `appendEscaped` and `isRepresentable` in one pass: appends `bytes` escaped and returns
@@ -113,7 +113,7 @@ public enum XMLText {
                 case 48:  // plain ASCII
                     i += 1
                 case 49:  // & < > " ' CR
-                    if i > start { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start..<i])) }
+                    if i > start { out.append(bytes: UnsafeRawBufferPointer(rebasing: bytes[start..<i])) }
                     appendEntity(b, into: &out)
                     i += 1
                     start = i
@@ -132,7 +132,7 @@ public enum XMLText {
             out.removeSubrange(mark...)
             return false
         }
-        if start < n { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[start...])) }
+        if start < n { out.append(bytes: UnsafeRawBufferPointer(rebasing: bytes[start...])) }
         return true
     }
 

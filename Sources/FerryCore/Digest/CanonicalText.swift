@@ -86,7 +86,7 @@ public enum CanonicalText {
         out.append(UInt8(ascii: "v"))
         IntegerText.append(Int64(range.count), into: &out)
         out.append(UInt8(ascii: ":"))
-        columns[c].withUnsafeArena { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[range])) }
+        columns[c].withUnsafeArena { out.append(bytes: UnsafeRawBufferPointer(rebasing: $0[range])) }
     }
 
     /// Appends the canonical text of a non-NULL value.
@@ -111,7 +111,7 @@ public enum CanonicalText {
             columns[c].withUnsafeArena { UUIDText.append(UnsafeRawBufferPointer(rebasing: $0[range]), into: &out) }
         case .text, .json, .enumeration, .unsupported:
             let range = columns[c].range(row)
-            columns[c].withUnsafeArena { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: $0[range])) }
+            columns[c].withUnsafeArena { out.append(bytes: UnsafeRawBufferPointer(rebasing: $0[range])) }
         }
     }
 

@@ -200,6 +200,8 @@ extension CopyEngine {
 
     /// `(id=5)` for row `row` of a batch, using the plan's key (or every column when none).
     func keyDescription(_ table: TablePlan, batch: RowBatch, row: Int) -> String {
+        // A row a writer placed wrongly is never read out of its batch.
+        guard row >= 0 && row < batch.count else { return "row \(row + 1) of a batch of \(batch.count)" }
         let keyColumns = table.key?.columns ?? []
         var parts: [String] = []
         for name in keyColumns {

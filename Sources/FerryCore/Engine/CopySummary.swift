@@ -66,9 +66,13 @@ public struct BatchRowError: Error, Sendable {
     /// The batch the row is in, when it is not the one just passed to `write` (a conversion
     /// failure reports the batch as read, before conversion).
     public var batch: RowBatch?
-    public init(row: Int, error: FerryError, batch: RowBatch? = nil) {
+    /// Rows the writer was given before that batch, when the writer knows (a writer that
+    /// reports rows of earlier batches sets it): the row's place among all the writer's rows.
+    public var rowsBefore: Int?
+    public init(row: Int, error: FerryError, batch: RowBatch? = nil, rowsBefore: Int? = nil) {
         self.row = row
         self.error = error
         self.batch = batch
+        self.rowsBefore = rowsBefore
     }
 }

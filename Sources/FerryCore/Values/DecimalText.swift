@@ -70,7 +70,7 @@ public enum DecimalText {
     public static func appendNormalized(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
         let n = bytes.count
         guard isValid(bytes), n > 0, bytes[n - 1] != UInt8(ascii: "y"), bytes[n - 1] != UInt8(ascii: "N") else {
-            out.append(contentsOf: bytes)
+            out.append(bytes: bytes)
             return
         }
         var i = 0
@@ -94,9 +94,9 @@ public enum DecimalText {
         if wholeStart == dot {
             out.append(UInt8(ascii: "0"))
         } else {
-            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[wholeStart..<dot]))
+            out.append(bytes: UnsafeRawBufferPointer(rebasing: bytes[wholeStart..<dot]))
         }
-        if hasFraction { out.append(contentsOf: UnsafeRawBufferPointer(rebasing: bytes[dot..<fractionEnd])) }
+        if hasFraction { out.append(bytes: UnsafeRawBufferPointer(rebasing: bytes[dot..<fractionEnd])) }
     }
 
     /// The shortest text of the same number: no `+`, no leading or trailing zeros, no `-0`

@@ -15,7 +15,7 @@ public enum IntegerText {
                 at -= 1
                 buf[at] = 45
             }
-            out.append(contentsOf: UnsafeRawBufferPointer(rebasing: buf[at...]))
+            out.append(bytes: UnsafeRawBufferPointer(rebasing: buf[at...]))
         }
     }
 }
