@@ -164,7 +164,7 @@ struct RowsStreamCore {
 
     private mutating func takeBatch() -> RowBatch {
         let b = batch
-        batch = RowBatch(types: types, capacity: 0)
+        batch = RowBatch(sizedLike: b)
         return b
     }
 

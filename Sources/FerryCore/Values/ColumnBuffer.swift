@@ -38,6 +38,19 @@ public struct ColumnBuffer: Sendable {
         nullBits.reserveCapacity(capacity / 64 + 1)
     }
 
+    /// An empty column of `other`'s storage with room for its rows and bytes.
+    public init(sizedLike other: ColumnBuffer) {
+        self.init(storage: other.storage)
+        switch storage {
+        case .int64: ints.reserveCapacity(other.count)
+        case .double: doubles.reserveCapacity(other.count)
+        case .bytes:
+            offsets.reserveCapacity(other.count + 1)
+            arena.reserveCapacity(other.arena.count)
+        }
+        nullBits.reserveCapacity(other.count / 64 + 1)
+    }
+
     @inline(__always)
     private mutating func markRow(null: Bool) {
         let word = count >> 6

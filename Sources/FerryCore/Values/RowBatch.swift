@@ -12,6 +12,13 @@ public struct RowBatch: Sendable {
         self.columns = types.map { ColumnBuffer(storage: $0.storage, capacity: capacity) }
     }
 
+    /// An empty batch with room for as many rows and value bytes as `other` holds: a reader
+    /// whose batches end at the byte limit fills the next without regrowing each array from
+    /// nothing (the XML decoder's did a dozen times a batch).
+    public init(sizedLike other: RowBatch) {
+        self.columns = other.columns.map { ColumnBuffer(sizedLike: $0) }
+    }
+
     /// Rows in the batch (every column has the same count).
     public var count: Int { columns.first?.count ?? 0 }
     public var isEmpty: Bool { count == 0 }
