@@ -26,6 +26,9 @@ final class MySQLWriter: BatchWriter {
     private var loaded = 0
     var rowsStored: Int64? { Int64(affected + loaded) }
     private var buffer: [UInt8] = []
+    /// This writer's load running on another thread (also `connection.loadInFlight`, which
+    /// other users of the connection wait for; only this writer takes its outcome).
+    private var inFlight: MySQLBackgroundLoad?
     /// The buffer of the last load, kept for the next one (its capacity grown already).
     private var spare: [UInt8] = []
     /// Batches encoded into `buffer` and not loaded yet, and their size.
@@ -259,15 +262,17 @@ final class MySQLWriter: BatchWriter {
         }
         // Set before the thread starts: the load's own warning query reads it.
         connection.loadInFlight = load
+        inFlight = load
         load.start()
     }
 
     /// Waits for the load in flight and takes its outcome: its error, or (when the server
     /// refuses LOCAL INFILE) its batches again as INSERTs, and INSERTs from then on.
     private func settle() throws {
-        guard let load = connection.loadInFlight else { return }
+        guard let load = inFlight else { return }
         load.waitUnlessCalledFromIt()
-        connection.loadInFlight = nil
+        inFlight = nil
+        if connection.loadInFlight === load { connection.loadInFlight = nil }
         spare = load.bytes
         load.bytes = []
         spare.removeAll(keepingCapacity: true)
@@ -286,8 +291,11 @@ final class MySQLWriter: BatchWriter {
     /// batches not loaded yet are dropped, and the local-infile handler is back to the client's
     /// default.
     func abort() {
-        connection.loadInFlight?.waitUnlessCalledFromIt()
-        connection.loadInFlight = nil
+        if let load = inFlight {
+            load.waitUnlessCalledFromIt()
+            if connection.loadInFlight === load { connection.loadInFlight = nil }
+            inFlight = nil
+        }
         pending = []
         pendingBytes = 0
         mysql_set_local_infile_default(connection.mysql)
