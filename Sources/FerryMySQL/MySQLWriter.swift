@@ -7,9 +7,10 @@ import Foundation
 /// come and loaded once they hold `loadBytes` (or at `finish`) — a statement per batch of 10,000
 /// two-integer rows cost a fifth of the copy (500,000 rows SQLite → MariaDB 1.22–1.31 s, 0.95–1.01
 /// s in statements ten times larger). A load runs on a thread of its own while the next rows
-/// are encoded (one load in flight): the server's work and Ferry's overlap instead of adding up. Every value is escaped exactly; a load that raises any
-/// warning (truncation, conversion, a skipped duplicate) is an error naming the row, because
-/// MySQL must never silently change a value. When the server refuses LOCAL INFILE the writer
+/// are encoded (one load in flight): the server's work and Ferry's overlap instead of adding
+/// up. Every value is escaped exactly; a load that raises any warning (truncation, conversion,
+/// a skipped duplicate) is an error naming the row, because MySQL must never silently change a
+/// value. When the server refuses LOCAL INFILE the writer
 /// falls back to multi-row INSERTs.
 final class MySQLWriter: BatchWriter {
     private let connection: MySQLConnection

@@ -66,14 +66,9 @@ enum SQLiteValueCodec {
     /// Appends the text of row `row` of `column` (non-NULL) in a formatted `form`.
     @inline(__always)
     static func format(_ col: PinnedBatch.Column, row: Int, form: Form, into out: inout [UInt8]) {
-        switch form {
-        case .date: Temporal.appendDate(col.int(row), into: &out)
-        case .time(let digits): Temporal.appendTime(col.int(row), fractionDigits: digits, into: &out)
-        case .timestamp(let digits, let utc):
-            Temporal.appendTimestamp(col.int(row), fractionDigits: digits, into: &out)
-            if utc { out.append(contentsOf: utcSuffix) }
-        case .uuid: UUIDText.append(col.bytes(row), into: &out)
-        case .integer, .double, .blob, .text, .stored: break
+        withUnsafeTemporaryAllocation(of: UInt8.self, capacity: maxTextBytes(col, row: row, form: form)) { buf in
+            guard let p = buf.baseAddress else { return }
+            out.append(contentsOf: UnsafeBufferPointer(start: p, count: write(col, row: row, form: form, to: p)))
         }
     }
 
@@ -82,7 +77,7 @@ enum SQLiteValueCodec {
     static func maxTextBytes(_ col: PinnedBatch.Column, row: Int, form: Form) -> Int {
         switch form {
         case .uuid: return UUIDText.maxTextBytes(col.bytes(row).count)
-        default: return Temporal.maxTextBytes + 6
+        default: return Temporal.maxTextBytes + utcSuffix.count
         }
     }
 
@@ -96,9 +91,10 @@ enum SQLiteValueCodec {
         case .timestamp(let digits, let utc):
             var n = Temporal.write(timestamp: col.int(row), fractionDigits: digits, to: p)
             if utc {
-                // "+00:00", as utcSuffix
-                p[n] = 43; p[n + 1] = 48; p[n + 2] = 48; p[n + 3] = 58; p[n + 4] = 48; p[n + 5] = 48
-                n += 6
+                for b in utcSuffix {
+                    p[n] = b
+                    n += 1
+                }
             }
             return n
         case .uuid: return UUIDText.write(col.bytes(row), to: p)

@@ -108,8 +108,9 @@ public struct ColumnBuffer: Sendable {
         markRow(null: false)
     }
 
-    /// Appends one value of exactly `count` bytes that `write` puts straight into the column's
-    /// memory (a driver formatting text without a buffer of its own per value).
+    /// Appends one value of exactly `count` bytes that `write` fills (a driver formatting text
+    /// without an array or String of its own per value): written into temporary memory, on the
+    /// stack when small, and appended in one copy.
     @inline(__always)
     public mutating func append(count: Int, initializingWith write: (UnsafeMutableRawBufferPointer) -> Void) {
         precondition(storage == .bytes, "bytes appended to a \(storage) column")
@@ -120,7 +121,6 @@ public struct ColumnBuffer: Sendable {
         offsets.append(arena.count)
         markRow(null: false)
     }
-
 
     public mutating func append<S: Sequence>(bytes: S) where S.Element == UInt8 {
         precondition(storage == .bytes, "bytes appended to a \(storage) column")

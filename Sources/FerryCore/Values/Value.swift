@@ -178,9 +178,9 @@ public enum UUIDText {
             let out = UnsafeMutableRawPointer(p)
             func put(_ digits: UInt64, _ at: Int) { out.storeBytes(of: digits.littleEndian, toByteOffset: at, as: UInt64.self) }
             func halves(_ digits: UInt64, _ at: Int, _ then: Int) {
-                let d = digits.littleEndian
-                out.storeBytes(of: UInt32(truncatingIfNeeded: d), toByteOffset: at, as: UInt32.self)
-                out.storeBytes(of: UInt32(truncatingIfNeeded: d >> 32), toByteOffset: then, as: UInt32.self)
+                // Digit k is byte k of the value (its bits 8k…8k+7), whatever the machine's order.
+                out.storeBytes(of: UInt32(truncatingIfNeeded: digits).littleEndian, toByteOffset: at, as: UInt32.self)
+                out.storeBytes(of: UInt32(truncatingIfNeeded: digits >> 32).littleEndian, toByteOffset: then, as: UInt32.self)
             }
             put(hexDigits(from), 0)
             halves(hexDigits(from + 4), 9, 14)
