@@ -216,7 +216,20 @@ public final class MySQLConnection: Connection {
             SELECT COLUMN_NAME FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = \(lit(schema)) AND TABLE_NAME = \(lit(table.name.name))
             AND CHARACTER_SET_NAME IN ('utf8mb4', 'utf8mb3', 'utf8', 'ascii')
             """).compactMap { $0.first ?? nil })
+        // The GROUP BY's temporary table holds a row per bucket; past tmp_table_size (16 MiB by
+        // default) MariaDB moves it to disk midway: 2^18 buckets of 1,000,000 bench_orders rows
+        // took 9.5 s instead of 6.2 s. Raised for this query (never lowered), then put back.
+        let limits = try query("SELECT @@SESSION.tmp_table_size, @@SESSION.max_heap_table_size").first ?? []
+        let room = min(request.modulus, 1 << 21) * 128
+        let raise = "SET SESSION tmp_table_size = GREATEST(@@SESSION.tmp_table_size, \(room)), max_heap_table_size = GREATEST(@@SESSION.max_heap_table_size, \(room))"
+        try execute(raise)
+        defer {
+            if limits.count == 2, let t = limits[0].flatMap({ Int64($0) }), let h = limits[1].flatMap({ Int64($0) }) {
+                try? execute("SET SESSION tmp_table_size = \(t), max_heap_table_size = \(h)")
+            }
+        }
         var out: [BucketDigest] = []
+        out.reserveCapacity(request.expectedBuckets)
         try forEachRow(DigestSQL.query(table.name, request, d)) { out.append(try DigestSQL.digest($0, table: table.name)) }
         return out
     }

@@ -140,6 +140,30 @@ public final class PostgresConnection: Connection {
         return result
     }
 
+    /// Runs a query and hands its rows over one at a time (libpq's single-row mode: each a
+    /// result of one row), so a long answer is never held whole. Every result is taken before
+    /// it returns, also when `body` throws, so the connection takes the next command.
+    func forEachRow(_ sql: String, _ body: (PostgresResult) throws -> Void) throws {
+        guard PQsendQuery(conn, sql) == 1 else { throw error(nil, sql: sql) }
+        guard PQsetSingleRowMode(conn) == 1 else {
+            drainResults()
+            throw error(nil, sql: sql)
+        }
+        var failure: (any Error)?
+        while let r = nextResult() {
+            switch r.status {
+            case PGRES_SINGLE_TUPLE:
+                guard failure == nil else { continue }
+                do { try body(r) } catch { failure = error }
+            case PGRES_TUPLES_OK, PGRES_COMMAND_OK:
+                continue
+            default:
+                if failure == nil { failure = error(r.handle, sql: sql) }
+            }
+        }
+        if let failure { throw failure }
+    }
+
     /// Runs statements without parameters (several may be separated by semicolons).
     func execute(_ sql: String) throws {
         let r = try exec(sql)
@@ -197,10 +221,12 @@ public final class PostgresConnection: Connection {
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
         try guardedRead {
             let from = (try readsWithOnly(table.name) ? "ONLY " : "") + pgDialect.quote(table.name)
-            let r = try query(DigestSQL.query(table.name, request, pgDialect, from: from))
             var out: [BucketDigest] = []
-            out.reserveCapacity(r.count)
-            for i in 0..<r.count { out.append(try DigestSQL.digest([r.value(i, 0), r.value(i, 1), r.value(i, 2)], table: table.name)) }
+            out.reserveCapacity(request.expectedBuckets)
+            // Row by row: a first level's 2^18 buckets held as one result took 20 MB.
+            try forEachRow(DigestSQL.query(table.name, request, pgDialect, from: from)) { r in
+                out.append(try DigestSQL.digest([r.value(0, 0), r.value(0, 1), r.value(0, 2)], table: table.name))
+            }
             return out
         }
     }

@@ -20,7 +20,7 @@ extension ServiceHandlers {
         let hashText = r.value("keyhash")
         let delimitedNames = Set(r.values("delimited"))
         let snapshot = r.value("snapshot")
-        let data = try await Offload.run { [self] () -> Data in
+        let (answer, digests) = try await Offload.run { [self] () -> (Int64, [BucketDigest]) in
             let lease = try read(snapshot: snapshot)
             defer { lease.release() }
             let c = lease.connection
@@ -45,8 +45,12 @@ extension ServiceHandlers {
                 key: key, columns: digested, modulus: modulus,
                 within: within.map { BucketFilter(key: key, modulus: $0.modulus, residues: $0.residues, hash: hash) },
                 keyHash: hash, delimited: digested.map { delimitedNames.contains($0.name) })
-            return XMLDocuments.digests(modulus: modulus, try c.bucketDigests(schema, request: request))
+            return (modulus, try c.bucketDigests(schema, request: request))
         }
-        return .xml(data)
+        // Written a piece at a time: 2^20 buckets are about 60 MB of XML.
+        return ServiceResponse(body: .stream { write in
+            var writer = DigestsWriter(modulus: answer, digests)
+            while let piece = writer.next() { try await write(piece) }
+        })
     }
 }

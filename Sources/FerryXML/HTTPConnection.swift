@@ -190,11 +190,16 @@ public final class HTTPConnection: Connection {
         } ?? [[]]
         var out: [BucketDigest] = []
         for within in withins {
-            let data = try client.expect("GET", ProtocolRoute.digests.target(table: table.name) + ProtocolRoute.query(base + within), table: table.name)
-            guard let digests = try XMLDocuments.decodeDigests(data) else {
-                throw FerryError.copyFailed(table: table.name, endpoint: endpoint.redacted, reason: "\(client.transport.peer) sent a malformed digest")
+            // Streamed into the list: a first level of 2^20 buckets is about 60 MB of XML.
+            var decoder = DigestsStreamDecoder(expected: request.expectedBuckets)
+            do {
+                try client.receive(ProtocolRoute.digests.target(table: table.name) + ProtocolRoute.query(base + within), table: table.name,
+                                   restart: { decoder = DigestsStreamDecoder(expected: request.expectedBuckets) }, piece: { try decoder.feed($0) })
+                let answer = try decoder.finish()
+                if out.isEmpty { out = answer } else { out += answer }
+            } catch let e as XMLWireError {
+                throw FerryError.copyFailed(table: table.name, endpoint: endpoint.redacted, reason: "\(client.transport.peer) sent a malformed digest: \(e)")
             }
-            out += digests
         }
         return out
     }

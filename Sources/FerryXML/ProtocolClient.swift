@@ -110,6 +110,31 @@ final class ProtocolClient: @unchecked Sendable {  // unchecked: immutable after
         throw transport.unanswered(lastError?.reason ?? "no response")
     }
 
+    /// Sends a GET and hands its answer's body to `piece` as it arrives (a long answer is never
+    /// collected whole). A GET whose connection fails, before or during the body, is asked again
+    /// with backoff; `restart` runs before each attempt's body, so the caller drops what it took
+    /// of a failed one.
+    func receive(_ path: String, table: TableName? = nil, restart: () -> Void, piece: (Data) throws -> Void) throws {
+        var lastError: HTTPTransportError?
+        for attempt in 0..<4 {
+            if attempt > 0 { Thread.sleep(forTimeInterval: 0.25 * Double(1 << (attempt - 1))) }
+            do {
+                let exchange = try start("GET", path)
+                defer { exchange.cancel() }
+                let status = exchange.status ?? 0
+                guard (200..<300).contains(status) else {
+                    throw error(HTTPReply(status: status, body: try exchange.collect(upTo: Self.maxCollectedBytes)), table: table)
+                }
+                restart()
+                while let p = try exchange.next() { try piece(p) }
+                return
+            } catch let e as HTTPTransportError {
+                lastError = e
+            }
+        }
+        throw transport.unanswered(lastError?.reason ?? "no response")
+    }
+
     /// Sends and checks the status, turning the service's `<error>` into Ferry's errors.
     func expect(_ method: String, _ path: String, body: Data? = nil, upload: (() -> RowsDocumentSource)? = nil, table: TableName? = nil) throws -> Data {
         let reply = try send(method, path, body: body, upload: upload)

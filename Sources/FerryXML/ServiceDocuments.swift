@@ -47,23 +47,19 @@ extension XMLDocuments {
         try XMLTree.parse(data).attributes.compactMapValues { Int64($0) }
     }
 
-    /// `<digests modulus="M"><b n rows s0 s1/>…</digests>`
+    /// `<digests modulus="M"><b n rows s0 s1/>…</digests>`, whole (tests, short answers).
     public static func digests(modulus: Int64, _ list: [BucketDigest]) -> Data {
-        var out = "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<digests modulus=\"\(modulus)\">\n"
-        for d in list { out += "<b n=\"\(d.bucket)\" rows=\"\(d.rows)\" s0=\"\(d.sum0)\" s1=\"\(d.sum1)\"/>\n" }
-        return Data((out + "</digests>\n").utf8)
+        var out = Data()
+        var writer = DigestsWriter(modulus: modulus, list)
+        while let piece = writer.next() { out.append(contentsOf: piece) }
+        return out
     }
 
-    /// The buckets of a `<digests>` document; nil for a malformed one.
-    public static func decodeDigests(_ data: Data) throws -> [BucketDigest]? {
-        var out: [BucketDigest] = []
-        for b in try XMLTree.parse(data).children where b.name == "b" {
-            guard let n = b.attributes["n"].flatMap({ Int64($0) }), let rows = b.attributes["rows"].flatMap({ Int64($0) }),
-                let s0 = b.attributes["s0"].flatMap({ Int64($0) }), let s1 = b.attributes["s1"].flatMap({ Int64($0) })
-            else { return nil }
-            out.append(BucketDigest(bucket: n, rows: rows, sum0: s0, sum1: s1))
-        }
-        return out
+    /// The buckets of a `<digests>` document.
+    public static func decodeDigests(_ data: Data) throws -> [BucketDigest] {
+        var decoder = DigestsStreamDecoder()
+        try decoder.feed(data)
+        return try decoder.finish()
     }
 
     /// `<push id="…" committed="true|false"/>`

@@ -254,4 +254,70 @@ final class XMLWireFormatTests: XCTestCase {
         }
         XCTAssertGreaterThan(clean, 0, "some mutations (inside text) still decode")
     }
+
+    /// A `<digests>` answer is written in pieces and read as its pieces arrive, cut anywhere.
+    func testDigestsStreamWhereverTheAnswerIsCut() throws {
+        var list: [BucketDigest] = []
+        for i in 0..<5_000 {
+            let k = Int64(i)
+            list.append(BucketDigest(bucket: k * 3, rows: k % 7 + 1, sum: Int64.min &+ k &* 0x1E37_79B9_7F4A_7C15))
+        }
+        list.append(BucketDigest(bucket: 15_000, rows: 1, sum: Int64.max))
+        list.append(BucketDigest(bucket: 15_001, rows: 2, sum: Int64.min))
+        var pieces: [[UInt8]] = []
+        var writer = DigestsWriter(modulus: 1 << 18, list)
+        while let piece = writer.next() { pieces.append(piece) }
+        XCTAssertGreaterThan(pieces.count, 2, "a long answer goes out in several pieces")
+        let whole = Data(pieces.joined())
+        XCTAssertEqual(try XMLDocuments.decodeDigests(whole), list)
+        // Cut at every offset of a short answer, and in odd pieces of the long one.
+        let short = XMLDocuments.digests(modulus: 16, Array(list.suffix(3)))
+        for cut in 0...short.count {
+            var d = DigestsStreamDecoder()
+            try d.feed(short.prefix(cut))
+            try d.feed(short.dropFirst(cut))
+            XCTAssertEqual(try d.finish(), Array(list.suffix(3)), "cut at \(cut)")
+            XCTAssertEqual(d.modulus, 16)
+        }
+        var d = DigestsStreamDecoder(expected: list.count)
+        var at = 0, step = 1
+        while at < whole.count {
+            try d.feed(whole[at..<min(at + step, whole.count)])
+            at += step
+            step = step * 7 % 9_973 + 1
+        }
+        XCTAssertEqual(try d.finish(), list)
+
+        // Another producer's spelling: attributes in any order, either quote, comments, spaces.
+        let other = Data("""
+            <?xml version='1.0'?>
+            <!-- digests -->
+            <digests modulus='8' >
+              <b s1="0" s0='-5' rows="2"  n="3" />
+              <b n="4" rows="1" s0="9"/><!-- end -->
+            </digests>
+
+            """.utf8)
+        XCTAssertEqual(try XMLDocuments.decodeDigests(other), [BucketDigest(bucket: 3, rows: 2, sum: -5), BucketDigest(bucket: 4, rows: 1, sum: 9)])
+        XCTAssertEqual(try XMLDocuments.decodeDigests(Data("<digests modulus=\"4\"/>".utf8)), [])
+
+        // Anything else is refused with a message, never taken in part.
+        let bad = [
+            "<digests modulus=\"4\"><b n=\"1\" rows=\"1\" s0=\"x\" s1=\"0\"/></digests>",
+            "<digests modulus=\"4\"><b n=\"1\" rows=\"1\" s0=\"99999999999999999999\" s1=\"0\"/></digests>",
+            "<digests modulus=\"4\"><b n=\"1\" rows=\"1\" s0=\"3\" s1=\"7\"/></digests>",
+            "<digests modulus=\"4\"><b n=\"1\" n=\"2\" rows=\"1\" s0=\"3\"/></digests>",
+            "<digests modulus=\"4\"><b n=\"1\" rows=\"1\"/></digests>",
+            "<digests modulus=\"4\"><b n=\"1\" rows=\"1\" s0=\"3\"/>",
+            "<digests modulus=\"4\"><c/></digests>",
+            "<digests modulus=\"4\"></digests><b n=\"1\" rows=\"1\" s0=\"3\"/>",
+            "<!DOCTYPE d [<!ENTITY x \"1\">]><digests modulus=\"4\"></digests>",
+            "<digests><b n=\"1\" rows=\"1\" s0=\"3\"/></digests>",
+            "<rows></rows>",
+            "",
+        ]
+        for text in bad {
+            XCTAssertThrowsError(try XMLDocuments.decodeDigests(Data(text.utf8)), text)
+        }
+    }
 }

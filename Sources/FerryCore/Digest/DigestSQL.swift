@@ -104,7 +104,7 @@ public enum DigestSQL {
         else {
             throw FerryError.copyFailed(table: table, endpoint: "", reason: "the range digest query returned \(r.map { $0 ?? "NULL" })")
         }
-        return BucketDigest(bucket: b, rows: n, sum0: sum, sum1: 0)
+        return BucketDigest(bucket: b, rows: n, sum: sum)
     }
 
     /// A decimal integer of any length (`-`, digits, an optional `.000…` as some engines print a

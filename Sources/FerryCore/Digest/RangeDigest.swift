@@ -89,19 +89,23 @@ public struct DigestRequest: Sendable, Hashable {
     }
 }
 
+extension DigestRequest {
+    /// Room for the answer of a first level (a bucket for each residue, at most 2^20), reserved
+    /// once rather than grown by doubling; 0 for a finer level (a few of its many residues).
+    public var expectedBuckets: Int { within == nil ? Int(min(modulus, 1 << 20)) : 0 }
+}
+
 /// One bucket's digest: its row count and the sum, modulo 2^64, of its rows' 64-bit hashes (the
-/// first 64 bits of the MD5 of each row's canonical text); `sum1` is 0 (two 32-bit sums before
-/// the digests' second form). Buckets with no rows are not listed.
+/// first 64 bits of the MD5 of each row's canonical text). Buckets with no rows are not listed.
+/// 24 bytes: a first level of 2^18 buckets is 6 MB a side.
 public struct BucketDigest: Sendable, Hashable, Codable {
     public var bucket: Int64
     public var rows: Int64
-    public var sum0: Int64
-    public var sum1: Int64
-    public init(bucket: Int64, rows: Int64, sum0: Int64, sum1: Int64) {
+    public var sum: Int64
+    public init(bucket: Int64, rows: Int64, sum: Int64) {
         self.bucket = bucket
         self.rows = rows
-        self.sum0 = sum0
-        self.sum1 = sum1
+        self.sum = sum
     }
 }
 
@@ -186,14 +190,18 @@ public enum DigestComputer {
                     sums[Int(b)] &+= r
                     continue
                 }
-                var d = sparse[b] ?? BucketDigest(bucket: b, rows: 0, sum0: 0, sum1: 0)
+                var d = sparse[b] ?? BucketDigest(bucket: b, rows: 0, sum: 0)
                 d.rows += 1
-                d.sum0 &+= r
+                d.sum &+= r
                 sparse[b] = d
             }
         }
         if dense {
-            return counts.indices.filter { counts[$0] > 0 }.map { BucketDigest(bucket: Int64($0), rows: counts[$0], sum0: sums[$0], sum1: 0) }
+            // Sized once (no index list, no slack from growing).
+            var out: [BucketDigest] = []
+            out.reserveCapacity(counts.reduce(0) { $0 + ($1 > 0 ? 1 : 0) })
+            for b in counts.indices where counts[b] > 0 { out.append(BucketDigest(bucket: Int64(b), rows: counts[b], sum: sums[b])) }
+            return out
         }
         return sparse.values.sorted { $0.bucket < $1.bucket }
     }

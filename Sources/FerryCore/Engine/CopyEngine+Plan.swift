@@ -98,7 +98,7 @@ extension CopyEngine {
                 throw FerryError.targetTableExists(table: targetName, endpoint: target.endpoint.redacted)
             }
             let writesExisting = options.mode == .append || options.mode.isKeyed
-            let existing = exists && writesExisting ? try target.describe(targetName) : nil
+            let existing = exists && writesExisting ? try target.describe(targetName, rowEstimate: false) : nil
             if let existing, writesExisting {
                 for c in targetSchema.columns where existing.column(named: c.name) == nil {
                     throw FerryError.columnNotFound(table: targetName, column: c.name)

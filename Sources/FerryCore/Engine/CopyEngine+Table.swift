@@ -40,7 +40,7 @@ extension CopyEngine {
                 if let planned = table.creates {
                     if try target.tableExists(planned.schema.name) {
                         // Created by someone else since the plan: write into it as it is.
-                        into = try target.describe(planned.schema.name)
+                        into = try target.describe(planned.schema.name, rowEstimate: false)
                     } else {
                         try target.createTable(planned)
                         created = planned.schema.name
