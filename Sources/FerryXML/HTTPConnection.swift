@@ -18,6 +18,8 @@ public final class HTTPConnection: Connection {
     private var pendingApplies: [TableName: PendingApply] = [:]
     private var inTransaction = false
     public private(set) var committedCounts: MergeCounts?
+    /// Keyed writes in a transaction are staged and applied by `commit`.
+    public var stagesKeyedWrites: Bool { true }
     /// The service's read snapshot this connection reads from (`POST /v1/snapshots`), and
     /// whether this connection began it (and ends it) or joined another's.
     private(set) var snapshotID: String?

@@ -108,6 +108,10 @@ public protocol Connection: AnyObject {
     /// one server-side transaction at commit; until then they count as nothing). Nil where
     /// writes apply as they are made.
     var committedCounts: MergeCounts? { get }
+    /// True where keyed writes in a transaction are only staged, and reads in it do not see
+    /// them until `commit` applies them (the XML service). False (the default) where a
+    /// transaction's reads see its own writes.
+    var stagesKeyedWrites: Bool { get }
 
     func begin() throws
     /// Starts a read-only transaction whose reads all see one snapshot of the database
@@ -176,6 +180,7 @@ extension Connection {
     }
 
     public var committedCounts: MergeCounts? { nil }
+    public var stagesKeyedWrites: Bool { false }
 
     public func applyGuardedPush(_ push: GuardedPush) throws -> GuardedPushOutcome {
         try GuardedPushApplier.apply(push, on: self)

@@ -98,7 +98,19 @@ extension CopyEngine {
 
         // Every source row, and nothing else, must now be in the target: a key comparison
         // that merges keys the source keeps apart (a case-insensitive collation) shows here.
-        try target.expectRows(into, key: targetKey, rows: stats.sourceRows, filter: table.filter)
+        // Where this transaction's reads see its writes, the keys just read tell it (the other
+        // buckets' digests were equal, row counts included): the target rows of the buckets
+        // read, after the upserts and less those deleted, are the source rows read. A count of
+        // the whole table cost as much again (MariaDB: 0.65 s for 1,000,000 rows). Where the
+        // writes are staged for the commit (the service), the service checks at commit.
+        if target.stagesKeyedWrites {
+            try target.expectRows(into, key: targetKey, rows: stats.sourceRows, filter: table.filter)
+        } else if stats.targetKeysRead - counts.deleted != stats.sourceRowsRead {
+            throw FerryError.copyFailed(
+                table: table.source, endpoint: target.endpoint.redacted,
+                reason: "after the write the buckets of \(into.name) that differed would hold \(stats.targetKeysRead - counts.deleted) rows where the source has \(stats.sourceRowsRead); "
+                    + "the target's key comparison merges keys the source keeps apart (a case-insensitive collation?); nothing was changed")
+        }
         return (rows, counts, stats)
     }
 }
