@@ -7,6 +7,9 @@ extension Ferry {
         static let configuration = CommandConfiguration(
             abstract: "List the tables of a database with their row counts.",
             discussion: """
+                SQLite tables are counted. PostgreSQL tables its statistics know, and MySQL/MariaDB \
+                tables of 100,000 rows or more, show the server's estimate (ferry verify counts).
+
                 Examples:
                   ferry tables sqlite:samples/chinook.sqlite
                   ferry tables --json sqlite:samples/chinook.sqlite

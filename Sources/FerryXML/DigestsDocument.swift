@@ -67,14 +67,24 @@ public struct DigestsStreamDecoder {
     public mutating func feed(_ piece: Data) throws {
         pending.append(contentsOf: piece)
         // Parse up to the last `>`: every element before it is whole (their attributes are
-        // whole numbers, so no `>` sits inside a value).
-        guard let last = pending.lastIndex(of: 62) else {
+        // whole numbers, so no `>` sits inside a value; a comment's is looked at below).
+        guard var last = pending.lastIndex(of: 62) else {
             guard pending.count <= Self.maxPending else { throw XMLWireError.limitExceeded("a digest element of more than \(Self.maxPending) bytes") }
             return
         }
+        // A comment may hold a `>`: one still open at `last` waits for its end.
+        if let open = pending[...last].ranges(of: Array("<!--".utf8)).last?.lowerBound,
+            pending[open...last].firstRange(of: Array("-->".utf8)) == nil
+        {
+            guard let before = pending[..<open].lastIndex(of: 62) else {
+                guard pending.count <= Self.maxPending else { throw XMLWireError.limitExceeded("a comment of more than \(Self.maxPending) bytes") }
+                return
+            }
+            last = before
+        }
         if !started {
             // The root start tag must be whole before the prolog is read.
-            guard let root = Self.find(Array("<digests".utf8), in: pending), pending[root...].contains(62) else {
+            guard let root = pending.firstRange(of: Array("<digests".utf8))?.lowerBound, pending[root...].contains(62) else {
                 guard pending.count <= Self.maxPending else { throw XMLWireError.unexpected("no <digests> element") }
                 return
             }
@@ -167,7 +177,7 @@ public struct DigestsStreamDecoder {
         var k = 0
         let negative = text.first == 45
         if negative { k = 1 }
-        guard k < text.count, text.count - k <= 20 else { return nil }
+        guard k < text.count else { return nil }
         var value: Int64 = 0
         while k < text.count {
             let c = text[k]
@@ -179,13 +189,5 @@ public struct DigestsStreamDecoder {
             k += 1
         }
         return value
-    }
-
-    static func find(_ needle: [UInt8], in haystack: [UInt8]) -> Int? {
-        guard haystack.count >= needle.count else { return nil }
-        for start in 0...(haystack.count - needle.count) where haystack[start] == needle[0] {
-            if haystack[start..<(start + needle.count)].elementsEqual(needle) { return start }
-        }
-        return nil
     }
 }

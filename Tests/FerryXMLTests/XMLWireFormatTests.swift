@@ -299,6 +299,14 @@ final class XMLWireFormatTests: XCTestCase {
 
             """.utf8)
         XCTAssertEqual(try XMLDocuments.decodeDigests(other), [BucketDigest(bucket: 3, rows: 2, sum: -5), BucketDigest(bucket: 4, rows: 1, sum: 9)])
+        // A comment holding `>`, cut anywhere.
+        let commented = Data("<digests modulus=\"8\"><!-- a > b --><b n=\"1\" rows=\"1\" s0=\"2\"/><!-- -> > --></digests>".utf8)
+        for cut in 0...commented.count {
+            var d = DigestsStreamDecoder()
+            try d.feed(commented.prefix(cut))
+            try d.feed(commented.dropFirst(cut))
+            XCTAssertEqual(try d.finish(), [BucketDigest(bucket: 1, rows: 1, sum: 2)], "cut at \(cut)")
+        }
         XCTAssertEqual(try XMLDocuments.decodeDigests(Data("<digests modulus=\"4\"/>".utf8)), [])
 
         // Anything else is refused with a message, never taken in part.
