@@ -199,7 +199,7 @@ extension Ferry {
                     for t in summary.tables {
                         guard let m = t.mirror else { continue }
                         Console.error(
-                            "\(t.source): compared \(m.levels) level\(m.levels == 1 ? "" : "s") of range digests (\(m.digests) buckets); read \(m.sourceRowsRead) of "
+                            "\(t.source): compared \(m.levels) level\(m.levels == 1 ? "" : "s") of range digests (\(m.digests) buckets\(m.rowHash == .lookup3 ? ", PostgreSQL's row hash" : "")); read \(m.sourceRowsRead) of "
                                 + "\(m.sourceRows) source rows and \(m.targetKeysRead) of \(m.targetRows) target keys")
                     }
                 }

@@ -218,6 +218,13 @@ public final class PostgresConnection: Connection {
         }
     }
 
+    /// `lookup3` where the server has `hash_record_extended` (PostgreSQL 14) and hashes bytes
+    /// as a little-endian machine does (what Ferry reproduces; a big-endian server would differ
+    /// on every row: its buckets would all be read).
+    public var rowHashes: [RowHash] {
+        PQserverVersion(conn) >= 140_000 ? [.lookup3, .md5] : [.md5]
+    }
+
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
         try guardedRead {
             let from = (try readsWithOnly(table.name) ? "ONLY " : "") + pgDialect.quote(table.name)

@@ -5,6 +5,8 @@ import Foundation
 /// One open SQLite database file. Sources are opened read-only and must exist; targets are
 /// created when missing and refused when they cannot be written.
 public final class SQLiteConnection: Connection {
+    /// Digests are computed by Ferry beside the file (`DigestComputer`), in either row hash.
+    public var rowHashes: [RowHash] { [.lookup3, .md5] }
     public let endpoint: Endpoint
     public let dialect: any Dialect = SQLiteDialect()
     public var defaultSchema: String { "main" }

@@ -60,6 +60,45 @@ final class DigestTests: XCTestCase {
         ]
         for (k, expected) in cases { XCTAssertEqual(KeyHash.integer(k), expected, "\(k)") }
     }
+
+    /// PostgreSQL's lookup3 as a PostgreSQL 15 server computes it (`hashtextextended(t, 0)`,
+    /// `hashint8extended`, `hashfloat8extended`, `hash_record_extended(ROW(…), 0)`), for texts
+    /// of every length from 0 to 25 bytes (each tail length, one, two and three 12-byte blocks)
+    /// and for the integers, floats and rows Ferry's digests reproduce.
+    func testLookup3IsPostgreSQLsHash() {
+        let prefixes: [Int64] = [
+            3591986179850072241, 2833316173711343549, -6747756470228489321, -1038429303365892052, 3076356108696143428,
+            290958262752763840, -6158032784613548338, -8882191227074733005, -3278210106038014113, -3183301415634409076,
+            3112909444737856467, -7556637188122330412, 8871624171452417744, 4973135103275945525, 9043359162837317271,
+            878954068520307163, 981995727863167554, 484589330715449564, -232611774418841497, 772495730612720881,
+            7996419909667933074, 5065299895581918398, -1198571854151947912, -1933194731779935345, 5649064133428767341,
+        ]
+        let alphabet = Array("abcdefghijklmnopqrstuvwxy".utf8)
+        for (n, expected) in prefixes.enumerated() {
+            XCTAssertEqual(Int64(bitPattern: Lookup3.bytes(Array(alphabet[..<(n + 1)]))), expected, "length \(n + 1)")
+        }
+        XCTAssertEqual(Int64(bitPattern: Lookup3.bytes([UInt8]())), -6939563903564495251)
+        XCTAssertEqual(Int64(bitPattern: Lookup3.bytes(Array("Zoë & Søren <b>".utf8))), -1191833325351146395)
+        // Unaligned input hashes alike (the server reads aligned and unaligned data apart).
+        let shifted: [UInt8] = [0] + alphabet
+        shifted.withUnsafeBytes { raw in
+            XCTAssertEqual(Int64(bitPattern: Lookup3.bytes(UnsafeRawBufferPointer(rebasing: raw[1..<13]))), -7556637188122330412)
+        }
+        XCTAssertEqual(Int64(bitPattern: Lookup3.int8(0)), 4154612158245552303)
+        XCTAssertEqual(Int64(bitPattern: Lookup3.int8(-5)), -9082176226831438310)  // hashint4extended(-5) too
+        XCTAssertEqual(Int64(bitPattern: Lookup3.int8(.max)), 1977219185673256887)
+        XCTAssertEqual(Int64(bitPattern: Lookup3.float8(0.1)), -4179333574236083663)
+        XCTAssertEqual(Lookup3.float8(-0.0), 0)
+        XCTAssertEqual(Int64(bitPattern: Lookup3.float8(.nan)), 4719788943832604568)
+        XCTAssertEqual(Int64(bitPattern: Lookup3.float8(-Double.nan)), 4719788943832604568)
+        // ROW(1::int8, 'x'::text, NULL::int8, 1::int4): h = 31·h + each column's hash, NULL 0.
+        var h: UInt64 = 0
+        for e in [Lookup3.int8(1), Lookup3.bytes(Array("x".utf8)), 0, Lookup3.int8(1)] { h = Lookup3.combine(h, e) }
+        XCTAssertEqual(Int64(bitPattern: h), 2659481717572816009)
+        // ROW(true), ROW(1::int4) and ROW(date '2000-01-02') all hash as the integer 1.
+        XCTAssertEqual(Int64(bitPattern: Lookup3.combine(0, Lookup3.int8(1))), -3670598878359251130)
+        XCTAssertEqual(Lookup3.int8(10_958 - Lookup3.dateOffset), Lookup3.int8(1))
+    }
 }
 
 extension String {

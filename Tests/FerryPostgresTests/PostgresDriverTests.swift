@@ -194,6 +194,65 @@ final class PostgresDriverTests: XCTestCase {
         XCTAssertTrue(refused.tables[0].error?.contains("column f, key (id=1): -0.0 would lose its sign") == true, refused.tables[0].error ?? "")
     }
 
+    /// Range digests in PostgreSQL's own row hash (`RowHash.lookup3`: `hash_record_extended` in
+    /// SQL, reproduced by Ferry beside SQLite) agree between PostgreSQL and a SQLite copy for
+    /// every type a mirror compares — NULLs, extremes, infinities, texts of every length, pre-1970
+    /// dates and timestamps — and change when any one value of any column changes.
+    func testLookup3DigestsAgreeWithSQLiteAndSeeEveryChange() throws {
+        let db = try pg.connect(try pg.makeDatabase("lookup3"))
+        try db.run("""
+            CREATE TYPE mood AS ENUM ('sad', 'ok', 'happy');
+            CREATE TABLE h (id bigint PRIMARY KEY, i2 smallint, i4 integer, b boolean, n numeric(12,2), nn numeric, f4 real,
+              f8 double precision, v varchar(40), t text, ch char(5), d date, tm time, ts timestamp(6), tz timestamptz, u uuid,
+              by bytea, j jsonb, js json, e mood);
+            INSERT INTO h SELECT g, (g % 65535 - 32767)::smallint, g * 7919 - 20000000, g % 3 = 0, (g * 13.37)::numeric(12,2),
+              CASE WHEN g % 5 = 0 THEN 'NaN' ELSE (g / 7.0)::numeric END, g / 3.0, g * 1e10 / 7.0, 'v' || repeat('é', g % 20),
+              repeat('x', g % 40), substr('abcde', 1, g % 6), date '1950-01-01' + g * 11, time '00:00' + g * interval '17 seconds',
+              timestamp '1960-01-01' + g * interval '1 day 0.000123 s', timestamptz '2030-01-01 00:00+05' - g * interval '3 hours',
+              md5(g::text)::uuid, decode(repeat(md5(g::text), g % 3), 'hex'), jsonb_build_object('g', g, 's', 'Zoë'),
+              json_build_array(g, 'x'), (ARRAY['sad', 'ok', 'happy'])[g % 3 + 1]::mood
+            FROM generate_series(1, 3000) g;
+            INSERT INTO h (id) VALUES (0);
+            INSERT INTO h VALUES (-1, -32768, -2147483648, false, -9999999999.99, '0.00', '-Infinity', 'Infinity', '', '', '',
+              '0001-01-01', '23:59:59.999999', '0001-01-01 00:00:00', '1970-01-01 00:00:00+00', '00000000-0000-0000-0000-000000000000',
+              '', '{}', '""', 'sad'),
+              (-2, 32767, 2147483647, true, 9999999999.99, '123456789012345678901234567890.123456789', '3.4e38', '1e-307',
+              repeat('z', 40), repeat('😀', 100), 'abcde', '9999-12-31', '00:00:00', '2262-04-11 23:47:16.854775',
+              '1969-12-31 23:59:59.999999+00', 'ffffffff-ffff-ffff-ffff-ffffffffffff', '\\x00ff00', '[1, 2.50]', '{"k":  1.10}', 'happy');
+            """)
+        let lite = try sqlite("lookup3.db")
+        let s = try copy(db, lite, tables: ["h"])
+        XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
+        let name = TableName("h")
+        func side(_ c: any Connection) throws -> RangeDiff.Side {
+            let schema = try c.describe(name)
+            return RangeDiff.Side(connection: c, schema: schema, key: schema.primaryKey.compactMap { schema.column(named: $0) }, columns: schema.columns)
+        }
+        func compare() throws -> RangeDiff.Outcome {
+            try RangeDiff.find(source: try side(db), target: try side(lite), estimate: 3003)
+        }
+        let equal = try compare()
+        XCTAssertEqual(equal.rowHash, .lookup3)
+        XCTAssertTrue(equal.isEqual, "\(equal.buckets.map { "\($0.residues.count) of \($0.modulus) buckets differ" } ?? "everything differs")")
+        XCTAssertEqual(equal.sourceRows, 3003)
+        XCTAssertEqual(try RangeDiff.find(source: try side(lite), target: try side(db), estimate: 3003).isEqual, true)
+
+        // One value changed in one row, column by column: the digests see it, and only there.
+        let changes = [
+            "i2 = i2 + 1", "i4 = -i4", "b = NOT b", "n = n + 0.01", "nn = 'NaN'", "f4 = f4 * 2", "f8 = f8 + 1", "v = v || 'a'",
+            "t = t || ' '", "ch = 'zz'", "d = d + 1", "tm = tm + interval '1 microsecond'", "ts = ts + interval '1 microsecond'",
+            "tz = tz - interval '1 microsecond'", "u = '00000000-0000-0000-0000-000000000001'", "by = by || '\\x00'::bytea",
+            "j = j || '{\"x\": 1}'", "js = '[1]'", "e = 'happy'", "t = NULL",
+        ]
+        try db.run("CREATE TABLE h_orig AS SELECT * FROM h WHERE id = 1234")
+        for change in changes {
+            try db.run("UPDATE h SET \(change) WHERE id = 1234")
+            let outcome = try compare()
+            try db.run("DELETE FROM h WHERE id = 1234; INSERT INTO h SELECT * FROM h_orig")
+            XCTAssertEqual(outcome.buckets?.residues.count, 1, "\(change): \(outcome.buckets.map { "\($0.residues.count) buckets differ" } ?? "everything differs")")
+        }
+    }
+
     /// Numeric values arrive as PostgreSQL's own text of them, digit for digit: every weight
     /// (tiny fractions to 10^40), every scale, signs, zeros with a scale, negative zero, NaN.
     func testNumericTextIsPostgresText() throws {

@@ -22,6 +22,16 @@ public enum CanonicalText {
         }
     }
 
+    /// False for types whose canonical text is their bytes as they are (text, JSON, enum
+    /// labels), so that nothing needs to be written to hash it.
+    @inline(__always)
+    static func hasOwnText(_ type: borrowing LogicalType) -> Bool {
+        switch type {
+        case .text, .json, .enumeration, .unsupported: return false
+        default: return true
+        }
+    }
+
     /// A column whose field may be delimited: a delimitable type, read as that type.
     public static func isDelimitable(_ column: Column) -> Bool {
         isDelimited(column.logicalType) && !column.travelsNatively

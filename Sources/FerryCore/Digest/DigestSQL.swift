@@ -30,10 +30,14 @@ public protocol DigestSQLDialect: IntegerKeyHashDialect {
     /// `select` (each row's key hash and row hash) made a subquery the planner keeps as it is,
     /// where grouping its flattened form would cost more. Default: `select` as it is.
     func computedOnce(_ select: String) -> String
+    /// The `lookup3` row hash (`RowHash.lookup3`) of `columns`, each in its form, as a signed
+    /// 64-bit integer expression; nil where this engine's SQL does not compute it (the default).
+    func lookup3RowHashSQL(_ columns: [Column], forms: [ColumnHashForm]) -> String?
 }
 
 extension DigestSQLDialect {
     public func computedOnce(_ select: String) -> String { select }
+    public func lookup3RowHashSQL(_ columns: [Column], forms: [ColumnHashForm]) -> String? { nil }
 }
 
 /// Builds the digest and bucket SQL from a `DigestSQLDialect`'s pieces.
@@ -91,7 +95,9 @@ public enum DigestSQL {
         if let w = request.within { conditions.append(condition(w, d)) }
         // Each expression is used once, so nothing is computed twice when the engine flattens
         // the subquery.
-        let hashes = "SELECT \(keyHash(request.key, request.keyHash, d)) AS kh, \(d.hex64SQL("substr(\(d.md5HexSQL(rowText(request.columns, delimited: request.delimited, d))), 1, 16)")) AS rh FROM "
+        let rowHash = request.rowHash == .lookup3 ? d.lookup3RowHashSQL(request.columns, forms: request.hashForms) : nil
+        let hashes = "SELECT \(keyHash(request.key, request.keyHash, d)) AS kh, "
+            + (rowHash ?? d.hex64SQL("substr(\(d.md5HexSQL(rowText(request.columns, delimited: request.delimited, d))), 1, 16)")) + " AS rh FROM "
             + (from ?? d.quote(table)) + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
         return "SELECT kh % \(request.modulus) AS b, COUNT(*), SUM(rh) FROM (\(d.computedOnce(hashes))) ferry_hashes GROUP BY b ORDER BY b"
     }

@@ -34,6 +34,8 @@ public enum RangeDiff {
         public var digests = 0
         /// How both sides hashed their keys.
         public var keyHash = KeyHash.md5
+        /// How both sides hashed their rows.
+        public var rowHash = RowHash.md5
         public var isEqual: Bool { buckets.map { $0.residues.isEmpty } ?? false }
 
         /// The bucket filter for `key` (one side's key columns); nil for the whole table.
@@ -74,6 +76,12 @@ public enum RangeDiff {
         // compared with a text column is measured on both).
         let delimited: [Bool]? = source.columns.count == target.columns.count
             ? zip(source.columns, target.columns).map { CanonicalText.isDelimitable($0) && CanonicalText.isDelimitable($1) } : nil
+        // PostgreSQL's row hash where both sides compute it (no canonical text for most values,
+        // no MD5), each column in a form both agree on.
+        let rowHash: RowHash = source.columns.count == target.columns.count
+            && source.connection.rowHashes.contains(.lookup3) && target.connection.rowHashes.contains(.lookup3) ? .lookup3 : .md5
+        out.rowHash = rowHash
+        let forms: [ColumnHashForm]? = rowHash == .lookup3 ? zip(source.columns, target.columns).map { ColumnHashForm.agreed($0, $1) } : nil
         var modulus: Int64 = 1
         let estimate = max(estimate, 1)
         while modulus < 1 << 20 && modulus * rowsPerBucket < estimate { modulus *= 2 }
@@ -84,11 +92,11 @@ public enum RangeDiff {
             let sourceRequest = DigestRequest(
                 key: source.key, columns: source.columns, modulus: modulus,
                 within: within.map { BucketFilter(key: source.key, modulus: $0.modulus, residues: $0.residues, hash: hash) }, filter: source.filter,
-                keyHash: hash, delimited: delimited ?? source.columns.map { _ in false })
+                keyHash: hash, delimited: delimited ?? source.columns.map { _ in false }, rowHash: rowHash, hashForms: forms)
             let targetRequest = DigestRequest(
                 key: target.key, columns: target.columns, modulus: modulus,
                 within: within.map { BucketFilter(key: target.key, modulus: $0.modulus, residues: $0.residues, hash: hash) }, filter: target.filter,
-                keyHash: hash, delimited: delimited ?? target.columns.map { _ in false })
+                keyHash: hash, delimited: delimited ?? target.columns.map { _ in false }, rowHash: rowHash, hashForms: forms)
             let (s, t) = try Worker.both(
                 { try source.connection.bucketDigests(source.schema, request: sourceRequest) },
                 { try target.connection.bucketDigests(target.schema, request: targetRequest) })

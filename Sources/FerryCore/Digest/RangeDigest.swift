@@ -75,9 +75,15 @@ public struct DigestRequest: Sendable, Hashable {
     /// `CanonicalText`). Both sides of a comparison must agree column by column: `RangeDiff`
     /// delimits a column only when its type on both sides is delimitable.
     public var delimited: [Bool]
+    /// How each row is hashed (`md5`, the default, everywhere; `lookup3` where both sides
+    /// compute it).
+    public var rowHash: RowHash
+    /// Per column, the form the `lookup3` row hash gives it (both sides agree on each: see
+    /// `ColumnHashForm.agreed`); unused by `md5`.
+    public var hashForms: [ColumnHashForm]
     public init(
         key: [Column], columns: [Column], modulus: Int64, within: BucketFilter? = nil, filter: String? = nil, keyHash: KeyHash? = nil,
-        delimited: [Bool]? = nil
+        delimited: [Bool]? = nil, rowHash: RowHash = .md5, hashForms: [ColumnHashForm]? = nil
     ) {
         self.key = key
         self.columns = columns
@@ -86,6 +92,8 @@ public struct DigestRequest: Sendable, Hashable {
         self.filter = filter
         self.keyHash = keyHash ?? within?.hash ?? KeyHash.suited(to: key)
         self.delimited = delimited ?? columns.map(CanonicalText.isDelimitable)
+        self.rowHash = rowHash
+        self.hashForms = hashForms.flatMap { $0.count == columns.count ? $0 : nil } ?? columns.map(ColumnHashForm.init)
     }
 }
 
@@ -140,6 +148,47 @@ public enum DigestComputer {
         return Int64(bitPattern: MD5.prefix(scratch))
     }
 
+    /// The `lookup3` hash (`RowHash.lookup3`) of row `row`: each column's in its form, combined
+    /// as PostgreSQL's `hash_record_extended` does, NULL as 0.
+    @inline(__always)
+    static func lookup3RowHash(_ batch: RowBatch, row: Int, types: [LogicalType], forms: [ColumnHashForm], scratch: inout [UInt8]) -> Int64 {
+        var h: UInt64 = 0
+        types.withUnsafeBufferPointer { types in
+            forms.withUnsafeBufferPointer { forms in
+                for c in 0..<forms.count {
+                    // Columns reached through the array at each use (a ColumnBuffer held in a
+                    // local is retained and released per value).
+                    guard !batch.columns[c].isNull(row) else {
+                        h = Lookup3.combine(h, 0)
+                        continue
+                    }
+                    let e: UInt64
+                    switch forms[c] {
+                    case .integer, .time: e = Lookup3.int8(batch.columns[c].ints[row])
+                    case .date: e = Lookup3.int8(batch.columns[c].ints[row] &- Lookup3.dateOffset)
+                    case .timestamp: e = Lookup3.int8(batch.columns[c].ints[row] &- Lookup3.timestampOffset)
+                    case .float: e = Lookup3.float8(batch.columns[c].doubles[row])
+                    case .bytes, .stored:
+                        let range = batch.columns[c].range(row)
+                        e = batch.columns[c].withUnsafeArena { Lookup3.bytes(UnsafeRawBufferPointer(rebasing: $0[range])) }
+                    case .text:
+                        if batch.columns[c].storage == .bytes && !CanonicalText.hasOwnText(types[c]) {
+                            // Text, JSON, enum labels and stored values: the bytes as they are.
+                            let range = batch.columns[c].range(row)
+                            e = batch.columns[c].withUnsafeArena { Lookup3.bytes(UnsafeRawBufferPointer(rebasing: $0[range])) }
+                        } else {
+                            scratch.removeAll(keepingCapacity: true)
+                            CanonicalText.append(batch.columns, c, row: row, type: types[c], into: &scratch)
+                            e = Lookup3.bytes(scratch)
+                        }
+                    }
+                    h = Lookup3.combine(h, e)
+                }
+            }
+        }
+        return Int64(bitPattern: h)
+    }
+
     /// Positions of `key` among `columns`; throws when one is missing.
     static func keyIndexes(_ key: [Column], in columns: [Column], table: TableName) throws -> [Int] {
         try key.map { k in
@@ -180,10 +229,15 @@ public enum DigestComputer {
         let stored = request.columns.map { $0.readHints.contains(.storedForm) }
         let hash = request.keyHash
         let delimited = request.delimited.count == types.count ? zip(request.delimited, stored).map { $0 && !$1 } : []
+        let lookup3 = request.rowHash == .lookup3
+        // A stored value is hashed as its bytes whatever form the other side agreed on.
+        let forms = zip(request.hashForms, stored).map { $1 ? ColumnHashForm.stored : $0 }
         while let batch = try reader.next() {
             for row in 0..<batch.count {
                 let k = keyHash(batch, row: row, types: types, keyIndexes: keyIndexes, hash: hash, scratch: &scratch)
-                let r = rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
+                let r = lookup3
+                    ? lookup3RowHash(batch, row: row, types: types, forms: forms, scratch: &scratch)
+                    : rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
                 let b = k % request.modulus
                 if dense {
                     counts[Int(b)] += 1

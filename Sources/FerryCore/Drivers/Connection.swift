@@ -96,6 +96,11 @@ public protocol Connection: AnyObject {
     /// in the engine's SQL where its dialect is a `DigestSQLDialect`, else by Ferry reading
     /// the rows (the default; right for engines in the same process, such as SQLite).
     func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest]
+    /// The row hashes `bucketDigests` computes (see `RowHash`): `md5` everywhere (the default);
+    /// also `lookup3` where Ferry digests beside the data (the default `bucketDigests`: SQLite)
+    /// or the engine's SQL reproduces it (PostgreSQL 14 or later). A comparison uses `lookup3`
+    /// when both sides offer it.
+    var rowHashes: [RowHash] { get }
 
     /// Keyed writes into `table` must leave it holding exactly `rows` rows (inside `filter`):
     /// a key comparison that merged keys the source keeps apart shows here. Checked at once
@@ -165,6 +170,8 @@ extension Connection {
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
         try DigestComputer.digests(self, table: table, request: request)
     }
+
+    public var rowHashes: [RowHash] { [.md5] }
 
     public func expectRows(_ table: TableSchema, key: [Column], rows: Int64, filter: String?) throws {
         // A count where there is no filter: the one-bucket digest hashed every key to count them.

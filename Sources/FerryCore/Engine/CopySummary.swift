@@ -31,6 +31,8 @@ public struct CopySummary: Sendable, Codable {
         public var targetKeysRead: Int64 = 0
         public var sourceRows: Int64 = 0
         public var targetRows: Int64 = 0
+        /// How both sides hashed each row (`md5`, or PostgreSQL's `lookup3` where both compute it).
+        public var rowHash: RowHash?
         public init() {}
     }
 

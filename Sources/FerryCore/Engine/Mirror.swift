@@ -43,6 +43,7 @@ extension CopyEngine {
             differing: { progress.reestimate(table.source.description, rows: $0) })
         stats.levels = found.levels
         stats.digests = found.digests
+        stats.rowHash = found.rowHash
         stats.sourceRows = found.sourceRows
         stats.targetRows = found.targetRows
         let unchanged = found.unchanged
