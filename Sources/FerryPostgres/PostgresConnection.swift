@@ -225,6 +225,22 @@ public final class PostgresConnection: Connection {
         PQserverVersion(conn) >= 140_000 ? [.lookup3, .md5] : [.md5]
     }
 
+    /// For a key of one integer column, in SQL (other keys: the mirror reads the buckets whole).
+    public func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool { hash == .integer && key.count == 1 }
+
+    public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: [Value], _ hash: Int64) throws -> Void) throws {
+        try guardedRead {
+            let from = (try readsWithOnly(table.name) ? "ONLY " : "") + pgDialect.quote(table.name)
+            guard let sql = DigestSQL.keyedRowHashQuery(table.name, request, pgDialect, from: from) else {
+                return try DigestComputer.keyedRowHashes(self, table: table, request: request, each: each)
+            }
+            try forEachRow(sql) { r in
+                let (k, h) = try DigestSQL.keyedRowHash([r.value(0, 0), r.value(0, 1)], table: table.name)
+                try each([.int(k)], h)
+            }
+        }
+    }
+
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
         try guardedRead {
             let from = (try readsWithOnly(table.name) ? "ONLY " : "") + pgDialect.quote(table.name)

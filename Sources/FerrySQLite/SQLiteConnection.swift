@@ -7,6 +7,12 @@ import Foundation
 public final class SQLiteConnection: Connection {
     /// Digests are computed by Ferry beside the file (`DigestComputer`), in either row hash.
     public var rowHashes: [RowHash] { [.lookup3, .md5] }
+    /// Row hashes are listed beside the file, for a key whose buckets the reader's SQL filters
+    /// (one integer column). For another key (a key in its stored form, which hashes its text
+    /// by MD5) every row of the table would be read whole to find those of the buckets: 1% of
+    /// 1,000,000 bench_orders rows SQLite → SQLite took 4.9 s that way, 3.0 s reading the
+    /// buckets' rows and the target's keys.
+    public func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool { hash == .integer && key.count == 1 }
     public let endpoint: Endpoint
     public let dialect: any Dialect = SQLiteDialect()
     public var defaultSchema: String { "main" }

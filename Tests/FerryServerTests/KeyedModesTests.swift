@@ -211,6 +211,12 @@ final class KeyedModesTests: XCTestCase {
             // Only the differing buckets were read: a small part of each side.
             let stats = try XCTUnwrap(items?.mirror, label)
             XCTAssertGreaterThanOrEqual(stats.sourceRowsRead, 33, label)
+            if !label.contains("http") && label != "sqlite -> sqlite" {
+                // Both sides list their rows' hashes in the differing buckets (an integer key;
+                // SQLite to SQLite the key travels in its stored form, hashed by MD5): only the
+                // 10 new and 23 changed rows are read, by key.
+                XCTAssertEqual(stats.sourceRowsRead, 33, "\(label): \(stats)")
+            }
             XCTAssertLessThan(stats.sourceRowsRead, Int64(n / 4), "\(label): \(stats)")
             XCTAssertLessThan(stats.targetKeysRead, Int64(n / 4), "\(label): \(stats)")
             XCTAssertEqual(try harness.differences(src, dst, tables: [Self.items.name, Self.pairs.name]), [], label)

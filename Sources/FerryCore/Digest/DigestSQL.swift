@@ -90,16 +90,40 @@ public enum DigestSQL {
     /// readers name it (PostgreSQL's `ONLY "t"` for a table whose inheritance children are
     /// tables of their own); default: the quoted name.
     public static func query(_ table: TableName, _ request: DigestRequest, _ d: any DigestSQLDialect, from: String? = nil) -> String {
+        let hashes = "SELECT \(keyHash(request.key, request.keyHash, d)) AS kh, \(rowHashSQL(request, d)) AS rh FROM "
+            + (from ?? d.quote(table)) + whereClause(request, d)
+        return "SELECT kh % \(request.modulus) AS b, COUNT(*), SUM(rh) FROM (\(d.computedOnce(hashes))) ferry_hashes GROUP BY b ORDER BY b"
+    }
+
+    /// A query whose rows are `key, row hash` (integers) for the rows of `request`, whose key is
+    /// one integer column (`KeyHash.integer`): what a mirror compares, key by key, inside the
+    /// buckets whose digests differ (`Connection.keyedRowHashes`).
+    public static func keyedRowHashQuery(_ table: TableName, _ request: DigestRequest, _ d: any DigestSQLDialect, from: String? = nil) -> String? {
+        guard request.keyHash == .integer, request.key.count == 1 else { return nil }
+        return "SELECT \(d.int64SQL(d.quote(request.key[0].name))), \(rowHashSQL(request, d)) FROM " + (from ?? d.quote(table)) + whereClause(request, d)
+    }
+
+    /// The row hash of `request` (`RowHash`) as a 64-bit integer expression.
+    static func rowHashSQL(_ request: DigestRequest, _ d: any DigestSQLDialect) -> String {
+        let lookup3 = request.rowHash == .lookup3 ? d.lookup3RowHashSQL(request.columns, forms: request.hashForms) : nil
+        return lookup3 ?? d.hex64SQL("substr(\(d.md5HexSQL(rowText(request.columns, delimited: request.delimited, d))), 1, 16)")
+    }
+
+    /// ` WHERE` the user's filter and the request's buckets, or nothing.
+    static func whereClause(_ request: DigestRequest, _ d: any DigestSQLDialect) -> String {
         var conditions: [String] = []
         if let f = request.filter { conditions.append("(" + f + ")") }
         if let w = request.within { conditions.append(condition(w, d)) }
-        // Each expression is used once, so nothing is computed twice when the engine flattens
-        // the subquery.
-        let rowHash = request.rowHash == .lookup3 ? d.lookup3RowHashSQL(request.columns, forms: request.hashForms) : nil
-        let hashes = "SELECT \(keyHash(request.key, request.keyHash, d)) AS kh, "
-            + (rowHash ?? d.hex64SQL("substr(\(d.md5HexSQL(rowText(request.columns, delimited: request.delimited, d))), 1, 16)")) + " AS rh FROM "
-            + (from ?? d.quote(table)) + (conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND "))
-        return "SELECT kh % \(request.modulus) AS b, COUNT(*), SUM(rh) FROM (\(d.computedOnce(hashes))) ferry_hashes GROUP BY b ORDER BY b"
+        return conditions.isEmpty ? "" : " WHERE " + conditions.joined(separator: " AND ")
+    }
+
+    /// Parses a row of `keyedRowHashQuery` (key, row hash).
+    public static func keyedRowHash(_ r: [String?], table: TableName) throws -> (key: Int64, hash: Int64) {
+        // The hash modulo 2^64 (MySQL's is unsigned).
+        guard r.count == 2, let k = r[0].flatMap({ Int64($0) }), let h = r[1].flatMap({ wrappingInteger($0) }) else {
+            throw FerryError.copyFailed(table: table, endpoint: "", reason: "the row hash query returned \(r.map { $0 ?? "NULL" })")
+        }
+        return (k, h)
     }
 
     /// Parses one row of the query (a client hands rows over one at a time: a level's answer can

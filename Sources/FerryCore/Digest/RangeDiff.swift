@@ -34,8 +34,20 @@ public enum RangeDiff {
         public var digests = 0
         /// How both sides hashed their keys.
         public var keyHash = KeyHash.md5
-        /// How both sides hashed their rows.
+        /// How both sides hashed their rows, and the per-column choices both made
+        /// (`DigestRequest.delimited`, `hashForms`): a further comparison asks the same.
         public var rowHash = RowHash.md5
+        public var delimited: [Bool]?
+        public var hashForms: [ColumnHashForm]?
+
+        /// The request for `side`'s rows in the buckets to read, hashed as the digests were.
+        public func request(_ side: Side) -> DigestRequest? {
+            guard let b = buckets else { return nil }
+            return DigestRequest(
+                key: side.key, columns: side.columns, modulus: b.modulus,
+                within: BucketFilter(key: side.key, modulus: b.modulus, residues: b.residues, hash: keyHash), filter: side.filter,
+                keyHash: keyHash, delimited: delimited ?? side.columns.map { _ in false }, rowHash: rowHash, hashForms: hashForms)
+        }
         public var isEqual: Bool { buckets.map { $0.residues.isEmpty } ?? false }
 
         /// The bucket filter for `key` (one side's key columns); nil for the whole table.
@@ -76,12 +88,14 @@ public enum RangeDiff {
         // compared with a text column is measured on both).
         let delimited: [Bool]? = source.columns.count == target.columns.count
             ? zip(source.columns, target.columns).map { CanonicalText.isDelimitable($0) && CanonicalText.isDelimitable($1) } : nil
+        out.delimited = delimited
         // PostgreSQL's row hash where both sides compute it (no canonical text for most values,
         // no MD5), each column in a form both agree on.
         let rowHash: RowHash = source.columns.count == target.columns.count
             && source.connection.rowHashes.contains(.lookup3) && target.connection.rowHashes.contains(.lookup3) ? .lookup3 : .md5
         out.rowHash = rowHash
         let forms: [ColumnHashForm]? = rowHash == .lookup3 ? zip(source.columns, target.columns).map { ColumnHashForm.agreed($0, $1) } : nil
+        out.hashForms = forms
         var modulus: Int64 = 1
         let estimate = max(estimate, 1)
         while modulus < 1 << 20 && modulus * rowsPerBucket < estimate { modulus *= 2 }

@@ -208,6 +208,46 @@ public enum DigestComputer {
         return (0..<batch.count).map { keyHash(batch, row: $0, types: types, keyIndexes: at, hash: hash, scratch: &scratch) }
     }
 
+    /// Each row's key values and row hash for `request`, read through `connection`'s reader
+    /// (`Connection.keyedRowHashes`).
+    public static func keyedRowHashes(
+        _ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int = 10_000,
+        each: (_ key: [Value], _ hash: Int64) throws -> Void
+    ) throws {
+        let keyIndexes = try keyIndexes(request.key, in: request.columns, table: table.name)
+        let types = request.columns.map(\.logicalType)
+        try forEachRowHash(connection, table: table, request: request, batchSize: batchSize) { batch, row, hash in
+            try each(keyIndexes.map { Value(column: batch.columns[$0], row: row, type: types[$0]) }, hash)
+        }
+    }
+
+    /// Reads the rows of `request` and hands each row's hash (as `request.rowHash` computes it)
+    /// to `body` with its batch and row.
+    static func forEachRowHash(
+        _ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int,
+        _ body: (_ batch: RowBatch, _ row: Int, _ hash: Int64) throws -> Void
+    ) throws {
+        let types = request.columns.map(\.logicalType)
+        let range = request.filter == nil && request.within == nil ? nil : KeyRange(key: [], filter: request.filter, buckets: request.within)
+        let reader = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
+        defer { reader.close() }
+        var scratch: [UInt8] = []
+        let all = Array(types.indices)
+        let stored = request.columns.map { $0.readHints.contains(.storedForm) }
+        let delimited = request.delimited.count == types.count ? zip(request.delimited, stored).map { $0 && !$1 } : []
+        let lookup3 = request.rowHash == .lookup3
+        // A stored value is hashed as its bytes whatever form the other side agreed on.
+        let forms = zip(request.hashForms, stored).map { $1 ? ColumnHashForm.stored : $0 }
+        while let batch = try reader.next() {
+            for row in 0..<batch.count {
+                let r = lookup3
+                    ? lookup3RowHash(batch, row: row, types: types, forms: forms, scratch: &scratch)
+                    : rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
+                try body(batch, row, r)
+            }
+        }
+    }
+
     /// Digests of `request` over the rows of `table`, read through `connection`'s reader.
     public static func digests(_ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int = 10_000) throws -> [BucketDigest] {
         let keyIndexes = try keyIndexes(request.key, in: request.columns, table: table.name)
@@ -215,9 +255,6 @@ public enum DigestComputer {
         // `within` goes to the reader, which passes only those rows: an engine that computes the
         // key hash in its SQL (SQLite, for an integer key) reads only them, others filter in
         // Ferry (`BucketFilteringReader`).
-        let range = request.filter == nil && request.within == nil ? nil : KeyRange(key: [], filter: request.filter, buckets: request.within)
-        let reader = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
-        defer { reader.close() }
         // A first level's buckets (one per ~16 rows, at most 2^20) are counted in arrays; a finer
         // level's, spread over up to 2^31, in a dictionary.
         let dense = request.within == nil && request.modulus <= 1 << 20
@@ -225,30 +262,19 @@ public enum DigestComputer {
         var sums = counts
         var sparse: [Int64: BucketDigest] = [:]
         var scratch: [UInt8] = []
-        let all = Array(types.indices)
-        let stored = request.columns.map { $0.readHints.contains(.storedForm) }
         let hash = request.keyHash
-        let delimited = request.delimited.count == types.count ? zip(request.delimited, stored).map { $0 && !$1 } : []
-        let lookup3 = request.rowHash == .lookup3
-        // A stored value is hashed as its bytes whatever form the other side agreed on.
-        let forms = zip(request.hashForms, stored).map { $1 ? ColumnHashForm.stored : $0 }
-        while let batch = try reader.next() {
-            for row in 0..<batch.count {
-                let k = keyHash(batch, row: row, types: types, keyIndexes: keyIndexes, hash: hash, scratch: &scratch)
-                let r = lookup3
-                    ? lookup3RowHash(batch, row: row, types: types, forms: forms, scratch: &scratch)
-                    : rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
-                let b = k % request.modulus
-                if dense {
-                    counts[Int(b)] += 1
-                    sums[Int(b)] &+= r
-                    continue
-                }
-                var d = sparse[b] ?? BucketDigest(bucket: b, rows: 0, sum: 0)
-                d.rows += 1
-                d.sum &+= r
-                sparse[b] = d
+        try forEachRowHash(connection, table: table, request: request, batchSize: batchSize) { batch, row, r in
+            let k = keyHash(batch, row: row, types: types, keyIndexes: keyIndexes, hash: hash, scratch: &scratch)
+            let b = k % request.modulus
+            if dense {
+                counts[Int(b)] += 1
+                sums[Int(b)] &+= r
+                return
             }
+            var d = sparse[b] ?? BucketDigest(bucket: b, rows: 0, sum: 0)
+            d.rows += 1
+            d.sum &+= r
+            sparse[b] = d
         }
         if dense {
             // Sized once (no index list, no slack from growing).

@@ -101,6 +101,17 @@ public protocol Connection: AnyObject {
     /// or the engine's SQL reproduces it (PostgreSQL 14 or later). A comparison uses `lookup3`
     /// when both sides offer it.
     var rowHashes: [RowHash] { get }
+    /// Each row's key (its values, in the request's key order) and row hash (as
+    /// `bucketDigests` sums them), handed to `each` in no particular order — what a mirror
+    /// compares key by key inside the buckets whose digests differ, so that it reads only the
+    /// rows that differ. Computed next to the data like `bucketDigests`.
+    func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: [Value], _ hash: Int64) throws -> Void) throws
+    /// True where `keyedRowHashes` runs next to the data for a key like `key` hashed with
+    /// `hash`: SQLite, PostgreSQL and MySQL/MariaDB for one integer column (whose buckets their
+    /// SQL filters). False (the default) where it would read the rows
+    /// across a network to hash them (the XML service): there a mirror reads the differing
+    /// buckets whole.
+    func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool
 
     /// Keyed writes into `table` must leave it holding exactly `rows` rows (inside `filter`):
     /// a key comparison that merged keys the source keeps apart shows here. Checked at once
@@ -172,6 +183,12 @@ extension Connection {
     }
 
     public var rowHashes: [RowHash] { [.md5] }
+
+    public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: [Value], _ hash: Int64) throws -> Void) throws {
+        try DigestComputer.keyedRowHashes(self, table: table, request: request, each: each)
+    }
+
+    public func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool { false }
 
     public func expectRows(_ table: TableSchema, key: [Column], rows: Int64, filter: String?) throws {
         // A count where there is no filter: the one-bucket digest hashed every key to count them.

@@ -127,11 +127,19 @@ extension CopyEngine {
     func pump(
         _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema,
         options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, writer custom: (any BatchWriter)? = nil,
-        buckets: BucketFilter? = nil
+        buckets: BucketFilter? = nil, keys: (columns: [String], values: [[Value]])? = nil
     ) throws -> (rows: Int64, stored: Int64?) {
         let range = table.filter == nil && buckets == nil ? nil : KeyRange(key: [], filter: table.filter, buckets: buckets)
-        let reader = Handoff(try source.reader(
-            table: table.sourceSchema, columns: table.columns, keyRange: range, batchSize: max(1, options.batchSize)))
+        let batchSize = max(1, options.batchSize)
+        let reader = Handoff(try keys.map { keys in
+            // Only these keys, a bounded list per statement (index lookups).
+            KeyListReader(keys.values, chunk: RowValues.keysPerRead) { chunk in
+                var r = KeyRange(key: [], filter: table.filter)
+                r.keys = chunk
+                r.keyColumns = keys.columns
+                return try source.reader(table: table.sourceSchema, columns: table.columns, keyRange: r, batchSize: batchSize)
+            }
+        } ?? source.reader(table: table.sourceSchema, columns: table.columns, keyRange: range, batchSize: batchSize))
         let writer: any BatchWriter
         do {
             writer = try custom ?? target.writer(into: into, columns: table.targetSchema.columns)

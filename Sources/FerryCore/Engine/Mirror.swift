@@ -29,9 +29,10 @@ extension CopyEngine {
         var stats = CopySummary.MirrorStats()
 
         // Level by level: digests of every bucket, then finer buckets inside those that differ.
+        let sourceSide = RangeDiff.Side(connection: source, schema: table.sourceSchema, key: sourceKey, columns: sourceColumns, filter: table.filter)
+        let targetSide = RangeDiff.Side(connection: target, schema: into, key: targetKey, columns: targetColumns, filter: table.filter)
         let found = try RangeDiff.find(
-            source: RangeDiff.Side(connection: source, schema: table.sourceSchema, key: sourceKey, columns: sourceColumns, filter: table.filter),
-            target: RangeDiff.Side(connection: target, schema: into, key: targetKey, columns: targetColumns, filter: table.filter),
+            source: sourceSide, target: targetSide,
             estimate: table.sourceSchema.rowEstimate ?? 0, cancellation: cancellation,
             firstLevel: { sourceRows, targetRows in
                 if sourceRows == 0 && targetRows > 0 && !options.allowEmptySource {
@@ -48,6 +49,12 @@ extension CopyEngine {
         stats.targetRows = found.targetRows
         let unchanged = found.unchanged
         if found.isEqual { return (0, MergeCounts(unchanged: unchanged), stats) }
+        if let done = try mirrorByRowHashes(
+            table, source: sourceSide, target: targetSide, into: into, found: found, options: options, progress: progress,
+            cancellation: cancellation, stats: stats)
+        {
+            return done
+        }
         let sourceBuckets = found.filter(key: sourceKey)
         let targetBuckets = found.filter(key: targetKey)
 

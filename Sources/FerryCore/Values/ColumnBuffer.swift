@@ -26,14 +26,16 @@ public struct ColumnBuffer: Sendable {
     public private(set) var count: Int = 0
     public private(set) var nullCount: Int = 0
 
-    public init(storage: ColumnStorage, capacity: Int = 0) {
+    /// An empty column with room for `capacity` rows and, for variable-width values,
+    /// `arenaBytes` bytes of them (default 16 a row).
+    public init(storage: ColumnStorage, capacity: Int = 0, arenaBytes: Int? = nil) {
         self.storage = storage
         switch storage {
         case .int64: ints.reserveCapacity(capacity)
         case .double: doubles.reserveCapacity(capacity)
         case .bytes:
             offsets.reserveCapacity(capacity + 1)
-            arena.reserveCapacity(capacity * 16)
+            arena.reserveCapacity(arenaBytes ?? capacity * 16)
         }
         nullBits.reserveCapacity(capacity / 64 + 1)
     }

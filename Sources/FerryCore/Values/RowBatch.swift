@@ -12,6 +12,18 @@ public struct RowBatch: Sendable {
         self.columns = types.map { ColumnBuffer(storage: $0.storage, capacity: capacity) }
     }
 
+    /// An empty batch laid out for these logical types, with room for `capacity` rows and, per
+    /// column, `arenaBytes` bytes of values (what the reader's last batch held: `arenaBytes`),
+    /// so that a reader's batches do not regrow each arena from nothing.
+    public init(types: [LogicalType], capacity: Int, arenaBytes: [Int]) {
+        self.columns = types.enumerated().map { i, t in
+            ColumnBuffer(storage: t.storage, capacity: capacity, arenaBytes: i < arenaBytes.count ? arenaBytes[i] : nil)
+        }
+    }
+
+    /// Per column, the bytes its values take in the arena (0 for fixed-width columns).
+    public var arenaBytes: [Int] { columns.map(\.arena.count) }
+
     /// An empty batch with room for as many rows and value bytes as `other` holds: a reader
     /// whose batches end at the byte limit fills the next without regrowing each array from
     /// nothing (the XML decoder's did a dozen times a batch).
