@@ -223,13 +223,13 @@ public final class MySQLConnection: Connection {
     /// For a key of one integer column, in SQL (other keys: the mirror reads the buckets whole).
     public func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool { hash == .integer && key.count == 1 }
 
-    public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: [Value], _ hash: Int64) throws -> Void) throws {
+    public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: Int64, _ hash: Int64) throws -> Void) throws {
         guard let sql = DigestSQL.keyedRowHashQuery(table.name, request, try digestDialect(table)) else {
             return try DigestComputer.keyedRowHashes(self, table: table, request: request, each: each)
         }
         try forEachRow(sql) { r in
             let (k, h) = try DigestSQL.keyedRowHash(r, table: table.name)
-            try each([.int(k)], h)
+            try each(k, h)
         }
     }
 

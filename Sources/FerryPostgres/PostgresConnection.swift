@@ -228,7 +228,7 @@ public final class PostgresConnection: Connection {
     /// For a key of one integer column, in SQL (other keys: the mirror reads the buckets whole).
     public func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool { hash == .integer && key.count == 1 }
 
-    public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: [Value], _ hash: Int64) throws -> Void) throws {
+    public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: Int64, _ hash: Int64) throws -> Void) throws {
         try guardedRead {
             let from = (try readsWithOnly(table.name) ? "ONLY " : "") + pgDialect.quote(table.name)
             guard let sql = DigestSQL.keyedRowHashQuery(table.name, request, pgDialect, from: from) else {
@@ -236,7 +236,7 @@ public final class PostgresConnection: Connection {
             }
             try forEachRow(sql) { r in
                 let (k, h) = try DigestSQL.keyedRowHash([r.value(0, 0), r.value(0, 1)], table: table.name)
-                try each([.int(k)], h)
+                try each(k, h)
             }
         }
     }

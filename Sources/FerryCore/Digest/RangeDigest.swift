@@ -208,16 +208,19 @@ public enum DigestComputer {
         return (0..<batch.count).map { keyHash(batch, row: $0, types: types, keyIndexes: at, hash: hash, scratch: &scratch) }
     }
 
-    /// Each row's key values and row hash for `request`, read through `connection`'s reader
-    /// (`Connection.keyedRowHashes`).
+    /// Each row's key and row hash for `request` (a key of one integer column), read through
+    /// `connection`'s reader (`Connection.keyedRowHashes`).
     public static func keyedRowHashes(
         _ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int = 10_000,
-        each: (_ key: [Value], _ hash: Int64) throws -> Void
+        each: (_ key: Int64, _ hash: Int64) throws -> Void
     ) throws {
         let keyIndexes = try keyIndexes(request.key, in: request.columns, table: table.name)
-        let types = request.columns.map(\.logicalType)
+        guard request.keyHash == .integer, keyIndexes.count == 1 else {
+            throw FerryError.copyFailed(table: table.name, endpoint: connection.endpoint.redacted, reason: "row hashes are listed by a key of one integer column only")
+        }
+        let k = keyIndexes[0]
         try forEachRowHash(connection, table: table, request: request, batchSize: batchSize) { batch, row, hash in
-            try each(keyIndexes.map { Value(column: batch.columns[$0], row: row, type: types[$0]) }, hash)
+            try each(batch.columns[k].ints[row], hash)
         }
     }
 
@@ -255,6 +258,9 @@ public enum DigestComputer {
         // `within` goes to the reader, which passes only those rows: an engine that computes the
         // key hash in its SQL (SQLite, for an integer key) reads only them, others filter in
         // Ferry (`BucketFilteringReader`).
+        let range = request.filter == nil && request.within == nil ? nil : KeyRange(key: [], filter: request.filter, buckets: request.within)
+        let reader = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
+        defer { reader.close() }
         // A first level's buckets (one per ~16 rows, at most 2^20) are counted in arrays; a finer
         // level's, spread over up to 2^31, in a dictionary.
         let dense = request.within == nil && request.modulus <= 1 << 20
@@ -262,19 +268,30 @@ public enum DigestComputer {
         var sums = counts
         var sparse: [Int64: BucketDigest] = [:]
         var scratch: [UInt8] = []
+        let all = Array(types.indices)
+        let stored = request.columns.map { $0.readHints.contains(.storedForm) }
         let hash = request.keyHash
-        try forEachRowHash(connection, table: table, request: request, batchSize: batchSize) { batch, row, r in
-            let k = keyHash(batch, row: row, types: types, keyIndexes: keyIndexes, hash: hash, scratch: &scratch)
-            let b = k % request.modulus
-            if dense {
-                counts[Int(b)] += 1
-                sums[Int(b)] &+= r
-                return
+        let delimited = request.delimited.count == types.count ? zip(request.delimited, stored).map { $0 && !$1 } : []
+        let lookup3 = request.rowHash == .lookup3
+        // A stored value is hashed as its bytes whatever form the other side agreed on.
+        let forms = zip(request.hashForms, stored).map { $1 ? ColumnHashForm.stored : $0 }
+        while let batch = try reader.next() {
+            for row in 0..<batch.count {
+                let k = keyHash(batch, row: row, types: types, keyIndexes: keyIndexes, hash: hash, scratch: &scratch)
+                let r = lookup3
+                    ? lookup3RowHash(batch, row: row, types: types, forms: forms, scratch: &scratch)
+                    : rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
+                let b = k % request.modulus
+                if dense {
+                    counts[Int(b)] += 1
+                    sums[Int(b)] &+= r
+                    continue
+                }
+                var d = sparse[b] ?? BucketDigest(bucket: b, rows: 0, sum: 0)
+                d.rows += 1
+                d.sum &+= r
+                sparse[b] = d
             }
-            var d = sparse[b] ?? BucketDigest(bucket: b, rows: 0, sum: 0)
-            d.rows += 1
-            d.sum &+= r
-            sparse[b] = d
         }
         if dense {
             // Sized once (no index list, no slack from growing).

@@ -101,11 +101,11 @@ public protocol Connection: AnyObject {
     /// or the engine's SQL reproduces it (PostgreSQL 14 or later). A comparison uses `lookup3`
     /// when both sides offer it.
     var rowHashes: [RowHash] { get }
-    /// Each row's key (its values, in the request's key order) and row hash (as
-    /// `bucketDigests` sums them), handed to `each` in no particular order — what a mirror
-    /// compares key by key inside the buckets whose digests differ, so that it reads only the
-    /// rows that differ. Computed next to the data like `bucketDigests`.
-    func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: [Value], _ hash: Int64) throws -> Void) throws
+    /// For a request whose key is one integer column (`KeyHash.integer`): each row's key and
+    /// row hash (as `bucketDigests` sums them), handed to `each` in no particular order — what
+    /// a mirror compares key by key inside the buckets whose digests differ, so that it reads
+    /// only the rows that differ. Computed next to the data like `bucketDigests`.
+    func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: Int64, _ hash: Int64) throws -> Void) throws
     /// True where `keyedRowHashes` runs next to the data for a key like `key` hashed with
     /// `hash`: SQLite, PostgreSQL and MySQL/MariaDB for one integer column (whose buckets their
     /// SQL filters). False (the default) where it would read the rows
@@ -184,7 +184,7 @@ extension Connection {
 
     public var rowHashes: [RowHash] { [.md5] }
 
-    public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: [Value], _ hash: Int64) throws -> Void) throws {
+    public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: Int64, _ hash: Int64) throws -> Void) throws {
         try DigestComputer.keyedRowHashes(self, table: table, request: request, each: each)
     }
 

@@ -15,7 +15,7 @@ extension CopyEngine {
         _ table: TablePlan, source: RangeDiff.Side, target: RangeDiff.Side, into: TableSchema, found: RangeDiff.Outcome,
         options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, stats: CopySummary.MirrorStats
     ) throws -> (rows: Int64, counts: MergeCounts, stats: CopySummary.MirrorStats)? {
-        guard source.key.count == target.key.count, source.connection.dialect.selectsByKeyList,
+        guard found.keyHash == .integer, source.key.count == 1, target.key.count == 1, source.connection.dialect.selectsByKeyList,
             source.connection.listsKeyedRowHashes(key: source.key, hash: found.keyHash),
             target.connection.listsKeyedRowHashes(key: target.key, hash: found.keyHash), !target.connection.stagesKeyedWrites,
             let sourceRequest = found.request(source), let targetRequest = found.request(target)
@@ -24,18 +24,18 @@ extension CopyEngine {
         let sourceConnection = source.connection, sourceSchema = source.schema
         let (listed, theirs) = try Worker.both(
             {
-                var out: [(key: [Value], hash: Int64)] = []
+                var out: [(key: Int64, hash: Int64)] = []
                 try sourceConnection.keyedRowHashes(sourceSchema, request: sourceRequest) { out.append(($0, $1)) }
                 return out
             },
             {
-                var out: [[Value]: Int64] = [:]
+                var out: [Int64: Int64] = [:]
                 try target.connection.keyedRowHashes(into, request: targetRequest) { out[$0] = $1 }
                 return out
             })
         if cancellation?.isCancelled == true { throw FerryError.cancelled }
         var remaining = theirs
-        var differ: [[Value]] = []
+        var differ: [Int64] = []
         var same: Int64 = 0
         for row in listed {
             if let h = remaining.removeValue(forKey: row.key), h == row.hash {
@@ -46,7 +46,7 @@ extension CopyEngine {
         }
         // What is left of the target's keys, the source lacks: deleted (guarded before anything
         // is written).
-        let doomed = Array(remaining.keys)
+        let doomed = remaining.keys.sorted()
         stats.targetKeysRead = Int64(theirs.count)
         if let limit = options.maxDelete, Int64(doomed.count) > limit.allowed(of: stats.targetRows) {
             throw FerryError.copyFailed(
@@ -60,7 +60,7 @@ extension CopyEngine {
             ? 0
             : try pump(
                 table, source: source.connection, target: target.connection, into: into, options: options, progress: progress,
-                cancellation: cancellation, writer: merge, keys: (source.key.map(\.name), differ)).rows
+                cancellation: cancellation, writer: merge, keys: (source.key.map(\.name), differ.sorted().map { [.int($0)] })).rows
         stats.sourceRowsRead = rows
         // The snapshot the keys were listed in is the one the rows are read in: every key is there.
         guard rows == Int64(differ.count) else {
@@ -73,7 +73,7 @@ extension CopyEngine {
         let keyTypes = target.key.map(\.logicalType)
         for start in stride(from: 0, to: doomed.count, by: 10_000) {
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
-            let keys = try RowBatch(rows: Array(doomed[start..<min(start + 10_000, doomed.count)]), types: keyTypes)
+            let keys = try RowBatch(rows: doomed[start..<min(start + 10_000, doomed.count)].map { [.int($0)] }, types: keyTypes)
             counts.deleted += Int64(try target.connection.deleteRows(from: into, key: target.key, keys: keys))
         }
         // Every source row of these buckets, and nothing else, must now be there.
