@@ -184,3 +184,57 @@ extension Array where Element == BucketDigest {
     /// True when the buckets ascend (as every digest query orders them).
     var isSorted: Bool { zip(self, dropFirst()).allSatisfy { $0.bucket < $1.bucket } }
 }
+
+extension RangeDiff {
+    /// The rows of the buckets that differ, compared key by key by their row hashes.
+    public struct KeyedDifference: Sendable {
+        /// Keys of the source whose row hash differs from the target's, or that the target
+        /// lacks (ascending).
+        public var differ: [Int64] = []
+        /// Keys of the target the source lacks (ascending).
+        public var missing: [Int64] = []
+        /// Rows whose hashes are equal on both sides.
+        public var same: Int64 = 0
+        /// Rows each side listed (its rows in the differing buckets).
+        public var sourceRows = 0
+        public var targetRows = 0
+    }
+
+    /// Inside the buckets `found` names, each side lists its rows' keys and row hashes (both at
+    /// once, next to their data: `Connection.keyedRowHashes`), hashed as the digests were, and
+    /// the lists are compared key by key — so that only the rows that differ are read. Nil where
+    /// it does not apply: a key that is not one integer column, a side that would read its rows
+    /// across a network to hash them (the XML service), or a comparison that found no buckets
+    /// to name (equal, or everything differs).
+    public static func keyedDifference(source: Side, target: Side, found: Outcome) throws -> KeyedDifference? {
+        guard found.keyHash == .integer, source.key.count == 1, target.key.count == 1, let b = found.buckets, !b.residues.isEmpty,
+            source.connection.listsKeyedRowHashes(key: source.key, hash: found.keyHash),
+            target.connection.listsKeyedRowHashes(key: target.key, hash: found.keyHash),
+            let sourceRequest = found.request(source), let targetRequest = found.request(target)
+        else { return nil }
+        let sourceConnection = source.connection, sourceSchema = source.schema
+        let (listed, theirs) = try Worker.both(
+            {
+                var out: [(key: Int64, hash: Int64)] = []
+                try sourceConnection.keyedRowHashes(sourceSchema, request: sourceRequest) { out.append(($0, $1)) }
+                return out
+            },
+            {
+                var out: [Int64: Int64] = [:]
+                try target.connection.keyedRowHashes(target.schema, request: targetRequest) { out[$0] = $1 }
+                return out
+            })
+        var d = KeyedDifference(sourceRows: listed.count, targetRows: theirs.count)
+        var remaining = theirs
+        for row in listed {
+            if let h = remaining.removeValue(forKey: row.key), h == row.hash {
+                d.same += 1
+            } else {
+                d.differ.append(row.key)
+            }
+        }
+        d.differ.sort()
+        d.missing = remaining.keys.sorted()
+        return d
+    }
+}
