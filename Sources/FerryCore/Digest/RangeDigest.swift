@@ -148,8 +148,41 @@ public enum DigestComputer {
         return Int64(bitPattern: MD5.prefix(scratch))
     }
 
+    /// How the rows of one request are hashed, decided once per request: the row hash, and per
+    /// column whether it is a stored value, delimited, or (for `lookup3`) in which form.
+    struct RowHasher {
+        let types: [LogicalType]
+        let all: [Int]
+        let stored: [Bool]
+        let delimited: [Bool]
+        let lookup3: Bool
+        let forms: [ColumnHashForm]
+
+        init(_ request: DigestRequest) {
+            types = request.columns.map(\.logicalType)
+            all = Array(types.indices)
+            stored = request.columns.map { $0.readHints.contains(.storedForm) }
+            delimited = request.delimited.count == types.count ? zip(request.delimited, stored).map { $0 && !$1 } : []
+            lookup3 = request.rowHash == .lookup3
+            // A stored value is hashed as its bytes whatever form the other side agreed on, and so
+            // is a text whose canonical text is its bytes (text, JSON, enum labels).
+            forms = zip(zip(request.hashForms, stored), types).map { pair, type in
+                pair.1 || (pair.0 == .text && !CanonicalText.hasOwnText(type)) ? ColumnHashForm.bytes : pair.0
+            }
+        }
+
+        /// The hash of row `row` of `batch`; `scratch` is reused from row to row.
+        @inline(__always)
+        func hash(_ batch: RowBatch, row: Int, scratch: inout [UInt8]) -> Int64 {
+            lookup3
+                ? DigestComputer.lookup3RowHash(batch, row: row, types: types, forms: forms, scratch: &scratch)
+                : DigestComputer.rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
+        }
+    }
+
     /// The `lookup3` hash (`RowHash.lookup3`) of row `row`: each column's in its form, combined
-    /// as PostgreSQL's `hash_record_extended` does, NULL as 0.
+    /// as PostgreSQL's `hash_record_extended` does, NULL as 0. `forms` as `RowHasher` decides
+    /// them (a text kept as its bytes is `bytes`).
     @inline(__always)
     static func lookup3RowHash(_ batch: RowBatch, row: Int, types: [LogicalType], forms: [ColumnHashForm], scratch: inout [UInt8]) -> Int64 {
         var h: UInt64 = 0
@@ -172,15 +205,9 @@ public enum DigestComputer {
                         let range = batch.columns[c].range(row)
                         e = batch.columns[c].withUnsafeArena { Lookup3.bytes(UnsafeRawBufferPointer(rebasing: $0[range])) }
                     case .text:
-                        if batch.columns[c].storage == .bytes && !CanonicalText.hasOwnText(types[c]) {
-                            // Text, JSON, enum labels and stored values: the bytes as they are.
-                            let range = batch.columns[c].range(row)
-                            e = batch.columns[c].withUnsafeArena { Lookup3.bytes(UnsafeRawBufferPointer(rebasing: $0[range])) }
-                        } else {
-                            scratch.removeAll(keepingCapacity: true)
-                            CanonicalText.append(batch.columns, c, row: row, type: types[c], into: &scratch)
-                            e = Lookup3.bytes(scratch)
-                        }
+                        scratch.removeAll(keepingCapacity: true)
+                        CanonicalText.append(batch.columns, c, row: row, type: types[c], into: &scratch)
+                        e = Lookup3.bytes(scratch)
                     }
                     h = Lookup3.combine(h, e)
                 }
@@ -230,24 +257,13 @@ public enum DigestComputer {
         _ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int,
         _ body: (_ batch: RowBatch, _ row: Int, _ hash: Int64) throws -> Void
     ) throws {
-        let types = request.columns.map(\.logicalType)
         let range = request.filter == nil && request.within == nil ? nil : KeyRange(key: [], filter: request.filter, buckets: request.within)
         let reader = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
         defer { reader.close() }
         var scratch: [UInt8] = []
-        let all = Array(types.indices)
-        let stored = request.columns.map { $0.readHints.contains(.storedForm) }
-        let delimited = request.delimited.count == types.count ? zip(request.delimited, stored).map { $0 && !$1 } : []
-        let lookup3 = request.rowHash == .lookup3
-        // A stored value is hashed as its bytes whatever form the other side agreed on.
-        let forms = zip(request.hashForms, stored).map { $1 ? ColumnHashForm.stored : $0 }
+        let hasher = RowHasher(request)
         while let batch = try reader.next() {
-            for row in 0..<batch.count {
-                let r = lookup3
-                    ? lookup3RowHash(batch, row: row, types: types, forms: forms, scratch: &scratch)
-                    : rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
-                try body(batch, row, r)
-            }
+            for row in 0..<batch.count { try body(batch, row, hasher.hash(batch, row: row, scratch: &scratch)) }
         }
     }
 
@@ -268,19 +284,12 @@ public enum DigestComputer {
         var sums = counts
         var sparse: [Int64: BucketDigest] = [:]
         var scratch: [UInt8] = []
-        let all = Array(types.indices)
-        let stored = request.columns.map { $0.readHints.contains(.storedForm) }
         let hash = request.keyHash
-        let delimited = request.delimited.count == types.count ? zip(request.delimited, stored).map { $0 && !$1 } : []
-        let lookup3 = request.rowHash == .lookup3
-        // A stored value is hashed as its bytes whatever form the other side agreed on.
-        let forms = zip(request.hashForms, stored).map { $1 ? ColumnHashForm.stored : $0 }
+        let hasher = RowHasher(request)
         while let batch = try reader.next() {
             for row in 0..<batch.count {
                 let k = keyHash(batch, row: row, types: types, keyIndexes: keyIndexes, hash: hash, scratch: &scratch)
-                let r = lookup3
-                    ? lookup3RowHash(batch, row: row, types: types, forms: forms, scratch: &scratch)
-                    : rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
+                let r = hasher.hash(batch, row: row, scratch: &scratch)
                 let b = k % request.modulus
                 if dense {
                     counts[Int(b)] += 1

@@ -108,9 +108,8 @@ public protocol Connection: AnyObject {
     func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: Int64, _ hash: Int64) throws -> Void) throws
     /// True where `keyedRowHashes` runs next to the data for a key like `key` hashed with
     /// `hash`: SQLite, PostgreSQL and MySQL/MariaDB for one integer column (whose buckets their
-    /// SQL filters). False (the default) where it would read the rows
-    /// across a network to hash them (the XML service): there a mirror reads the differing
-    /// buckets whole.
+    /// SQL filters). False (the default) where it would read the rows across a network to hash
+    /// them (the XML service): there a mirror reads the differing buckets whole.
     func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool
 
     /// Keyed writes into `table` must leave it holding exactly `rows` rows (inside `filter`):
