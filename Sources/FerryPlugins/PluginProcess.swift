@@ -306,6 +306,9 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
             }
             try write(PluginFrame(.end, stream: stream))
         } catch {
+            // A closed pipe almost always means the plugin exited: how it exited (and what it
+            // said last) is the better line, so that wins if it comes within a moment.
+            if (error as? PipeWriteError)?.closed == true { _ = waitForExit(seconds: 2) }
             fail("stopped reading its stdin (\(error))")
             throw self.error()
         }
@@ -324,14 +327,15 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
                 offset += n
                 continue
             }
-            switch errno {
+            let code = errno
+            switch code {
             case EINTR: continue
             case EAGAIN:
                 var pollfd = pollfd(fd: input, events: Int16(POLLOUT), revents: 0)
                 let ready = poll(&pollfd, 1, Int32(min(timeout * 1000, Double(Int32.max))))
                 if ready == 0 { throw PipeWriteError(reason: "it read nothing for \(Self.seconds(timeout)), --timeout") }
             default:
-                throw PipeWriteError(reason: String(cString: strerror(errno)))
+                throw PipeWriteError(reason: String(cString: strerror(code)), closed: code == EPIPE)
             }
         }
     }
@@ -484,5 +488,7 @@ private let systemKill = Darwin.kill
 /// Why a frame could not be written to a plugin's stdin.
 struct PipeWriteError: Error, CustomStringConvertible {
     var reason: String
+    /// The plugin closed its end (EPIPE).
+    var closed = false
     var description: String { reason }
 }
