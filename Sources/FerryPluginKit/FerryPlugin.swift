@@ -93,7 +93,7 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
         handlers.startSweeping()
         let hello = XMLDocuments.capabilities(.init(
             name: handlers.configuration.name, version: handlers.configuration.version, capabilities: handlers.configuration.capabilities,
-            storedForm: handlers.configuration.storedForm))
+            storedForm: handlers.configuration.storedForm, maxBody: handlers.configuration.maxBodyBytes))
         write(PluginFrame(.hello, stream: 0, payload: Array(hello)))
         let reader = PluginFrameReader { buffer in
             while true {

@@ -87,7 +87,8 @@ extension ServiceHandlers {
                 guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: t, column: w) }
                 return col
             }).map { try requested($0, native: native, table: t) }
-            let writer = try c.writer(into: schema, columns: columns)
+            // Written on a thread of its own: the next rows are decoded while these are written.
+            let writer = PipelinedWriter(try c.writer(into: schema, columns: columns))
             return try Self.transaction(c) {
                 do {
                     return try Self.load(from: pipe, into: writer, columns: columns)

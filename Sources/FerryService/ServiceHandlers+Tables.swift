@@ -6,7 +6,7 @@ import Foundation
 extension ServiceHandlers {
     func capabilities(_ r: ServiceRequest) async throws -> ServiceResponse {
         let c = configuration
-        return .xml(XMLDocuments.capabilities(.init(name: c.name, version: c.version, capabilities: c.capabilities, storedForm: c.storedForm)))
+        return .xml(XMLDocuments.capabilities(.init(name: c.name, version: c.version, capabilities: c.capabilities, storedForm: c.storedForm, maxBody: c.maxBodyBytes)))
     }
 
     func tables(_ r: ServiceRequest) async throws -> ServiceResponse {

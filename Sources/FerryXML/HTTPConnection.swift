@@ -43,6 +43,8 @@ public final class HTTPConnection: Connection {
     /// What the service or plugin declared (`GET /v1/capabilities`, or a plugin's handshake);
     /// a service that predates the endpoint can do everything.
     public let capabilities: Capabilities
+    /// The largest request body the service takes (its `max-body`), when it says.
+    let maxBody: Int?
 
     /// A connection to the service at `endpoint` (http or https).
     public convenience init(endpoint: Endpoint) throws {
@@ -51,10 +53,11 @@ public final class HTTPConnection: Connection {
 
     /// A connection over `transport`. `capabilities` when the transport knows them already
     /// (a plugin's handshake); else they are asked for.
-    public init(transport: any ProtocolTransport, capabilities declared: Capabilities? = nil, storedForm declaredForm: Engine? = nil) throws {
+    public init(transport: any ProtocolTransport, capabilities declared: Capabilities? = nil, storedForm declaredForm: Engine? = nil, maxBody declaredMaxBody: Int? = nil) throws {
         endpoint = transport.endpoint
         client = ProtocolClient(transport: transport)
         var storedForm = declaredForm
+        var maxBody = declaredMaxBody
         if let declared {
             capabilities = declared
         } else {
@@ -72,9 +75,11 @@ public final class HTTPConnection: Connection {
                 }
                 capabilities = report.capabilities
                 storedForm = report.storedForm
+                maxBody = report.maxBody
             }
         }
         dialect = HTTPDialect(storedForm: storedForm)
+        self.maxBody = maxBody
         do {
             _ = try XMLDocuments.decodeTables(client.expect("GET", ProtocolRoute.tables.target()))
         } catch let e as XMLWireError {
@@ -293,7 +298,7 @@ public final class HTTPConnection: Connection {
             into = staging
         }
         return HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: into) + ProtocolRoute.query(Self.columnItems(columns)),
-                          table: into, columns: columns)
+                          table: into, columns: columns, key: target.preferredKey?.columns ?? [], maxBody: maxBody)
     }
 
     /// Keyed writes through the service: each request is its own transaction, so rows are
@@ -337,7 +342,7 @@ public final class HTTPConnection: Connection {
             pendingApplies[table.name] = pending
         }
         let writer = HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: staging) + ProtocolRoute.query(Self.columnItems(columns)),
-                                table: staging, columns: columns)
+                                table: staging, columns: columns, key: key, maxBody: maxBody)
         try writer.write(rows)
         try writer.finish()
     }

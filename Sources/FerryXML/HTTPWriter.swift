@@ -1,61 +1,134 @@
 import FerryCore
 import Foundation
 
-/// Posts batches as `<rows>` documents (one server-side transaction per request), several
-/// batches to a request: batches are kept until they hold about twice `RowBatch.byteLimit` bytes
-/// of values (or `finish`), then go in one request, encoded as it is sent (chunked) — a request
-/// costs a round trip, a reader of the body and a commit on the service's side, which for
-/// batches of 10,000 narrow rows was most of a copy's time. A refused value is reported with
-/// the batch it was in.
+/// Posts batches as `<rows>` documents, one server-side transaction per request, each request
+/// streamed while it is written: the first batch opens a request, every batch goes into it as
+/// it comes (encoded on a thread of the request's own while the caller reads the next), and the
+/// request ends when its document reaches `requestBytes` (or at `finish`). So the service parses
+/// and writes while the client reads and encodes, with a round trip, a commit and the service's
+/// setup per `requestBytes` rather than per batch; and the client holds no request's rows — only
+/// the batch being encoded, one waiting, and the key columns of the request's rows, which name a
+/// row the service refuses.
 final class HTTPWriter: BatchWriter {
     let client: ProtocolClient
     let path: String
     let table: TableName
     let types: [LogicalType]
     let stored: [Bool]
-    /// Batches written and not sent yet, and their size as `RowBatch.isFull` counts it (2 MiB of
-    /// two-integer rows is 131,072 rows a request; a wider batch goes nearly alone).
-    private var pending: [RowBatch] = []
-    private var pendingBytes = 0
+    /// Positions of the target's key columns among the written columns (what names a refused row).
+    let keyIndexes: [Int]
+    /// A request ends once its document holds this many bytes (the batch being encoded then
+    /// goes out whole).
+    let requestBytes: Int
+    private var request: Request?
+    /// Rows written before the open request.
+    private var rowsBefore = 0
 
-    init(client: ProtocolClient, path: String, table: TableName, columns: [Column]) {
+    /// Requests end at 32 MiB of document, or at half what the service takes (`max-body`).
+    static func requestBytes(maxBody: Int?) -> Int { max(1 << 20, min(32 << 20, (maxBody ?? 64 << 20) / 2)) }
+
+    /// One request being sent: its batches go through `queue` to the thread that sends it.
+    private final class Request: @unchecked Sendable {  // unchecked: `outcome` and `abandoned` under their locks; the rest is the writer's thread's
+        let queue = BoundedQueue<RowBatch>(capacity: 1)
+        let abandoned = Locked(false)
+        let outcome = Locked<Result<Void, any Error>?>(nil)
+        var source: RowsDocumentSource?
+        var worker: Worker?
+        /// Each batch's first row in the request, row count and key columns.
+        var keys: [(first: Int, count: Int, columns: [ColumnBuffer])] = []
+        var rows = 0
+    }
+
+    init(client: ProtocolClient, path: String, table: TableName, columns: [Column], key: [String] = [], maxBody: Int? = nil) {
         self.client = client
         self.path = path
         self.table = table
         types = columns.map(\.logicalType)
         stored = columns.map { $0.readHints.contains(.storedForm) }
+        keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k } }
+        requestBytes = Self.requestBytes(maxBody: maxBody)
     }
 
     func write(_ batch: RowBatch) throws {
         guard !batch.isEmpty else { return }
-        pending.append(batch)
-        pendingBytes += batch.columns.reduce(0) { $0 + $1.arena.count + 8 * batch.count }
-        if pendingBytes >= 2 * RowBatch.byteLimit { try send() }
-    }
-
-    func finish() throws { try send() }
-
-    /// Nothing is in flight between calls: what was not sent is dropped.
-    func abort() {
-        pending = []
-        pendingBytes = 0
-    }
-
-    private func send() throws {
-        guard !pending.isEmpty else { return }
-        let (table, types, stored, batches) = (table, types, stored, pending)
-        pending = []
-        pendingBytes = 0
-        do {
-            _ = try client.expect("POST", path, upload: { RowsDocumentSource(table: table, types: types, stored: stored, batches: batches) }, table: table)
-        } catch let e as BatchRowError {
-            // The service counts the request's rows: the batch that held the row names its key.
-            var first = 0
-            for b in batches {
-                if e.row < first + b.count { throw BatchRowError(row: e.row - first, error: e.error, batch: b) }
-                first += b.count
-            }
-            throw e.error
+        let r = try request ?? open()
+        guard r.queue.put(batch) else {
+            // The request ended early: the service answered (a refused row) or the connection failed.
+            try close()
+            throw FerryError.copyFailed(table: table, endpoint: client.transport.endpoint.redacted, reason: "the service ended the load early")
         }
+        r.keys.append((r.rows, batch.count, keyIndexes.map { batch.columns[$0] }))
+        r.rows += batch.count
+        if (r.source?.produced.withLock { $0 } ?? 0) >= requestBytes { try close() }
+    }
+
+    func finish() throws { try close() }
+
+    /// Ends the open request short of its end, so that the service rolls it back, and waits for
+    /// its answer.
+    func abort() {
+        guard let r = request else { return }
+        request = nil
+        r.abandoned.withLock { $0 = true }
+        r.queue.cancel()
+        r.queue.finish()
+        r.worker?.join()
+    }
+
+    private func open() throws -> Request {
+        let r = Request()
+        let (client, path, table) = (client, path, table)
+        let queue = r.queue
+        let abandoned = r.abandoned
+        let source = RowsDocumentSource(table: table, types: types, stored: stored) {
+            // Taken on the sending thread: the next batch, as the caller writes it.
+            let batch = try? queue.take()
+            queue.release()
+            if abandoned.withLock({ $0 }) { return .abandon }
+            return batch.map { .batch($0) } ?? .end
+        }
+        r.source = source
+        r.worker = Worker(name: "ferry-upload") {
+            let result = Result<Void, any Error> {
+                guard let source = r.source else { return }
+                _ = try client.expect("POST", path, upload: { source }, table: table)
+            }
+            r.outcome.withLock { $0 = result }
+            // A caller waiting to hand over a batch learns that no more are taken.
+            queue.cancel()
+        }
+        request = r
+        return r
+    }
+
+    /// Ends the open request and waits for its answer; a refused row is named by its key.
+    private func close() throws {
+        guard let r = request else { return }
+        request = nil
+        r.queue.finish()
+        r.worker?.join()
+        let first = rowsBefore
+        rowsBefore += r.rows
+        guard let result = r.outcome.withLock({ $0 }) else { return }
+        do {
+            try result.get()
+        } catch let e as BatchRowError {
+            // The service counts the request's rows: a row of one batch, its key columns kept.
+            guard let part = r.keys.first(where: { e.row >= $0.first && e.row < $0.first + $0.count }) else { throw e.error }
+            throw BatchRowError(row: 0, error: e.error, batch: keyRow(part.columns, row: e.row - part.first), rowsBefore: first + e.row)
+        }
+    }
+
+    /// A one-row batch of the written columns holding row `row`'s key values (the others NULL).
+    private func keyRow(_ keys: [ColumnBuffer], row: Int) -> RowBatch {
+        var out = RowBatch(types: types, capacity: 1)
+        for c in out.columns.indices {
+            if let k = keyIndexes.firstIndex(of: c) {
+                out.columns[c] = RowBatch(columns: [keys[k]]).selecting([row]).columns[0]
+            } else {
+                out.columns[c].appendNull()
+            }
+        }
+        return out
     }
 }

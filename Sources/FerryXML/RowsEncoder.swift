@@ -122,20 +122,38 @@ public struct RowsEncoder {
 }
 
 /// The body of a `POST …/rows` request, produced as the transport asks for it: the document's
-/// start, the batches' rows piece by piece, `</rows>`. Holds one piece at a time.
+/// start, the batches' rows piece by piece, `</rows>`. Holds one piece at a time. The batches
+/// come from a list, or one by one from whoever writes them (`HTTPWriter`), who may also
+/// abandon the document: it then ends short of `</rows>`, which the service refuses whole.
 public final class RowsDocumentSource {
+    /// What comes after a batch.
+    enum Next {
+        case batch(RowBatch)
+        /// `</rows>`: the document is complete.
+        case end
+        /// Nothing more: the document stops where it is (the writer gave up).
+        case abandon
+    }
+
     private var encoder: RowsEncoder
-    private var batches: ArraySlice<RowBatch>
+    private let next: () -> Next
     private var pending: [UInt8]
     private var offset = 0
     private var stage = 0  // 0: rows, 1: the end, 2: done
+    /// Bytes of the document produced so far (read by the writer's thread).
+    let produced = Locked(0)
     static let piece = 64 * 1024
 
-    init(table: TableName, types: [LogicalType], stored: [Bool] = [], batches: [RowBatch]) {
+    init(table: TableName, types: [LogicalType], stored: [Bool] = [], next: @escaping () -> Next) {
         encoder = RowsEncoder(types: types, stored: stored)
-        self.batches = batches[...]
-        if let first = self.batches.popFirst() { encoder.start(first) }
+        self.next = next
         pending = XMLDocuments.RowsWriter(types: types).begin(table: table)
+        produced.withLock { $0 = pending.count }
+    }
+
+    convenience init(table: TableName, types: [LogicalType], stored: [Bool] = [], batches: [RowBatch]) {
+        var rest = batches[...]
+        self.init(table: table, types: types, stored: stored) { rest.popFirst().map { .batch($0) } ?? .end }
     }
 
     convenience init(table: TableName, types: [LogicalType], stored: [Bool] = [], batch: RowBatch) {
@@ -149,13 +167,17 @@ public final class RowsDocumentSource {
             offset = 0
             switch stage {
             case 0:
-                while pending.count < Self.piece {
+                rows: while pending.count < Self.piece {
                     guard encoder.fill(&pending, limit: Self.piece) else { continue }
-                    guard let next = batches.popFirst() else {
+                    switch next() {
+                    case .batch(let b): encoder.start(b)
+                    case .end:
                         stage = 1
-                        break
+                        break rows
+                    case .abandon:
+                        stage = 2
+                        return 0
                     }
-                    encoder.start(next)
                 }
             case 1:
                 pending.append(contentsOf: XMLDocuments.RowsWriter(types: []).end())
@@ -163,6 +185,8 @@ public final class RowsDocumentSource {
             default:
                 return 0
             }
+            let made = pending.count
+            produced.withLock { $0 += made }
         }
         let n = min(count, pending.count - offset)
         pending.withUnsafeBufferPointer { p in

@@ -92,18 +92,22 @@ extension XMLDocuments {
         /// columns, `Dialect.keepsStoredForm`): a copy from or into another database of that
         /// engine keeps every value as stored. nil when values travel in canonical forms only.
         public var storedForm: Engine?
+        /// The largest request body the service takes, in bytes (`--max-body-mb`); nil when it
+        /// does not say (clients then keep their requests well below 64 MiB, the default).
+        public var maxBody: Int?
         public init(protocolVersion: Int = ProtocolRoute.version, name: String, version: String, capabilities: Capabilities, unknown: [String] = [],
-                    storedForm: Engine? = nil) {
+                    storedForm: Engine? = nil, maxBody: Int? = nil) {
             self.protocolVersion = protocolVersion
             self.name = name
             self.version = version
             self.capabilities = capabilities
             self.unknown = unknown
             self.storedForm = storedForm
+            self.maxBody = maxBody
         }
     }
 
-    /// `<capabilities protocol="1" name version [stored-form="sqlite"]><capability name="…"/>…</capabilities>`
+    /// `<capabilities protocol="1" name version [stored-form="sqlite"] [max-body="N"]><capability name="…"/>…</capabilities>`
     public static func capabilities(_ report: CapabilitiesReport) -> Data {
         var out = declaration
         out.append(contentsOf: "<capabilities".utf8)
@@ -111,6 +115,7 @@ extension XMLDocuments {
         attr("name", report.name, into: &out)
         attr("version", report.version, into: &out)
         if let engine = report.storedForm { attr("stored-form", engine.rawValue, into: &out) }
+        if let bytes = report.maxBody { attr("max-body", String(bytes), into: &out) }
         out.append(contentsOf: ">\n".utf8)
         for name in report.capabilities.list + report.unknown {
             out.append(contentsOf: "  <capability".utf8)
@@ -136,6 +141,7 @@ extension XMLDocuments {
         }
         return CapabilitiesReport(
             protocolVersion: version, name: root.attributes["name"] ?? "", version: root.attributes["version"] ?? "",
-            capabilities: caps, unknown: unknown, storedForm: root.attributes["stored-form"].flatMap { $0.isEmpty ? nil : Engine($0) })
+            capabilities: caps, unknown: unknown, storedForm: root.attributes["stored-form"].flatMap { $0.isEmpty ? nil : Engine($0) },
+            maxBody: root.attributes["max-body"].flatMap { Int($0) }.flatMap { $0 > 0 ? $0 : nil })
     }
 }

@@ -98,12 +98,51 @@ final class StreamingServiceTests: XCTestCase {
         bad[4][1] = .text("not null here")
         bad[32][1] = .null
         let sw = try http.writer(into: try http.describe(strict), columns: strictColumns)
-        XCTAssertThrowsError(try sw.write(try RowBatch(rows: bad, types: types))) { e in
+        // The request is streamed: the refusal comes with the service's answer, at `finish`.
+        XCTAssertThrowsError(try { try sw.write(try RowBatch(rows: bad, types: types)); try sw.finish() }()) { e in
             guard let rowError = e as? BatchRowError else { return XCTFail("\(e)") }
-            XCTAssertEqual(rowError.row, 32, "the 33rd row of the request")
+            XCTAssertEqual((rowError.rowsBefore ?? 0) + rowError.row, 32, "the 33rd row of the request")
+            XCTAssertEqual(rowError.batch.map { Value(column: $0.columns[0], row: rowError.row, type: .int64) }, bad[32][0], "its key is named")
             XCTAssertTrue("\(rowError.error)".contains("body"), "\(rowError.error)")
         }
         XCTAssertEqual(try direct.countRows(strict), 0, "nothing of the request stays")
+    }
+
+    /// A load of more than the service's `max-body` goes in several streamed requests, each
+    /// ending before half of it, and arrives exactly; a row refused in a later request is named
+    /// by its place among all the rows written and by its key.
+    func testLoadsLargerThanTheBodyLimitGoInSeveralRequests() async throws {
+        let service = try await RunningService(database: "sqlite:" + folder.path("limited.db"), drivers: drivers, maxBodyBytes: 2 << 20)
+        defer { service.stop() }
+        let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
+        let columns = [col("id", .int64, nullable: false), col("body", .text, nullable: false)]
+        let types = columns.map(\.logicalType)
+        let rows: [[Value]] = (0..<60_000).map { i in [.int(Int64(i + 1)), .text("row \(i) & <more> text to make the document long: \(i * 7919)")] }
+        for name in ["loaded", "refused"] {
+            try http.createTable(TableSchema(name: TableName(name), engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: TableName(name))
+        }
+        let w = try http.writer(into: try http.describe(TableName("loaded")), columns: columns)
+        for start in stride(from: 0, to: rows.count, by: 1_000) { try w.write(try RowBatch(rows: Array(rows[start..<start + 1_000]), types: types)) }
+        try w.finish()
+        let direct = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path("limited.db")), role: .source)
+        defer { direct.close() }
+        assertSameRows(try DriverConformance.readAll(direct, TableName("loaded"), keyRange: KeyRange(key: ["id"])), rows, names: ["id", "body"])
+
+        var bad = rows
+        bad[45_000][1] = .null
+        let sw = try http.writer(into: try http.describe(TableName("refused")), columns: columns)
+        XCTAssertThrowsError(try {
+            for start in stride(from: 0, to: bad.count, by: 1_000) { try sw.write(try RowBatch(rows: Array(bad[start..<start + 1_000]), types: types)) }
+            try sw.finish()
+        }()) { e in
+            guard let rowError = e as? BatchRowError else { return XCTFail("\(e)") }
+            XCTAssertEqual((rowError.rowsBefore ?? 0) + rowError.row, 45_000, "the 45,001st row written")
+            XCTAssertEqual(rowError.batch.map { Value(column: $0.columns[0], row: rowError.row, type: .int64) }, .int(45_001), "its key")
+        }
+        sw.abort()
+        let kept = try direct.countRows(TableName("refused"))
+        XCTAssertGreaterThan(kept, 0, "the requests before the refused one were committed: the load went in several")
+        XCTAssertLessThan(kept, 45_000, "nothing of the refused row's request stays")
     }
 
     /// A SQLite file at `path` holding `rows` (id, body) in `table`.

@@ -5,7 +5,7 @@ import Foundation
 /// stays flat whatever the size of the rows. The bytes count the item the consumer took and
 /// has not `release`d yet: with items larger than the budget, the producer reads the next one
 /// only when the consumer is done with the last. One item always fits, however large.
-final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked: all state is touched only under `condition`
+public final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked: all state is touched only under `condition`
     private let condition = NSCondition()
     private var items: [(item: Element, cost: Int)] = []
     private var queuedCost = 0
@@ -18,14 +18,14 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked
     private var failure: (any Error)?
     private var cancelled = false
 
-    init(capacity: Int, maxCost: Int = .max, cost: @escaping @Sendable (Element) -> Int = { _ in 0 }) {
+    public init(capacity: Int, maxCost: Int = .max, cost: @escaping @Sendable (Element) -> Int = { _ in 0 }) {
         self.capacity = max(1, capacity)
         self.maxCost = max(1, maxCost)
         self.cost = cost
     }
 
     /// Adds an item, waiting for room. Returns false when the consumer cancelled.
-    func put(_ item: Element) -> Bool {
+    public func put(_ item: Element) -> Bool {
         let c = cost(item)
         condition.lock()
         defer { condition.unlock() }
@@ -40,7 +40,7 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked
     /// Waits until the queue has room for another item (by count and by bytes), so that the
     /// producer reads its next item only then and does not hold one while it waits. Returns
     /// false when the consumer cancelled.
-    func waitForRoom() -> Bool {
+    public func waitForRoom() -> Bool {
         condition.lock()
         defer { condition.unlock() }
         while (items.count >= capacity || (queuedCost + takenCost >= maxCost && queuedCost + takenCost > 0)) && !cancelled {
@@ -50,7 +50,7 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked
     }
 
     /// The producer is done; `error` when it stopped because of one.
-    func finish(error: (any Error)? = nil) {
+    public func finish(error: (any Error)? = nil) {
         condition.lock()
         finished = true
         failure = error
@@ -59,7 +59,7 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked
     }
 
     /// The next item; nil at the end. Rethrows the producer's error once the items before it are taken.
-    func take() throws -> Element? {
+    public func take() throws -> Element? {
         condition.lock()
         defer { condition.unlock() }
         while items.isEmpty && !finished { condition.wait() }
@@ -75,7 +75,7 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked
     }
 
     /// The consumer is done with the item it took last (and holds no reference to it).
-    func release() {
+    public func release() {
         condition.lock()
         takenCost = 0
         condition.broadcast()
@@ -83,7 +83,7 @@ final class BoundedQueue<Element: Sendable>: @unchecked Sendable {  // unchecked
     }
 
     /// The consumer gives up: the producer's next `put` returns false.
-    func cancel() {
+    public func cancel() {
         condition.lock()
         cancelled = true
         items.removeAll()
@@ -103,10 +103,10 @@ final class Handoff<T>: @unchecked Sendable {  // unchecked: carrying a non-Send
 }
 
 /// Runs `body` on a new thread and returns a handle to wait for it.
-final class Worker: Sendable {
+public final class Worker: Sendable {
     private let done = DispatchSemaphore(value: 0)
 
-    init(name: String, _ body: @escaping @Sendable () -> Void) {
+    public init(name: String, _ body: @escaping @Sendable () -> Void) {
         let done = self.done
         let thread = Thread {
             body()
@@ -117,7 +117,7 @@ final class Worker: Sendable {
         thread.start()
     }
 
-    func join() { done.wait() }
+    public func join() { done.wait() }
 }
 
 extension Worker {
