@@ -114,16 +114,18 @@ final class RowStream {
     /// Bytes of the page per piece handed to the response: rows are encoded a piece at a time
     /// (a large value in slices), so the page is never held, only the batch being encoded.
     static let pieceBytes = 128 * 1024
+    /// Where each piece is encoded (reused from piece to piece).
+    private let piece = ByteOutput(capacity: RowStream.pieceBytes + 64 * 1024)
 
     /// The next piece of `<r>` elements; nil when the page is done (the reader ran out, the row
     /// limit or the page's bytes were reached). A piece that ends a batch is handed over before
     /// the next batch is read, so a reading error comes between rows.
     func nextChunk() throws -> [UInt8]? {
-        var out: [UInt8] = []
-        out.reserveCapacity(Self.pieceBytes + 4096)
+        let out = piece
+        out.removeAll()
         while out.count < Self.pieceBytes {
             if encoder.isIdle {
-                if !out.isEmpty || exhausted { break }
+                if out.count > 0 || exhausted { break }
                 if limit != nil && sent > 0 && sentBytes >= pageBytes {
                     cut = true
                     exhausted = true
@@ -142,10 +144,10 @@ final class RowStream {
                 encoder.start(batch)
             }
             let before = out.count
-            _ = encoder.fill(&out, limit: Self.pieceBytes)
+            _ = encoder.fill(out, limit: Self.pieceBytes)
             sentBytes += out.count - before
         }
-        return out.isEmpty ? nil : out
+        return out.count == 0 ? nil : [UInt8](out.bytes)
     }
 
     /// `</rows>`, with `<next>` when the page is full by rows or bytes (more rows may follow).

@@ -47,6 +47,17 @@ public struct RowsEncoder {
     /// Appends rows to `out` until it holds `limit` bytes or more, or the batch is done.
     /// Returns true when the batch is done (and released).
     public mutating func fill(_ out: inout [UInt8], limit: Int) -> Bool {
+        encode(into: &out, limit: limit)
+    }
+
+    /// `fill` into a `ByteOutput` (no array's bookkeeping per append).
+    public mutating func fill(_ out: ByteOutput, limit: Int) -> Bool {
+        var o = out
+        return encode(into: &o, limit: limit)
+    }
+
+    /// `fill` into any `ByteAppending` (the document source's `ByteOutput`).
+    mutating func encode<Out: ByteAppending>(into out: inout Out, limit: Int) -> Bool {
         guard let batch else { return true }
         let forms = self.forms
         // The batch's buffers pinned for this piece: each cell reads raw pointers (a
@@ -57,7 +68,7 @@ public struct RowsEncoder {
                     if let l = large {
                         let end = min(l.next + Self.slice, l.end)
                         let piece = cols[column].bytes(l.next..<end)
-                        if l.base64 { XMLText.appendBase64(piece, into: &out) } else { XMLText.appendContent(piece, into: &out) }
+                        if l.base64 { XMLText.base64(piece, into: &out) } else { XMLText.appendEscaped(piece, content: true, into: &out) }
                         if end == l.end {
                             out.appendASCII("</v>")
                             large = nil
@@ -96,7 +107,7 @@ public struct RowsEncoder {
     }
 
     /// Opens the cell of a value long enough to go out in slices, and notes where it is.
-    private mutating func startLarge(_ c: PinnedColumn, form: WireValue.CellForm, into out: inout [UInt8]) {
+    private mutating func startLarge<Out: ByteAppending>(_ c: PinnedColumn, form: WireValue.CellForm, into out: inout Out) {
         var range = c.range(row)
         let base64: Bool
         // A stored TEXT or BLOB says its class and goes out without its tag byte.
@@ -111,7 +122,8 @@ public struct RowsEncoder {
         }
         // `n`: the value's length in bytes, so that the decoder makes room for it once.
         out.appendASCII(base64 ? "enc=\"b64\" n=\"" : "n=\"")
-        IntegerText.append(Int64(range.count), into: &out)
+        let length = Int64(range.count)
+        out.write(maxBytes: IntegerText.maxBytes) { IntegerText.write(length, to: $0) }
         out.appendASCII("\">")
         large = (range.lowerBound, range.upperBound, base64)
     }
@@ -137,7 +149,7 @@ public final class RowsDocumentSource {
 
     private var encoder: RowsEncoder
     private let next: () -> Next
-    private var pending: [UInt8]
+    private let pending = ByteOutput(capacity: 96 * 1024)
     private var offset = 0
     private var stage = 0  // 0: rows, 1: the end, 2: done
     /// Bytes of the document produced so far (read by the writer's thread).
@@ -147,7 +159,7 @@ public final class RowsDocumentSource {
     init(table: TableName, types: [LogicalType], stored: [Bool] = [], next: @escaping () -> Next) {
         encoder = RowsEncoder(types: types, stored: stored)
         self.next = next
-        pending = XMLDocuments.RowsWriter(types: types).begin(table: table)
+        XMLDocuments.RowsWriter(types: types).begin(table: table).withUnsafeBytes { pending.append(bytes: $0) }
         produced.withLock { $0 = pending.count }
     }
 
@@ -163,12 +175,12 @@ public final class RowsDocumentSource {
     /// Copies up to `count` bytes of the document into `buffer`; 0 at the end.
     public func read(into buffer: UnsafeMutablePointer<UInt8>, count: Int) -> Int {
         while offset == pending.count {
-            pending.removeAll(keepingCapacity: true)
+            pending.removeAll()
             offset = 0
             switch stage {
             case 0:
                 rows: while pending.count < Self.piece {
-                    guard encoder.fill(&pending, limit: Self.piece) else { continue }
+                    guard encoder.fill(pending, limit: Self.piece) else { continue }
                     switch next() {
                     case .batch(let b): encoder.start(b)
                     case .end:
@@ -180,7 +192,7 @@ public final class RowsDocumentSource {
                     }
                 }
             case 1:
-                pending.append(contentsOf: XMLDocuments.RowsWriter(types: []).end())
+                XMLDocuments.RowsWriter(types: []).end().withUnsafeBytes { pending.append(bytes: $0) }
                 stage = 2
             default:
                 return 0
@@ -189,9 +201,7 @@ public final class RowsDocumentSource {
             produced.withLock { $0 += made }
         }
         let n = min(count, pending.count - offset)
-        pending.withUnsafeBufferPointer { p in
-            if let base = p.baseAddress { buffer.update(from: base + offset, count: n) }
-        }
+        buffer.update(from: pending.base + offset, count: n)
         offset += n
         return n
     }

@@ -27,7 +27,7 @@ public enum WireValue {
     /// `appendCell` on a pinned column, its form decided once per column: the encoder's loop
     /// (no buffer retained, no LogicalType copied, per value).
     @inline(__always)
-    static func appendCell(_ column: PinnedColumn, row: Int, form: CellForm, into out: inout [UInt8]) {
+    static func appendCell<Out: ByteAppending>(_ column: PinnedColumn, row: Int, form: CellForm, into out: inout Out) {
         if column.isNull(row) {
             out.appendASCII("<v null=\"1\"/>")
             return
@@ -37,42 +37,47 @@ public enum WireValue {
             out.appendASCII(column.int(row) != 0 ? "<v>true</v>" : "<v>false</v>")
         case .integer:
             out.appendASCII("<v>")
-            IntegerText.append(column.int(row), into: &out)
+            let v = column.int(row)
+            out.write(maxBytes: IntegerText.maxBytes) { IntegerText.write(v, to: $0) }
             out.appendASCII("</v>")
         case .float:
             out.appendASCII("<v>")
-            out.append(contentsOf: formatDouble(column.double(row)).utf8)
+            out.append(utf8: formatDouble(column.double(row)))
             out.appendASCII("</v>")
         case .date:
             out.appendASCII("<v>")
-            Temporal.appendDate(column.int(row), into: &out)
+            let days = column.int(row)
+            out.write(maxBytes: Temporal.maxTextBytes) { Temporal.write(date: days, to: $0) }
             out.appendASCII("</v>")
         case .time:
             out.appendASCII("<v>")
-            Temporal.appendTime(column.int(row), fractionDigits: nil, into: &out)
+            let micros = column.int(row)
+            out.write(maxBytes: Temporal.maxTextBytes) { Temporal.write(time: micros, fractionDigits: nil, to: $0) }
             out.appendASCII("</v>")
         case .timestamp(let zone):
             out.appendASCII("<v>")
-            Temporal.appendTimestamp(column.int(row), separator: 84, into: &out)
+            let micros = column.int(row)
+            out.write(maxBytes: Temporal.maxTextBytes) { Temporal.write(timestamp: micros, separator: 84, to: $0) }
             if zone { out.append(90) }
             out.appendASCII("</v>")
         case .uuid:
             out.appendASCII("<v>")
-            UUIDText.append(column.bytes(row), into: &out)
+            let bytes = column.bytes(row)
+            out.write(maxBytes: UUIDText.maxTextBytes(bytes.count)) { UUIDText.write(bytes, to: $0) }
             out.appendASCII("</v>")
         case .stored:
             appendStoredCell(column.bytes(row), into: &out)
         case .binary:
             out.appendASCII("<v enc=\"b64\">")
-            XMLText.appendBase64(column.bytes(row), into: &out)
+            XMLText.base64(column.bytes(row), into: &out)
             out.appendASCII("</v>")
         case .text:
             let bytes = column.bytes(row)
             out.appendASCII("<v>")
-            if !XMLText.appendEscapedIfRepresentable(bytes, into: &out) {
-                out.removeLast(1)
+            if !XMLText.escapedIfRepresentable(bytes, into: &out) {
+                out.truncate(to: out.count - 1)
                 out.appendASCII(" enc=\"b64\">")
-                XMLText.appendBase64(bytes, into: &out)
+                XMLText.base64(bytes, into: &out)
             }
             out.appendASCII("</v>")
         }
@@ -118,29 +123,30 @@ public enum WireValue {
     /// REAL (shortest round-trip text), `<v s="t">12:00:00.500000</v>` TEXT (escaped; base64
     /// with `enc="b64"` when XML cannot hold it), `<v s="b" enc="b64">…</v>` BLOB. Bytes that
     /// are no stored value go as plain binary (`<v enc="b64">`), which decoders also accept.
-    static func appendStoredCell(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+    static func appendStoredCell<Out: ByteAppending>(_ bytes: UnsafeRawBufferPointer, into out: inout Out) {
         let tag = bytes.first ?? 0
         let payload = bytes.count > 1 ? UnsafeRawBufferPointer(start: bytes.baseAddress.map { $0 + 1 }, count: bytes.count - 1) : UnsafeRawBufferPointer(start: nil, count: 0)
         switch tag {
         case StoredValue.integer where payload.count == 8:
             out.appendASCII("<v s=\"i\">")
-            IntegerText.append(Int64(bitPattern: bigEndianWord(payload)), into: &out)
+            let v = Int64(bitPattern: bigEndianWord(payload))
+            out.write(maxBytes: IntegerText.maxBytes) { IntegerText.write(v, to: $0) }
         case StoredValue.real where payload.count == 8:
             out.appendASCII("<v s=\"r\">")
-            out.append(contentsOf: formatDouble(Double(bitPattern: bigEndianWord(payload))).utf8)
+            out.append(utf8: formatDouble(Double(bitPattern: bigEndianWord(payload))))
         case StoredValue.text:
             out.appendASCII("<v s=\"t\">")
-            if !XMLText.appendEscapedIfRepresentable(payload, into: &out) {
-                out.removeLast(1)  // `<v s="t">` becomes `<v s="t" enc="b64">`
+            if !XMLText.escapedIfRepresentable(payload, into: &out) {
+                out.truncate(to: out.count - 1)  // `<v s="t">` becomes `<v s="t" enc="b64">`
                 out.appendASCII(" enc=\"b64\">")
-                XMLText.appendBase64(payload, into: &out)
+                XMLText.base64(payload, into: &out)
             }
         case StoredValue.blob:
             out.appendASCII("<v s=\"b\" enc=\"b64\">")
-            XMLText.appendBase64(payload, into: &out)
+            XMLText.base64(payload, into: &out)
         default:
             out.appendASCII("<v enc=\"b64\">")
-            XMLText.appendBase64(bytes, into: &out)
+            XMLText.base64(bytes, into: &out)
         }
         out.appendASCII("</v>")
     }

@@ -72,7 +72,7 @@ public enum XMLText {
 
     /// `content`: element content (quotes plain, scanned eight bytes at a time), else an
     /// attribute's text.
-    static func appendEscaped(_ bytes: UnsafeRawBufferPointer, content: Bool, into out: inout [UInt8]) {
+    static func appendEscaped<Out: ByteAppending>(_ bytes: UnsafeRawBufferPointer, content: Bool, into out: inout Out) {
         var start = 0
         var i = 0
         let n = bytes.count
@@ -98,6 +98,11 @@ public enum XMLText {
     /// true, or, when XML 1.0 cannot hold them, leaves `out` as it was and returns false.
     /// For element content: `"` and `'` stay as they are.
     public static func appendEscapedIfRepresentable(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) -> Bool {
+        escapedIfRepresentable(bytes, into: &out)
+    }
+
+    /// `appendEscapedIfRepresentable` into any `ByteAppending`.
+    static func escapedIfRepresentable<Out: ByteAppending>(_ bytes: UnsafeRawBufferPointer, into out: inout Out) -> Bool {
         let mark = out.count
         var start = 0
         var i = 0
@@ -129,7 +134,7 @@ public enum XMLText {
             return true
         }
         guard ok else {
-            out.removeSubrange(mark...)
+            out.truncate(to: mark)
             return false
         }
         if start < n { out.append(bytes: UnsafeRawBufferPointer(rebasing: bytes[start...])) }
@@ -162,7 +167,7 @@ public enum XMLText {
         isPrintableASCII(w) && !hasByte(0x26, w) && !hasByte(0x3C, w) && !hasByte(0x3E, w)
     }
 
-    @inline(__always) static func appendEntity(_ b: UInt8, into out: inout [UInt8]) {
+    @inline(__always) static func appendEntity<Out: ByteAppending>(_ b: UInt8, into out: inout Out) {
         switch b {
         case 0x26: out.appendASCII("&amp;")
         case 0x3C: out.appendASCII("&lt;")
@@ -228,14 +233,17 @@ public enum XMLText {
     /// Appends the base64 of `bytes` (standard alphabet, padded, no line breaks), written
     /// straight into `out`.
     public static func appendBase64(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
+        base64(bytes, into: &out)
+    }
+
+    /// `appendBase64` into any `ByteAppending`.
+    static func base64<Out: ByteAppending>(_ bytes: UnsafeRawBufferPointer, into out: inout Out) {
         let n = bytes.count
         guard n > 0 else { return }
-        let start = out.count
         let length = (n + 2) / 3 * 4
-        out.append(contentsOf: repeatElement(0, count: length))
-        out.withUnsafeMutableBufferPointer { o in
+        out.write(maxBytes: length) { o in
             base64Alphabet.withUTF8Buffer { a in
-                var w = start
+                var w = 0
                 var i = 0
                 while i + 3 <= n {
                     let v = UInt32(bytes[i]) << 16 | UInt32(bytes[i + 1]) << 8 | UInt32(bytes[i + 2])
@@ -255,6 +263,7 @@ public enum XMLText {
                     o[w + 3] = 61
                 }
             }
+            return length
         }
     }
 
