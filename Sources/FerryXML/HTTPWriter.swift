@@ -24,8 +24,9 @@ final class HTTPWriter: BatchWriter {
     /// Rows written before the open request.
     private var rowsBefore = 0
 
-    /// Requests end at 32 MiB of document, or at half what the service takes (`max-body`).
-    static func requestBytes(maxBody: Int?) -> Int { max(1 << 20, min(32 << 20, (maxBody ?? 64 << 20) / 2)) }
+    /// Requests end at 32 MiB of document, or at half what the service takes (`max-body`; a
+    /// request still holds at least one batch).
+    static func requestBytes(maxBody: Int?) -> Int { max(64 << 10, min(32 << 20, (maxBody ?? 64 << 20) / 2)) }
 
     /// One request being sent: its batches go through `queue` to the thread that sends it.
     private final class Request: @unchecked Sendable {  // unchecked: `outcome` and `abandoned` under their locks; the rest is the writer's thread's
