@@ -17,7 +17,7 @@ public final class PipelinedWriter: BatchWriter {
     private var ended = false
 
     /// A batch and the rows given before it.
-    private struct Item: @unchecked Sendable {  // unchecked: a batch is handed over, never shared
+    private struct Item: Sendable {
         var batch: RowBatch
         var rowsBefore: Int
     }
