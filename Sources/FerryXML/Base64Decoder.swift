@@ -18,6 +18,20 @@ struct Base64Decoder {
 
     /// Decodes `text` into `out`; false when it is not base64.
     mutating func decode(_ text: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) -> Bool {
+        // Whole groups of the alphabet (the last one perhaps padded), nothing pending: four
+        // characters at a time, straight into room made once (per byte through `append` was
+        // 750 instructions for a 16-byte value). Anything else takes the general path.
+        if count == 0 && padding == 0 && !done && !text.isEmpty && text.count % 4 == 0 {
+            let start = out.count
+            let room = text.count / 4 * 3
+            out.append(contentsOf: repeatElement(0, count: room))
+            if let written = Self.wholeGroups(text, into: &out, at: start) {
+                out.removeLast(room - written.bytes)
+                done = written.padded
+                return true
+            }
+            out.removeLast(room)
+        }
         if out.capacity < out.count + text.count / 4 * 3 + 3 {
             // Grow geometrically: reserving exactly per piece would copy the value every time.
             out.reserveCapacity(max(out.count * 2, out.count + text.count / 4 * 3 + 3))
@@ -46,6 +60,40 @@ struct Base64Decoder {
                 }
             }
             return true
+        }
+    }
+
+    /// Decodes `text` (whole groups) into `out` from `at`; nil at anything but the alphabet and
+    /// the padding of the last group.
+    private static func wholeGroups(_ text: UnsafeBufferPointer<UInt8>, into out: inout [UInt8], at start: Int) -> (bytes: Int, padded: Bool)? {
+        table.withUnsafeBufferPointer { t in
+            out.withUnsafeMutableBufferPointer { o -> (bytes: Int, padded: Bool)? in
+                let groups = text.count / 4
+                var w = start
+                for g in 0..<groups {
+                    let i = 4 * g
+                    let a = t[Int(text[i])], b = t[Int(text[i + 1])], c = t[Int(text[i + 2])], d = t[Int(text[i + 3])]
+                    // Alphabet values are below 64; `=` is 254, anything else 255.
+                    if a | b | c | d < 64 {
+                        let v = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
+                        o[w] = UInt8(truncatingIfNeeded: v >> 16)
+                        o[w + 1] = UInt8(truncatingIfNeeded: v >> 8)
+                        o[w + 2] = UInt8(truncatingIfNeeded: v)
+                        w += 3
+                        continue
+                    }
+                    guard g == groups - 1, a | b < 64, d == 254, c < 64 || c == 254 else { return nil }
+                    let v = UInt32(a) << 18 | UInt32(b) << 12 | (c < 64 ? UInt32(c) << 6 : 0)
+                    o[w] = UInt8(truncatingIfNeeded: v >> 16)
+                    w += 1
+                    if c < 64 {
+                        o[w] = UInt8(truncatingIfNeeded: v >> 8)
+                        w += 1
+                    }
+                    return (w - start, true)
+                }
+                return (w - start, false)
+            }
         }
     }
 

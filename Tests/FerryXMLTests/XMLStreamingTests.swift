@@ -251,6 +251,27 @@ final class XMLStreamingTests: XCTestCase {
                 XCTAssertEqual(out, raw)
             }
         }
+        // Without line breaks, in pieces of whole groups: four characters at a time, the last
+        // group padded or not.
+        for n in [1, 2, 3, 16, 17, 18, 300] {
+            let raw = (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            let text = Array(Data(raw).base64EncodedString().utf8)
+            for piece in [4, 8, text.count] {
+                var d = Base64Decoder()
+                var out: [UInt8] = []
+                for at in stride(from: 0, to: text.count, by: piece) {
+                    XCTAssertTrue(text[at..<min(at + piece, text.count)].withUnsafeBufferPointer { d.decode($0, into: &out) }, "\(n) bytes, pieces of \(piece)")
+                }
+                XCTAssertTrue(d.finish())
+                XCTAssertEqual(out, raw, "\(n) bytes, pieces of \(piece)")
+            }
+        }
+        for pieces in [["AB==", "AAAA"], ["AB=A"], ["A=AA"], ["AAAA", "A===", "AAAA"], ["AA\u{0}A"]] {
+            var d = Base64Decoder()
+            var out: [UInt8] = []
+            let ok = pieces.allSatisfy { p in Array(p.utf8).withUnsafeBufferPointer { d.decode($0, into: &out) } } && d.finish()
+            XCTAssertFalse(ok, "\(pieces)")
+        }
         for bad in ["A", "AB", "ABC", "A===", "AB==C", "AB==AB==", "=AAA"] {
             var d = Base64Decoder()
             var out: [UInt8] = []
