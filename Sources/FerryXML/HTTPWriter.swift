@@ -24,6 +24,10 @@ final class HTTPWriter: BatchWriter {
     /// Rows written before the open request.
     private var rowsBefore = 0
 
+    /// A request also ends once the key columns it keeps hold this much (a table whose key is
+    /// most of its row, or a narrow one: 4 MiB is 500,000 integer keys).
+    static let keyBytes = 4 << 20
+
     /// Requests end at 32 MiB of document, or at half what the service takes (`max-body`; a
     /// request still holds at least one batch).
     static func requestBytes(maxBody: Int?) -> Int { max(64 << 10, min(32 << 20, (maxBody ?? 64 << 20) / 2)) }
@@ -37,6 +41,7 @@ final class HTTPWriter: BatchWriter {
         var worker: Worker?
         /// Each batch's first row in the request, row count and key columns.
         var keys: [(first: Int, count: Int, columns: [ColumnBuffer])] = []
+        var keyBytes = 0
         var rows = 0
     }
 
@@ -59,8 +64,9 @@ final class HTTPWriter: BatchWriter {
             throw FerryError.copyFailed(table: table, endpoint: client.transport.endpoint.redacted, reason: "the service ended the load early")
         }
         r.keys.append((r.rows, batch.count, keyIndexes.map { batch.columns[$0] }))
+        r.keyBytes += keyIndexes.reduce(0) { $0 + batch.columns[$1].arena.count + 8 * batch.count }
         r.rows += batch.count
-        if (r.source?.produced.withLock { $0 } ?? 0) >= requestBytes { try close() }
+        if (r.source?.produced.withLock { $0 } ?? 0) >= requestBytes || r.keyBytes >= Self.keyBytes { try close() }
     }
 
     func finish() throws { try close() }
