@@ -4,7 +4,8 @@ import Foundation
 /// Posts batches as `<rows>` documents, one server-side transaction per request, each request
 /// streamed while it is written: the first batch opens a request, every batch goes into it as
 /// it comes (encoded on a thread of the request's own while the caller reads the next), and the
-/// request ends when its document reaches `requestBytes` (or at `finish`). So the service parses
+/// request ends before its document would pass `requestBytes` (`documentBytes` of its batches;
+/// a batch that could pass the service's max-body is split), or at `finish`. So the service parses
 /// and writes while the client reads and encodes, with a round trip, a commit and the service's
 /// setup per `requestBytes` rather than per batch; and the client holds no request's rows — only
 /// the batch being encoded, one waiting, and the key columns of the request's rows, which name a
@@ -17,9 +18,12 @@ final class HTTPWriter: BatchWriter {
     let stored: [Bool]
     /// Positions of the target's key columns among the written columns (what names a refused row).
     let keyIndexes: [Int]
-    /// A request ends once its document holds this many bytes (the batch being encoded then
-    /// goes out whole).
+    /// A request's document stays within this many bytes, as `documentBytes` estimates them
+    /// (a batch larger than that goes in a request of its own).
     let requestBytes: Int
+    /// A batch whose document would be larger than this is split: three quarters of the
+    /// service's `max-body`, what a request may never pass.
+    let splitBytes: Int
     private var request: Request?
     /// Rows written before the open request.
     private var rowsBefore = 0
@@ -42,6 +46,7 @@ final class HTTPWriter: BatchWriter {
         /// Each batch's first row in the request, row count and key columns.
         var keys: [(first: Int, count: Int, columns: [ColumnBuffer])] = []
         var keyBytes = 0
+        var documentBytes = 0
         var rows = 0
     }
 
@@ -53,10 +58,20 @@ final class HTTPWriter: BatchWriter {
         stored = columns.map { $0.readHints.contains(.storedForm) }
         keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k } }
         requestBytes = Self.requestBytes(maxBody: maxBody)
+        splitBytes = (maxBody ?? 64 << 20) / 4 * 3
     }
 
     func write(_ batch: RowBatch) throws {
         guard !batch.isEmpty else { return }
+        let size = Self.documentBytes(batch)
+        if size > splitBytes && batch.count > 1 {
+            // Too large for a request of its own (a service with a small max-body): in halves.
+            let half = batch.count / 2
+            try write(batch.selecting(Array(0..<half)))
+            try write(batch.selecting(Array(half..<batch.count)))
+            return
+        }
+        if let current = request, current.documentBytes + size > requestBytes { try close() }
         let r = try request ?? open()
         guard r.queue.put(batch) else {
             // The request ended early: the service answered (a refused row) or the connection failed.
@@ -65,8 +80,9 @@ final class HTTPWriter: BatchWriter {
         }
         r.keys.append((r.rows, batch.count, keyIndexes.map { batch.columns[$0] }))
         r.keyBytes += keyIndexes.reduce(0) { $0 + batch.columns[$1].arena.count + 8 * batch.count }
+        r.documentBytes += size
         r.rows += batch.count
-        if (r.source?.produced.withLock { $0 } ?? 0) >= requestBytes || r.keyBytes >= Self.keyBytes { try close() }
+        if r.keyBytes >= Self.keyBytes { try close() }
     }
 
     func finish() throws { try close() }
@@ -124,6 +140,12 @@ final class HTTPWriter: BatchWriter {
             guard let part = r.keys.first(where: { e.row >= $0.first && e.row < $0.first + $0.count }) else { throw e.error }
             throw BatchRowError(row: 0, error: e.error, batch: keyRow(part.columns, row: e.row - part.first), rowsBefore: first + e.row)
         }
+    }
+
+    /// What `batch` takes in a document, generously: a value's bytes twice (base64 is 4/3 of
+    /// them; escapes rarely add more) and 36 bytes a cell (its tags, 20 digits or a double).
+    static func documentBytes(_ batch: RowBatch) -> Int {
+        batch.columns.reduce(8 * batch.count) { $0 + 2 * $1.arena.count + 36 * batch.count }
     }
 
     /// A one-row batch of the written columns holding row `row`'s key values (the others NULL).

@@ -152,15 +152,12 @@ public final class RowsDocumentSource {
     private let pending = ByteOutput(capacity: 96 * 1024)
     private var offset = 0
     private var stage = 0  // 0: rows, 1: the end, 2: done
-    /// Bytes of the document produced so far (read by the writer's thread).
-    let produced = Locked(0)
     static let piece = 64 * 1024
 
     init(table: TableName, types: [LogicalType], stored: [Bool] = [], next: @escaping () -> Next) {
         encoder = RowsEncoder(types: types, stored: stored)
         self.next = next
         XMLDocuments.RowsWriter(types: types).begin(table: table).withUnsafeBytes { pending.append(bytes: $0) }
-        produced.withLock { $0 = pending.count }
     }
 
     convenience init(table: TableName, types: [LogicalType], stored: [Bool] = [], batches: [RowBatch]) {
@@ -197,8 +194,6 @@ public final class RowsDocumentSource {
             default:
                 return 0
             }
-            let made = pending.count
-            produced.withLock { $0 += made }
         }
         let n = min(count, pending.count - offset)
         buffer.update(from: pending.base + offset, count: n)
