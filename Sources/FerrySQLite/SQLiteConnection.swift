@@ -13,6 +13,8 @@ public final class SQLiteConnection: Connection {
     /// 1,000,000 bench_orders rows SQLite → SQLite took 4.9 s that way, 3.0 s reading the
     /// buckets' rows and the target's keys.
     public func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool { hash == .integer && key.count == 1 }
+    /// Every digest is computed here, beside the file, from the rows as the reader reads them.
+    public func digestsByReading(_ request: DigestRequest) -> Bool { true }
     public let endpoint: Endpoint
     public let dialect: any Dialect = SQLiteDialect()
     public var defaultSchema: String { "main" }

@@ -53,6 +53,59 @@ final class DigestTests: XCTestCase {
 
     /// The integer key hash: what PostgreSQL and MariaDB compute in SQL (`((k % P + P) % P * A
     /// % P)`, values taken from both servers), including negative keys and the extremes.
+    /// A side's keys and row hashes kept in a temporary file (`KeyedHashSpill`, more than three
+    /// 1 MiB pieces of them) come back whole and in order, and the digests computed from it —
+    /// a first level, and finer levels inside a few buckets (a bit set below 2^24 buckets, a set
+    /// above) — are those of the rows themselves.
+    func testKeyedHashSpillKeepsEveryRowAndItsDigests() throws {
+        let spill = try XCTUnwrap(KeyedHashSpill())
+        var state: UInt64 = 7
+        func next() -> UInt64 {  // xorshift64*
+            state ^= state >> 12
+            state ^= state << 25
+            state ^= state >> 27
+            return state &* 2_685_821_657_736_338_717
+        }
+        var pairs: [(Int64, Int64)] = []
+        for i in 0..<200_000 {
+            let key = i % 5 == 0 ? -Int64(next() % 1_000_000_000_000) : Int64(next() % (1 << 62))
+            pairs.append((key, Int64(bitPattern: next())))
+            spill.append(key: pairs[i].0, hash: pairs[i].1)
+        }
+        XCTAssertFalse(spill.isComplete)
+        spill.finish()
+        XCTAssertTrue(spill.isComplete)
+        XCTAssertEqual(spill.rows, 200_000)
+        var back: [(Int64, Int64)] = []
+        try spill.forEach(table: TableName("t")) { back.append(($0, $1)) }
+        XCTAssertEqual(back.count, pairs.count)
+        XCTAssertTrue(zip(back, pairs).allSatisfy { $0.0 == $1.0 && $0.1 == $1.1 }, "the rows come back as they were kept")
+
+        let key = [Column(name: "id", nativeType: "bigint", logicalType: .int64)]
+        func expected(_ modulus: Int64, within: (Int64, Set<Int64>)?) -> [BucketDigest] {
+            var d: [Int64: BucketDigest] = [:]
+            for (k, h) in pairs {
+                let kh = KeyHash.integer(k)
+                if let w = within, !w.1.contains(kh % w.0) { continue }
+                var b = d[kh % modulus] ?? BucketDigest(bucket: kh % modulus, rows: 0, sum: 0)
+                b.rows += 1
+                b.sum &+= h
+                d[kh % modulus] = b
+            }
+            return d.values.sorted { $0.bucket < $1.bucket }
+        }
+        let first = try spill.digests(DigestRequest(key: key, columns: key, modulus: 16_384, keyHash: .integer), table: TableName("t"))
+        XCTAssertEqual(first, expected(16_384, within: nil))
+        XCTAssertEqual(first.reduce(0) { $0 + $1.rows }, 200_000)
+        for (outer, inner) in [(Int64(16_384), Int64(262_144)), (1 << 25, 1 << 29)] {
+            let residues: [Int64] = [3, 500, outer - 1]
+            let request = DigestRequest(
+                key: key, columns: key, modulus: inner, within: BucketFilter(key: key, modulus: outer, residues: residues, hash: .integer), keyHash: .integer)
+            let finer = try spill.digests(request, table: TableName("t"))
+            XCTAssertEqual(finer, expected(inner, within: (outer, Set(residues))), "within \(outer) buckets")
+        }
+    }
+
     func testIntegerKeyHashIsTheSQLArithmetic() {
         let cases: [(Int64, Int64)] = [
             (0, 0), (1, 1_103_515_245), (2, 59_546_843), (-1, 1_043_968_402), (2_147_483_647, 0),

@@ -196,6 +196,108 @@ final class MySQLDriverTests: XCTestCase {
         }
     }
 
+    /// PostgreSQL's row hash (`RowHash.lookup3`), which MariaDB has no SQL for, computed by Ferry
+    /// from the rows as MariaDB's reader reads them, agrees with SQLite's (also beside the data)
+    /// and PostgreSQL's (in its SQL) for every type MariaDB has — a latin1 column among them,
+    /// extremes, NULLs — and changes when any one value of any column changes. Both Ferry-hashed
+    /// sides keep their keys and row hashes from the first level (`KeyedHashSpill`), and the keyed
+    /// listing taken from those files names the same rows as one read from the tables.
+    func testLookup3DigestsBesideMariaDBAgreeAndSeeEveryChange() throws {
+        let db = try my.connect(try my.makeDatabase("lookup3"))
+        try db.run("""
+            CREATE TABLE h (id BIGINT PRIMARY KEY, i2 SMALLINT, i4 INT, b TINYINT(1), n DECIMAL(12,2), f FLOAT, g DOUBLE,
+              v VARCHAR(40), lat VARCHAR(20) CHARACTER SET latin1, t TEXT, d DATE, tm TIME(6), ts DATETIME(6), u UUID,
+              vb VARBINARY(16), j JSON, e ENUM('sad','ok','happy'), y YEAR)
+            """)
+        try db.run("""
+            INSERT INTO h SELECT n, n % 65535 - 32767, n * 7919 - 20000000, n % 3 = 0, n * 13.37, n / 3.0,
+              n * 1e10 / 7.0, CONCAT('v', REPEAT('é', n % 20)), CONCAT('caf', CHAR(233 USING latin1), n % 9), REPEAT('x', n % 40),
+              DATE '1950-01-01' + INTERVAL n * 11 DAY, SEC_TO_TIME(n * 17 + n / 1000000),
+              TIMESTAMP '1960-01-01 00:00:00' + INTERVAL n DAY + INTERVAL n * 123 MICROSECOND,
+              CAST(CONCAT(LEFT(MD5(n), 8), '-', MID(MD5(n), 9, 4), '-4', MID(MD5(n), 14, 3), '-8', MID(MD5(n), 18, 3), '-', RIGHT(MD5(n), 12)) AS UUID),
+              UNHEX(REPEAT(LEFT(MD5(n), 8), n % 3)), JSON_OBJECT('g', n, 's', 'Zoë'), ELT(n % 3 + 1, 'sad', 'ok', 'happy'), 1901 + n % 255
+            FROM (SELECT CAST(seq AS SIGNED) AS n FROM seq_1_to_3000) g
+            """)
+        try db.run("""
+            INSERT INTO h VALUES (0, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL),
+              (-1, -32768, -2147483648, 0, -9999999999.99, -3.4e38, 5e-324, '', '', '', '1000-01-01', '00:00:00',
+               '1000-01-01 00:00:00', '00000000-0000-4000-8000-000000000000', X'', '{}', 'sad', 2155),
+              (-2, 32767, 2147483647, 1, 9999999999.99, 1e-30, 1.7976931348623157e308, REPEAT('z', 40), 'ÿ', REPEAT('😀', 100),
+               '9999-12-31', '23:59:59.999999', '9999-12-31 23:59:59.999999', 'ffffffff-ffff-4fff-bfff-ffffffffffff', X'00FF00',
+               '[1, 2.50]', 'happy', 1901)
+            """)
+        // A server elsewhere (or `digests=sql`) keeps its digests in MariaDB's SQL, in MD5; a
+        // choice that is neither is one line.
+        let url = try my.makeDatabase("lookup3sql")
+        XCTAssertEqual(try my.connect(url + "?digests=sql").rowHashes, [.md5])
+        XCTAssertEqual(try my.connect(url + "?digests=read").rowHashes, [.lookup3, .md5])
+        XCTAssertEqual(db.rowHashes, [.lookup3, .md5], "the test server is on loopback")
+        XCTAssertThrowsError(try my.connect(url + "?digests=fast")) { e in
+            XCTAssertTrue("\(e)".contains("digests=fast is not a choice: digests=read"), "\(e)")
+        }
+
+        let lite = try sqlite("lookup3.db")
+        let s = try copy(db, lite, tables: ["h"])
+        XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
+        // PostgreSQL in a database of its own, dropped at the end.
+        let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let admin = try PostgresConnection(endpoint: Endpoint(parsing: pgURL), role: .target)
+        let pgDatabase = "ferry_mylookup3_\(UUID().uuidString.prefix(8).lowercased())"
+        try admin.run("CREATE DATABASE \(pgDatabase)")
+        let pgBase = pgURL.range(of: "/", options: .backwards).map { String(pgURL[..<$0.lowerBound]) } ?? pgURL
+        let pg = try PostgresConnection(endpoint: Endpoint(parsing: pgBase + "/" + pgDatabase), role: .target)
+        defer {
+            pg.close()
+            try? admin.run("DROP DATABASE IF EXISTS \(pgDatabase)")
+            admin.close()
+        }
+        let p = try copy(db, pg, tables: ["h"])
+        XCTAssertTrue(p.ok, "\(p.tables.compactMap(\.error))")
+
+        func side(_ c: any Connection) throws -> RangeDiff.Side {
+            let schema = try c.describe(TableName("h"))
+            return RangeDiff.Side(connection: c, schema: schema, key: schema.primaryKey.compactMap { schema.column(named: $0) }, columns: schema.columns)
+        }
+        for (other, name) in [(lite, "SQLite"), (pg as any Connection, "PostgreSQL")] {
+            let equal = try RangeDiff.find(source: try side(db), target: try side(other), estimate: 3003)
+            XCTAssertEqual(equal.rowHash, .lookup3, name)
+            XCTAssertTrue(equal.isEqual, "\(name): \(equal.buckets.map { "\($0.residues.count) of \($0.modulus) buckets differ" } ?? "everything differs")")
+            XCTAssertEqual(equal.sourceRows, 3003)
+            XCTAssertEqual(equal.sourceSpill?.rows, 3003, "MariaDB's rows are hashed by reading them, and kept")
+            XCTAssertEqual(equal.targetSpill?.rows, other is SQLiteConnection ? 3003 : nil)
+        }
+
+        // One value changed in one row, column by column: the digests see it, only there, and the
+        // keyed listing (from the kept files, and from the tables) names that row alone.
+        let changes = [
+            "i2 = i2 + 1", "i4 = -i4", "b = NOT b", "n = n + 0.01", "f = f * 2", "g = g + 1", "v = CONCAT(v, 'a')",
+            "lat = CONCAT(lat, 'x')", "t = CONCAT(t, ' ')", "d = d + INTERVAL 1 DAY", "tm = tm + INTERVAL 1 MICROSECOND",
+            "ts = ts + INTERVAL 1 MICROSECOND", "u = '00000000-0000-4000-8000-000000000001'", "vb = CONCAT(vb, X'00')",
+            "j = JSON_SET(j, '$.x', 1)", "e = 'happy'", "y = 2000", "t = NULL",
+        ]
+        try db.run("CREATE TABLE h_orig AS SELECT * FROM h WHERE id = 1234")
+        for change in changes {
+            try db.run("UPDATE h SET \(change) WHERE id = 1234")
+            var outcome = try RangeDiff.find(source: try side(db), target: try side(lite), estimate: 3003)
+            XCTAssertEqual(outcome.buckets?.residues.count, 1, "\(change): \(outcome.buckets.map { "\($0.residues.count) buckets differ" } ?? "everything differs")")
+            let kept = try RangeDiff.keyedDifference(source: try side(db), target: try side(lite), found: outcome)
+            XCTAssertEqual(kept?.differ, [1234], change)
+            XCTAssertEqual(kept?.missing, [], change)
+            outcome.sourceSpill = nil
+            outcome.targetSpill = nil
+            let read = try RangeDiff.keyedDifference(source: try side(db), target: try side(lite), found: outcome)
+            XCTAssertEqual(read?.differ, [1234], change)
+            XCTAssertEqual(read?.sourceRows, kept?.sourceRows, change)
+            XCTAssertEqual(read?.targetRows, kept?.targetRows, change)
+            try db.run("DELETE FROM h WHERE id = 1234")
+            try db.run("INSERT INTO h SELECT * FROM h_orig")
+        }
+        // A row the source lost, listed from the files as one the target must delete.
+        try db.run("DELETE FROM h WHERE id = 77")
+        let lost = try RangeDiff.find(source: try side(db), target: try side(lite), estimate: 3003)
+        XCTAssertEqual(try RangeDiff.keyedDifference(source: try side(db), target: try side(lite), found: lost)?.missing, [77])
+    }
+
     func testRefusalsNameTheKeyAndChangeNothing() throws {
         let url = try my.makeDatabase("bad")
         let db = try my.connect(url)

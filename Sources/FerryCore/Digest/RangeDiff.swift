@@ -39,6 +39,10 @@ public enum RangeDiff {
         public var rowHash = RowHash.md5
         public var delimited: [Bool]?
         public var hashForms: [ColumnHashForm]?
+        /// Each side's keys and row hashes as its first level listed them, where that side
+        /// digests by reading its rows (`KeyedHashSpill`); nil where its SQL digests.
+        public var sourceSpill: KeyedHashSpill?
+        public var targetSpill: KeyedHashSpill?
 
         /// The request for `side`'s rows in the buckets to read, hashed as the digests were.
         public func request(_ side: Side) -> DigestRequest? {
@@ -100,6 +104,28 @@ public enum RangeDiff {
         let estimate = max(estimate, 1)
         while modulus < 1 << 20 && modulus * rowsPerBucket < estimate { modulus *= 2 }
         var within: (modulus: Int64, residues: [Int64])?
+        // A side that digests by reading its rows lists each row's key and hash once, at the first
+        // level, where both sides list keyed row hashes (the comparison ends in such a listing).
+        let keyed = hash == .integer && source.key.count == 1 && target.key.count == 1
+            && source.connection.listsKeyedRowHashes(key: source.key, hash: hash)
+            && target.connection.listsKeyedRowHashes(key: target.key, hash: hash)
+        func spill(_ side: Side) -> KeyedHashSpill? {
+            guard keyed, estimate <= KeyedHashSpill.maxRows,
+                side.connection.digestsByReading(
+                    DigestRequest(key: side.key, columns: side.columns, modulus: 1, filter: side.filter, keyHash: hash, rowHash: rowHash, hashForms: forms))
+            else { return nil }
+            return KeyedHashSpill()
+        }
+        out.sourceSpill = spill(source)
+        out.targetSpill = spill(target)
+        /// One side's digests of `request`: from its spill once that is complete, through it at
+        /// the first level, else as the side computes them.
+        func digests(_ side: Side, _ spill: KeyedHashSpill?, _ request: DigestRequest) throws -> [BucketDigest] {
+            if let spill, spill.isComplete { return try spill.digests(request, table: side.schema.name) }
+            if let spill, request.within == nil { return try spill.record(side.connection, table: side.schema, request: request) }
+            return try side.connection.bucketDigests(side.schema, request: request)
+        }
+        let sourceSpill = out.sourceSpill, targetSpill = out.targetSpill
         while true {
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
             // Both sides at once: each computes next to its own data.
@@ -112,8 +138,8 @@ public enum RangeDiff {
                 within: within.map { BucketFilter(key: target.key, modulus: $0.modulus, residues: $0.residues, hash: hash) }, filter: target.filter,
                 keyHash: hash, delimited: delimited ?? target.columns.map { _ in false }, rowHash: rowHash, hashForms: forms)
             let (s, t) = try Worker.both(
-                { try source.connection.bucketDigests(source.schema, request: sourceRequest) },
-                { try target.connection.bucketDigests(target.schema, request: targetRequest) })
+                { try digests(source, sourceSpill, sourceRequest) },
+                { try digests(target, targetSpill, targetRequest) })
             out.levels += 1
             out.digests += s.count + t.count
             if out.levels == 1 {
@@ -212,16 +238,24 @@ extension RangeDiff {
             target.connection.listsKeyedRowHashes(key: target.key, hash: found.keyHash),
             let sourceRequest = found.request(source), let targetRequest = found.request(target)
         else { return nil }
-        let sourceConnection = source.connection, sourceSchema = source.schema
+        /// One side's keys and row hashes in the buckets found: from its spill where it kept one,
+        /// else listed next to its data.
+        func list(_ side: Side, _ spill: KeyedHashSpill?, _ request: DigestRequest, _ each: (Int64, Int64) -> Void) throws {
+            guard let spill, spill.isComplete else { return try side.connection.keyedRowHashes(side.schema, request: request, each: each) }
+            let buckets = ResidueSet(modulus: b.modulus, residues: b.residues)
+            try spill.forEach(table: side.schema.name) { key, hash in
+                if buckets.contains(KeyHash.integer(key)) { each(key, hash) }
+            }
+        }
         let (listed, theirs) = try Worker.both(
             {
                 var out: [(key: Int64, hash: Int64)] = []
-                try sourceConnection.keyedRowHashes(sourceSchema, request: sourceRequest) { out.append(($0, $1)) }
+                try list(source, found.sourceSpill, sourceRequest) { out.append(($0, $1)) }
                 return out
             },
             {
                 var out: [Int64: Int64] = [:]
-                try target.connection.keyedRowHashes(target.schema, request: targetRequest) { out[$0] = $1 }
+                try list(target, found.targetSpill, targetRequest) { out[$0] = $1 }
                 return out
             })
         var d = KeyedDifference(sourceRows: listed.count, targetRows: theirs.count)

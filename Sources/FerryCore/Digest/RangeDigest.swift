@@ -277,39 +277,17 @@ public enum DigestComputer {
         let range = request.filter == nil && request.within == nil ? nil : KeyRange(key: [], filter: request.filter, buckets: request.within)
         let reader = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
         defer { reader.close() }
-        // A first level's buckets (one per ~16 rows, at most 2^20) are counted in arrays; a finer
-        // level's, spread over up to 2^31, in a dictionary.
-        let dense = request.within == nil && request.modulus <= 1 << 20
-        var counts = [Int64](repeating: 0, count: dense ? Int(request.modulus) : 0)
-        var sums = counts
-        var sparse: [Int64: BucketDigest] = [:]
+        let sums = DigestAccumulator(request)
         var scratch: [UInt8] = []
         let hash = request.keyHash
         let hasher = RowHasher(request)
         while let batch = try reader.next() {
             for row in 0..<batch.count {
                 let k = keyHash(batch, row: row, types: types, keyIndexes: keyIndexes, hash: hash, scratch: &scratch)
-                let r = hasher.hash(batch, row: row, scratch: &scratch)
-                let b = k % request.modulus
-                if dense {
-                    counts[Int(b)] += 1
-                    sums[Int(b)] &+= r
-                    continue
-                }
-                var d = sparse[b] ?? BucketDigest(bucket: b, rows: 0, sum: 0)
-                d.rows += 1
-                d.sum &+= r
-                sparse[b] = d
+                sums.add(keyHash: k, rowHash: hasher.hash(batch, row: row, scratch: &scratch))
             }
         }
-        if dense {
-            // Sized once (no index list, no slack from growing).
-            var out: [BucketDigest] = []
-            out.reserveCapacity(counts.reduce(0) { $0 + ($1 > 0 ? 1 : 0) })
-            for b in counts.indices where counts[b] > 0 { out.append(BucketDigest(bucket: Int64(b), rows: counts[b], sum: sums[b])) }
-            return out
-        }
-        return sparse.values.sorted { $0.bucket < $1.bucket }
+        return sums.result()
     }
 }
 

@@ -111,6 +111,13 @@ public protocol Connection: AnyObject {
     /// SQL filters). False (the default) where it would read the rows across a network to hash
     /// them (the XML service): there a mirror reads the differing buckets whole.
     func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool
+    /// True where `bucketDigests` for `request` reads every row into Ferry and hashes it there
+    /// (SQLite; MySQL/MariaDB with PostgreSQL's row hash), so that `keyedRowHashes` over the whole
+    /// table costs what the digests cost: a comparison then lists each row's key and hash once
+    /// and computes the digests, any finer level and the keyed listing from that list
+    /// (`KeyedHashSpill`) instead of reading the table again. False (the default) where the
+    /// engine's SQL computes the digests.
+    func digestsByReading(_ request: DigestRequest) -> Bool
 
     /// Keyed writes into `table` must leave it holding exactly `rows` rows (inside `filter`):
     /// a key comparison that merged keys the source keeps apart shows here. Checked at once
@@ -188,6 +195,8 @@ extension Connection {
     }
 
     public func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool { false }
+
+    public func digestsByReading(_ request: DigestRequest) -> Bool { false }
 
     public func expectRows(_ table: TableSchema, key: [Column], rows: Int64, filter: String?) throws {
         // A count where there is no filter: the one-bucket digest hashed every key to count them.
