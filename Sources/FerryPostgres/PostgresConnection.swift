@@ -38,12 +38,15 @@ public final class PostgresConnection: Connection {
     private var closed = false
     /// Inside `beginSnapshot`'s read-only transaction (reads take savepoints; see `guardedRead`).
     var inReadSnapshot = false
+    /// `digestsByListing`: a mirror lists this server's keys and row hashes whole.
+    let listsRowHashesWhole: Bool
 
     /// URL query parameters that are Ferry's, not libpq's.
-    static let ferryParameters: Set<String> = ["schema", "zero-dates", "token-file"]
+    static let ferryParameters: Set<String> = ["schema", "zero-dates", "token-file", "digests"]
 
     public init(endpoint: Endpoint, role: ConnectionRole) throws {
         self.endpoint = endpoint
+        listsRowHashesWhole = try Self.digestsByListing(endpoint)
         var keys: [String] = []
         var values: [String] = []
         func add(_ k: String, _ v: String?) {
@@ -227,6 +230,9 @@ public final class PostgresConnection: Connection {
 
     /// For a key of one integer column, in SQL (other keys: the mirror reads the buckets whole).
     public func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool { hash == .integer && key.count == 1 }
+    /// On this machine (`digestsByListing`) every row's key and hash is listed by a binary COPY
+    /// and summed by Ferry, which costs about what the server's own `GROUP BY` does.
+    public func digestsByReading(_ request: DigestRequest) -> Bool { listsRowHashesWhole }
 
     public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: Int64, _ hash: Int64) throws -> Void) throws {
         try guardedRead {
@@ -234,10 +240,7 @@ public final class PostgresConnection: Connection {
             guard let sql = DigestSQL.keyedRowHashQuery(table.name, request, pgDialect, from: from) else {
                 return try DigestComputer.keyedRowHashes(self, table: table, request: request, each: each)
             }
-            try forEachRow(sql) { r in
-                let (k, h) = try DigestSQL.keyedRowHash([r.value(0, 0), r.value(0, 1)], table: table.name)
-                try each(k, h)
-            }
+            try forEachInt64Pair(sql, table: table.name, each)
         }
     }
 

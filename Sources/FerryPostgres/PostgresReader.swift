@@ -168,10 +168,8 @@ final class PostgresReader: BatchReader {
     private func decode(_ p: UnsafeRawPointer, _ len: Int, into batch: inout RowBatch) throws -> Int {
         var o = 0
         if !headerSeen {
-            guard len >= 19, memcmp(p, PostgresValueCodec.header, 11) == 0 else { throw malformed() }
-            let ext = Int(PostgresValueCodec.int32(p + 15))
-            guard ext >= 0, 19 + ext <= len else { throw malformed() }
-            o = 19 + ext
+            guard let header = PostgresValueCodec.headerLength(p, len) else { throw malformed() }
+            o = header
             headerSeen = true
         }
         var rows = 0

@@ -1,4 +1,5 @@
 import FerryCore
+import Foundation
 
 /// Ferry's PostgreSQL form of every logical type, decided here once: the binary wire formats
 /// of COPY … (FORMAT binary) that the reader decodes and the writer encodes (big-endian
@@ -16,6 +17,14 @@ enum PostgresValueCodec {
     static func int16(_ p: UnsafeRawPointer) -> Int16 { Int16(bitPattern: UInt16(bigEndian: p.loadUnaligned(as: UInt16.self))) }
     @inline(__always)
     static func int32(_ p: UnsafeRawPointer) -> Int32 { Int32(bitPattern: UInt32(bigEndian: p.loadUnaligned(as: UInt32.self))) }
+    /// The length of the binary COPY header that starts the first message of `len` bytes at
+    /// `p` (signature, flags, extension area); nil when it is not one.
+    static func headerLength(_ p: UnsafeRawPointer, _ len: Int) -> Int? {
+        guard len >= 19, memcmp(p, header, 11) == 0 else { return nil }
+        let ext = Int(int32(p + 15))
+        guard ext >= 0, 19 + ext <= len else { return nil }
+        return 19 + ext
+    }
     @inline(__always)
     static func int64(_ p: UnsafeRawPointer) -> Int64 { Int64(bitPattern: UInt64(bigEndian: p.loadUnaligned(as: UInt64.self))) }
 

@@ -233,6 +233,9 @@ final class PostgresDriverTests: XCTestCase {
         }
         let equal = try compare()
         XCTAssertEqual(equal.rowHash, .lookup3)
+        // On loopback PostgreSQL lists every row's key and hash whole (kept, like SQLite's).
+        XCTAssertEqual(equal.sourceSpill?.rows, 3003)
+        XCTAssertEqual(equal.targetSpill?.rows, 3003)
         XCTAssertTrue(equal.isEqual, "\(equal.buckets.map { "\($0.residues.count) of \($0.modulus) buckets differ" } ?? "everything differs")")
         XCTAssertEqual(equal.sourceRows, 3003)
         XCTAssertEqual(try RangeDiff.find(source: try side(lite), target: try side(db), estimate: 3003).isEqual, true)
@@ -247,10 +250,39 @@ final class PostgresDriverTests: XCTestCase {
         try db.run("CREATE TABLE h_orig AS SELECT * FROM h WHERE id = 1234")
         for change in changes {
             try db.run("UPDATE h SET \(change) WHERE id = 1234")
-            let outcome = try compare()
+            var outcome = try compare()
+            // The row that changed, named by the keyed listing: from the kept lists, and from the
+            // tables (PostgreSQL's SQL over a binary COPY, SQLite's reader).
+            let kept = try RangeDiff.keyedDifference(source: try side(db), target: try side(lite), found: outcome)
+            outcome.sourceSpill = nil
+            outcome.targetSpill = nil
+            let read = try RangeDiff.keyedDifference(source: try side(db), target: try side(lite), found: outcome)
             try db.run("DELETE FROM h WHERE id = 1234; INSERT INTO h SELECT * FROM h_orig")
             XCTAssertEqual(outcome.buckets?.residues.count, 1, "\(change): \(outcome.buckets.map { "\($0.residues.count) buckets differ" } ?? "everything differs")")
+            XCTAssertEqual(kept?.differ, [1234], change)
+            XCTAssertEqual(read?.differ, [1234], change)
+            XCTAssertEqual(kept?.sourceRows, read?.sourceRows, change)
+            XCTAssertEqual(kept?.targetRows, read?.targetRows, change)
         }
+    }
+
+    /// Where a mirror's digests of a PostgreSQL table are computed: listed whole for a server on
+    /// this machine, in its SQL with `digests=sql` (the default for another host); a choice that
+    /// is neither is one line, and the parameter never reaches libpq.
+    func testDigestsParameterChoosesWhereDigestsAreComputed() throws {
+        let url = try pg.makeDatabase("digests")
+        let key = [Column(name: "id", nativeType: "bigint", logicalType: .int64)]
+        let request = DigestRequest(key: key, columns: key, modulus: 1)
+        XCTAssertTrue(try pg.connect(url).digestsByReading(request), "the test server is on loopback")
+        XCTAssertTrue(try pg.connect(url + "?digests=read").digestsByReading(request))
+        XCTAssertFalse(try pg.connect(url + "?digests=sql").digestsByReading(request))
+        XCTAssertThrowsError(try pg.connect(url + "?digests=fast")) { e in
+            XCTAssertTrue("\(e)".contains("digests=fast is not a choice: digests=read"), "\(e)")
+        }
+        XCTAssertFalse(try PostgresConnection.digestsByListing(Endpoint(parsing: "postgres://u@db.example.com:5432/shop")))
+        XCTAssertTrue(try PostgresConnection.digestsByListing(Endpoint(parsing: "postgres://u@localhost/shop")))
+        XCTAssertTrue(try PostgresConnection.digestsByListing(Endpoint(parsing: "postgres:///shop?host=/var/run/postgresql")))
+        XCTAssertFalse(try PostgresConnection.digestsByListing(Endpoint(parsing: "postgres://u@localhost/shop?digests=sql")))
     }
 
     /// Numeric values arrive as PostgreSQL's own text of them, digit for digit: every weight

@@ -33,10 +33,11 @@ final class MirrorBytesTests: XCTestCase {
         let pgRelay = try ByteCountingProxy.inFront(of: postgres)
         let myRelay = try ByteCountingProxy.inFront(of: mysql)
         defer { pgRelay.stop(); myRelay.stop() }
-        let src = try harness.registry.connect(pgRelay.url(replacing: postgres), role: .source)
-        // Through the relay MariaDB is on loopback, where Ferry would hash its rows as it reads
-        // them (faster than MariaDB's SQL, and no network to spare); `digests=sql` asks for what a
-        // server on another host gets by default: digests in MariaDB's SQL.
+        let src = try harness.registry.connect(pgRelay.url(replacing: postgres) + (postgres.contains("?") ? "&" : "?") + "digests=sql", role: .source)
+        // Through the relays both servers are on loopback, where Ferry would read every row's hash
+        // (MariaDB's rows, hashed beside it; PostgreSQL's keys and row hashes, listed whole) — faster
+        // than their SQL's digests, with no network to spare; `digests=sql` asks for what a server
+        // on another host gets by default: digests in its SQL, a few bytes a bucket.
         let dst = try harness.registry.connect(myRelay.url(replacing: mysql) + (mysql.contains("?") ? "&" : "?") + "digests=sql", role: .target)
         defer { src.close(); dst.close() }
         try dst.begin(); try dst.dropTable(TableName("mirror_million")); try dst.commit()

@@ -111,12 +111,13 @@ public protocol Connection: AnyObject {
     /// SQL filters). False (the default) where it would read the rows across a network to hash
     /// them (the XML service): there a mirror reads the differing buckets whole.
     func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool
-    /// True where `bucketDigests` for `request` reads every row into Ferry and hashes it there
-    /// (SQLite; MySQL/MariaDB with PostgreSQL's row hash), so that `keyedRowHashes` over the whole
-    /// table costs what the digests cost: a comparison then lists each row's key and hash once
-    /// and computes the digests, any finer level and the keyed listing from that list
-    /// (`KeyedHashSpill`) instead of reading the table again. False (the default) where the
-    /// engine's SQL computes the digests.
+    /// True where `keyedRowHashes` over the whole table costs about what `bucketDigests` for
+    /// `request` does: where Ferry reads every row and hashes it anyway (SQLite; MySQL/MariaDB on
+    /// this machine, in PostgreSQL's row hash), or where a server on this machine sends each
+    /// row's key and hash as cheaply as it groups them (PostgreSQL). A comparison then lists
+    /// each row's key and hash once and computes the digests, any finer level and the keyed
+    /// listing from that list (`KeyedHashSpill`) instead of reading the table again. False (the
+    /// default) where the engine's SQL should compute the digests (a server across a network).
     func digestsByReading(_ request: DigestRequest) -> Bool
 
     /// Keyed writes into `table` must leave it holding exactly `rows` rows (inside `filter`):
