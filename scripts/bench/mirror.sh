@@ -6,7 +6,9 @@
 # `--mode replace` of the same table, and counts the bytes each run reads from the source and the
 # target on the wire (a relay in front of each server: scripts/bench/relay.py). SOURCE_URL must be
 # PostgreSQL (the table is generated there); TARGET_URL any engine Ferry writes (a sqlite: target
-# has no wire: its column says "-").
+# has no wire: its column says "-"). The relays sit on loopback, where Ferry would list a local
+# server's row hashes whole (docs/keyed-modes.md): each relayed URL gets `digests=sql`, what a
+# server on another host gets by default, so the bytes are those of a mirror across a network.
 #   eval "$(scripts/test-services start)"
 #   scripts/bench/mirror.sh "$FERRY_TEST_POSTGRES_URL" "$FERRY_TEST_MYSQL_URL"
 set -euo pipefail
@@ -29,6 +31,7 @@ relay() {  # relay URL NAME: sets RELAY_URL to the URL through a new relay
   echo $! >> "$WORK/relays"
   sleep 0.5
   RELAY_URL=$(echo "$1" | sed "s#$hp#127.0.0.1:$port#")
+  case "$RELAY_URL" in *\?*) RELAY_URL="$RELAY_URL&digests=sql" ;; *) RELAY_URL="$RELAY_URL?digests=sql" ;; esac
 }
 stop_relays() {
   [ -f "$WORK/relays" ] || return 0
