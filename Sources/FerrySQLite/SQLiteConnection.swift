@@ -15,6 +15,12 @@ public final class SQLiteConnection: Connection {
     public func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool { hash == .integer && key.count == 1 }
     /// Every digest is computed here, beside the file, from the rows as the reader reads them.
     public func digestsByReading(_ request: DigestRequest) -> Bool { true }
+    /// Straight from the statement where the key is the rowid and every other column is compared
+    /// as stored (`SQLiteStoredRowHashes`), else from the reader's batches.
+    public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: Int64, _ hash: Int64) throws -> Void) throws {
+        if let stored = SQLiteStoredRowHashes(self, table: table, request: request) { return try stored.run(self, each) }
+        try DigestComputer.keyedRowHashes(self, table: table, request: request, each: each)
+    }
     public let endpoint: Endpoint
     public let dialect: any Dialect = SQLiteDialect()
     public var defaultSchema: String { "main" }

@@ -37,6 +37,47 @@ final class SQLiteDriverTests: XCTestCase {
         return try db.prepare("SELECT \(sel) FROM \(db.dialect.quote(table)) ORDER BY rowid").rows()
     }
 
+    /// Row hashes of a rowid-keyed table whose other columns are compared as stored (SQLite to
+    /// SQLite) computed straight from the statement are those of the reader's batches, for every
+    /// storage class in any column, NULLs, values longer than the first scratch buffer, and more
+    /// rows than a batch; any other shape of request is left to the reader.
+    func testStoredRowHashesEqualTheReadersForEveryStorageClass() throws {
+        let db = try open("stored.db")
+        try db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, a, b TEXT, c REAL, d BLOB, e NUMERIC)")
+        try db.execute("""
+            WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 25000)
+            INSERT INTO t SELECT n * 3 - 30000,
+              CASE n % 5 WHEN 0 THEN NULL WHEN 1 THEN n WHEN 2 THEN n / 7.0 WHEN 3 THEN 'é' || n ELSE randomblob(n % 40) END,
+              CASE WHEN n % 11 = 0 THEN n ELSE printf('%.*c', n % 700, 'x') END,
+              CASE WHEN n % 13 = 0 THEN 'not a number' ELSE n * 1.5 END,
+              CASE WHEN n % 3 = 0 THEN zeroblob(n % 500) WHEN n % 3 = 1 THEN NULL ELSE 'text in a blob column' END,
+              CASE WHEN n % 2 = 0 THEN '12.50' ELSE -n END
+            FROM g
+            """)
+        try db.execute("INSERT INTO t VALUES (9223372036854775807, -9223372036854775808, '', -0.0, x'', 1e308)")
+        let schema = try db.describe(TableName("t"))
+        let key = try XCTUnwrap(schema.column(named: "id"))
+        let columns = schema.columns.map { $0.name == "id" ? $0 : $0.storedForm }
+        let forms = columns.map(ColumnHashForm.init)
+        XCTAssertEqual(forms.first, .integer)
+        let request = DigestRequest(key: [key], columns: columns, modulus: 1, keyHash: .integer, rowHash: .lookup3, hashForms: forms)
+        XCTAssertNotNil(SQLiteStoredRowHashes(db, table: schema, request: request), "the statement's own path is taken")
+        var direct: [Int64] = [], read: [Int64] = []
+        try db.keyedRowHashes(schema, request: request) { direct += [$0, $1] }
+        try DigestComputer.keyedRowHashes(db, table: schema, request: request) { read += [$0, $1] }
+        XCTAssertEqual(direct.count, 2 * 25_001)
+        XCTAssertEqual(direct, read)
+        // A column in another form, a filter, the MD5 row hash: the reader's path.
+        var other = request
+        other.filter = "id > 0"
+        XCTAssertNil(SQLiteStoredRowHashes(db, table: schema, request: other))
+        other = request
+        other.rowHash = .md5
+        XCTAssertNil(SQLiteStoredRowHashes(db, table: schema, request: other))
+        other = DigestRequest(key: [key], columns: schema.columns, modulus: 1, keyHash: .integer, rowHash: .lookup3)
+        XCTAssertNil(SQLiteStoredRowHashes(db, table: schema, request: other))
+    }
+
     func testChinookCatalog() throws {
         let db = try SQLiteConnection(
             endpoint: Endpoint(parsing: "sqlite:" + chinook().appendingPathComponent("Chinook_Sqlite.sqlite").path), role: .source)
