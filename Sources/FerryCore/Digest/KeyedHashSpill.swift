@@ -138,6 +138,29 @@ public final class KeyedHashSpill: @unchecked Sendable {
         return sums.result()
     }
 
+    /// A new spill for `side` of a comparison with `other`, nil where it keeps none: where both
+    /// sides list keyed row hashes (the comparison ends in such a listing: one integer key
+    /// column), the table is not past `maxRows`, and `side` reads or lists every row anyway
+    /// (`Connection.digestsByReading`).
+    static func forComparison(
+        _ side: RangeDiff.Side, _ other: RangeDiff.Side, hash: KeyHash, rowHash: RowHash, forms: [ColumnHashForm]?, estimate: Int64
+    ) -> KeyedHashSpill? {
+        guard hash == .integer, side.key.count == 1, other.key.count == 1, estimate <= maxRows,
+            side.connection.listsKeyedRowHashes(key: side.key, hash: hash), other.connection.listsKeyedRowHashes(key: other.key, hash: hash),
+            side.connection.digestsByReading(
+                DigestRequest(key: side.key, columns: side.columns, modulus: 1, filter: side.filter, keyHash: hash, rowHash: rowHash, hashForms: forms))
+        else { return nil }
+        return KeyedHashSpill()
+    }
+
+    /// One side's digests of `request`: from its spill once that is complete, through it at the
+    /// first level (keeping every row's key and hash), else as the side computes them.
+    static func digests(_ side: RangeDiff.Side, _ spill: KeyedHashSpill?, _ request: DigestRequest) throws -> [BucketDigest] {
+        if let spill, spill.isComplete { return try spill.digests(request, table: side.schema.name) }
+        if let spill, request.within == nil { return try spill.record(side.connection, table: side.schema, request: request) }
+        return try side.connection.bucketDigests(side.schema, request: request)
+    }
+
     /// The digests of `request` (its modulus, inside its `within`) over the rows kept.
     public func digests(_ request: DigestRequest, table: TableName) throws -> [BucketDigest] {
         let sums = DigestAccumulator(request)

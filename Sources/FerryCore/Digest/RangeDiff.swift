@@ -111,27 +111,8 @@ public enum RangeDiff {
         let estimate = max(estimate, 1)
         while modulus < 1 << 20 && modulus * rowsPerBucket < estimate { modulus *= 2 }
         var within: (modulus: Int64, residues: [Int64])?
-        // A side that digests by reading its rows lists each row's key and hash once, at the first
-        // level, where both sides list keyed row hashes (the comparison ends in such a listing).
-        let keyed = hash == .integer && source.key.count == 1 && target.key.count == 1
-            && source.connection.listsKeyedRowHashes(key: source.key, hash: hash)
-            && target.connection.listsKeyedRowHashes(key: target.key, hash: hash)
-        func spill(_ side: Side) -> KeyedHashSpill? {
-            guard keyed, estimate <= KeyedHashSpill.maxRows,
-                side.connection.digestsByReading(
-                    DigestRequest(key: side.key, columns: side.columns, modulus: 1, filter: side.filter, keyHash: hash, rowHash: rowHash, hashForms: forms))
-            else { return nil }
-            return KeyedHashSpill()
-        }
-        out.sourceSpill = spill(source)
-        out.targetSpill = spill(target)
-        /// One side's digests of `request`: from its spill once that is complete, through it at
-        /// the first level, else as the side computes them.
-        func digests(_ side: Side, _ spill: KeyedHashSpill?, _ request: DigestRequest) throws -> [BucketDigest] {
-            if let spill, spill.isComplete { return try spill.digests(request, table: side.schema.name) }
-            if let spill, request.within == nil { return try spill.record(side.connection, table: side.schema, request: request) }
-            return try side.connection.bucketDigests(side.schema, request: request)
-        }
+        out.sourceSpill = KeyedHashSpill.forComparison(source, target, hash: hash, rowHash: rowHash, forms: forms, estimate: estimate)
+        out.targetSpill = KeyedHashSpill.forComparison(target, source, hash: hash, rowHash: rowHash, forms: forms, estimate: estimate)
         let sourceSpill = out.sourceSpill, targetSpill = out.targetSpill
         while true {
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
@@ -145,8 +126,8 @@ public enum RangeDiff {
                 within: within.map { BucketFilter(key: target.key, modulus: $0.modulus, residues: $0.residues, hash: hash) }, filter: target.filter,
                 keyHash: hash, delimited: delimited ?? target.columns.map { _ in false }, rowHash: rowHash, hashForms: forms)
             let (s, t) = try Worker.both(
-                { try digests(source, sourceSpill, sourceRequest) },
-                { try digests(target, targetSpill, targetRequest) })
+                { try KeyedHashSpill.digests(source, sourceSpill, sourceRequest) },
+                { try KeyedHashSpill.digests(target, targetSpill, targetRequest) })
             out.levels += 1
             out.digests += s.count + t.count
             if out.levels == 1 {
