@@ -95,13 +95,7 @@ public final class MySQLConnection: Connection {
         let password = endpoint.password ?? ProcessInfo.processInfo.environment["MYSQL_PWD"]
         let socket = endpoint.parameter("socket")
         let host = socket == nil ? (endpoint.host ?? "127.0.0.1") : (endpoint.host ?? "localhost")
-        switch endpoint.parameter("digests")?.lowercased() {
-        case "read": digestsByReadingRows = true
-        case "sql": digestsByReadingRows = false
-        case nil: digestsByReadingRows = socket != nil || Self.isLoopback(host)
-        case let other?:
-            throw FerryError.invalidEndpoint(text: shown, reason: "digests=\(other) is not a choice: digests=read (hash rows beside Ferry) or digests=sql (in MariaDB's SQL)")
-        }
+        digestsByReadingRows = try endpoint.digestsBesideFerry(onThisMachine: socket != nil || Endpoint.isLoopback(host), engine: "MariaDB")
         let ok = mysql_real_connect(
             m, host, endpoint.user ?? ProcessInfo.processInfo.environment["USER"], password, database,
             UInt32(endpoint.port ?? 3306), socket, UInt(CLIENT_LOCAL_FILES))
@@ -117,12 +111,6 @@ public final class MySQLConnection: Connection {
         // Tables load in any order (and in parallel): foreign keys are checked by the source, as
         // mysqldump's own loads do.
         if role == .target { try execute("SET SESSION foreign_key_checks = 0") }
-    }
-
-    /// A host name or address on this machine (loopback).
-    static func isLoopback(_ host: String) -> Bool {
-        let h = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-        return h == "localhost" || h == "::1" || h.hasPrefix("127.")
     }
 
     static func explain(code: UInt32, message: String, endpoint: Endpoint) -> String {

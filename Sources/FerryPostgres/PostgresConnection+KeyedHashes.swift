@@ -12,19 +12,22 @@ extension PostgresConnection {
     /// what it kept (`KeyedHashSpill`) instead of scanning the table again: 1,000,000
     /// bench_orders rows with 1% changed, that scan took ~0.4 s of a 2.5 s mirror.
     public static func digestsByListing(_ endpoint: Endpoint) throws -> Bool {
-        switch endpoint.parameter("digests")?.lowercased() {
-        case "read": return true
-        case "sql": return false
-        case nil:
-            let host = (endpoint.parameter("host") ?? endpoint.host ?? "").lowercased()
-            // No host, or a path: a Unix socket.
-            if host.isEmpty || host.hasPrefix("/") { return true }
-            let h = host.trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
-            return h == "localhost" || h == "::1" || h.hasPrefix("127.")
-        case let other?:
-            throw FerryError.invalidEndpoint(
-                text: endpoint.redacted, reason: "digests=\(other) is not a choice: digests=read (list rows' hashes to Ferry) or digests=sql (digests in PostgreSQL's SQL)")
+        // No host, or a path (a Unix socket's folder), is this machine.
+        let host = endpoint.parameter("host") ?? endpoint.host ?? ""
+        return try endpoint.digestsBesideFerry(onThisMachine: host.isEmpty || host.hasPrefix("/") || Endpoint.isLoopback(host), engine: "PostgreSQL")
+    }
+
+    /// Ends an unfinished COPY out (its reader stopped early): asks the server to stop sending,
+    /// then drains what is in flight so the connection is usable again.
+    func abandonCopyOut() {
+        if let cancel = PQgetCancel(conn) {
+            var message = [CChar](repeating: 0, count: 256)
+            _ = PQcancel(cancel, &message, Int32(message.count))
+            PQfreeCancel(cancel)
         }
+        var buf: UnsafeMutablePointer<CChar>?
+        while PQgetCopyData(conn, &buf, 0) > 0 { PQfreemem(buf) }
+        drainResults()
     }
 
     /// Runs `sql`, whose rows are two non-NULL bigints, as a binary COPY and hands each row's
@@ -39,18 +42,7 @@ extension PostgresConnection {
             .copyFailed(table: table, endpoint: endpoint.redacted, reason: "malformed binary COPY data from the server")
         }
         var open = true
-        defer {
-            if open {
-                if let cancel = PQgetCancel(conn) {
-                    var message = [CChar](repeating: 0, count: 256)
-                    _ = PQcancel(cancel, &message, Int32(message.count))
-                    PQfreeCancel(cancel)
-                }
-                var buf: UnsafeMutablePointer<CChar>?
-                while PQgetCopyData(conn, &buf, 0) > 0 { PQfreemem(buf) }
-                drainResults()
-            }
-        }
+        defer { if open { abandonCopyOut() } }
         var headerSeen = false, trailerSeen = false
         var rows = 0
         while true {

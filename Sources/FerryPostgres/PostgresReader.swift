@@ -103,18 +103,10 @@ final class PostgresReader: BatchReader {
                 try? connection.execute(whole ? "RELEASE SAVEPOINT ferry_read" : "ROLLBACK TO SAVEPOINT ferry_read")
             }
         }
-        // An unfinished COPY (the copy failed elsewhere): ask the server to stop sending, then
-        // drain what is in flight so the connection is usable again.
+        // An unfinished COPY (the copy failed elsewhere).
         guard active else { return }
         active = false
-        if let cancel = PQgetCancel(connection.conn) {
-            var message = [CChar](repeating: 0, count: 256)
-            _ = PQcancel(cancel, &message, Int32(message.count))
-            PQfreeCancel(cancel)
-        }
-        var buf: UnsafeMutablePointer<CChar>?
-        while PQgetCopyData(connection.conn, &buf, 0) > 0 { PQfreemem(buf) }
-        connection.drainResults()
+        connection.abandonCopyOut()
     }
 
     func next() throws -> RowBatch? {

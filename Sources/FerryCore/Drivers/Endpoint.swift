@@ -226,3 +226,27 @@ public struct Endpoint: Sendable, Hashable, CustomStringConvertible {
         hasher.combine(path)
     }
 }
+
+extension Endpoint {
+    /// Where a mirror's digests of this server are computed (`?digests=`): true for `read` —
+    /// every row's hash read or listed to Ferry, the default for a server on this machine
+    /// (`onThisMachine`: a loopback host or a Unix socket), where that costs no network — false
+    /// for `sql`, digests in the server's SQL, the default for another host, so that no table
+    /// crosses the network. `engine` names the server in the refusal of any other value.
+    public func digestsBesideFerry(onThisMachine: Bool, engine: String) throws -> Bool {
+        switch parameter("digests")?.lowercased() {
+        case "read": return true
+        case "sql": return false
+        case nil: return onThisMachine
+        case let other?:
+            throw FerryError.invalidEndpoint(
+                text: redacted, reason: "digests=\(other) is not a choice: digests=read (rows' hashes read beside Ferry) or digests=sql (digests in \(engine)'s SQL)")
+        }
+    }
+
+    /// True for a host name or address on this machine (`localhost`, 127.x.x.x, ::1).
+    public static func isLoopback(_ host: String) -> Bool {
+        let h = host.lowercased().trimmingCharacters(in: CharacterSet(charactersIn: "[]"))
+        return h == "localhost" || h == "::1" || h.hasPrefix("127.")
+    }
+}
