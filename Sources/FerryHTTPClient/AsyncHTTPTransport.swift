@@ -24,6 +24,8 @@ public final class AsyncHTTPTransport: ProtocolTransport, @unchecked Sendable { 
     public var peer: String { "the service" }
     public var unauthorizedAdvice: String { address.unauthorizedAdvice }
     public func unanswered(_ reason: String) -> FerryError { address.unanswered(reason) }
+    /// `HTTPExchange` stops reading the connection while a MiB of the answer waits.
+    public var pausesReading: Bool { true }
 
     /// Seconds without a byte from the service before a request fails (a page or a load the
     /// service is still working on sends nothing for a while; the same limit as URLSession's).

@@ -29,8 +29,8 @@ final class RowStream {
     /// `hints`: columns a client's cast rule reads in the engine's own text or JSON form, or with
     /// zero dates as NULL (named columns only: the driver builds the expression, never the request).
     init(service: ServiceHandlers, table name: TableName, after: [String], upTo: [String] = [], columns wanted: [String], hints: [String: ReadHints] = [:],
-         limit: Int, descending: Bool = false, buckets: (key: [String], modulus: Int64, residues: [Int64], hash: KeyHash)? = nil, snapshot: String? = nil) throws {
-        pageBytes = service.configuration.pageBytes
+         limit: Int, pageBytes: Int? = nil, descending: Bool = false, buckets: (key: [String], modulus: Int64, residues: [Int64], hash: KeyHash)? = nil, snapshot: String? = nil) throws {
+        self.pageBytes = pageBytes ?? service.configuration.pageBytes
         let lease = try service.read(snapshot: snapshot)
         let c = lease.connection
         do {

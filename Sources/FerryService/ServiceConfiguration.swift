@@ -16,8 +16,13 @@ public struct ServiceConfiguration: Sendable {
     /// Rows per page when the client does not ask, and the most it may ask for.
     public var defaultPageRows: Int
     public var maxPageRows: Int
-    /// Bytes of rows after which a page ends early (with `<next>`), whatever its row limit.
+    /// Bytes of rows after which a page ends early (with `<next>`), whatever its row limit,
+    /// unless the request asks for another size (`bytes=`, at most `maxPageBytes`).
     public var pageBytes: Int
+    /// The largest page in bytes a request may ask for. The answer streams with the client's
+    /// pace (a piece at a time, never held), so a large page costs the service no memory; its
+    /// bound is on a client that cannot pause, which asks for no size.
+    public var maxPageBytes: Int
     /// Read snapshots held for clients at once, and when an unused or old one ends.
     public var maxSnapshots: Int
     public var snapshotIdleSeconds: Double
@@ -33,7 +38,7 @@ public struct ServiceConfiguration: Sendable {
 
     public init(
         database: Endpoint, registry: DriverRegistry, writable: Bool, tables: [TableName] = [], maxBodyBytes: Int = 64 << 20,
-        defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000, pageBytes: Int = 8 << 20, maxSnapshots: Int = 16,
+        defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000, pageBytes: Int = 8 << 20, maxPageBytes: Int = 1 << 30, maxSnapshots: Int = 16,
         snapshotIdleSeconds: Double = 300, snapshotLifetimeSeconds: Double = 3_600, name: String = "ferry", version: String = "",
         capabilities: Capabilities = .all
     ) {
@@ -45,6 +50,7 @@ public struct ServiceConfiguration: Sendable {
         self.defaultPageRows = defaultPageRows
         self.maxPageRows = maxPageRows
         self.pageBytes = pageBytes
+        self.maxPageBytes = max(maxPageBytes, pageBytes)
         self.maxSnapshots = maxSnapshots
         self.snapshotIdleSeconds = snapshotIdleSeconds
         self.snapshotLifetimeSeconds = snapshotLifetimeSeconds

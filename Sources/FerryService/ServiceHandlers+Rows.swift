@@ -7,6 +7,12 @@ extension ServiceHandlers {
     func readRows(_ r: ServiceRequest) async throws -> ServiceResponse {
         let name = try r.table()
         let limit = min(max(r.value("limit").flatMap { Int($0) } ?? configuration.defaultPageRows, 1), configuration.maxPageRows)
+        let pageBytes = try r.value("bytes").map { text -> Int in
+            guard let n = Int(text), n > 0 else {
+                throw ServiceError.badRequest("bytes must be a positive number of bytes, not '\(text.prefix(20))'", table: name.description)
+            }
+            return min(max(n, 64 << 10), configuration.maxPageBytes)
+        } ?? configuration.pageBytes
         let after = r.values("after")
         let upTo = r.values("upto")
         let wanted = r.values("columns")
@@ -26,8 +32,8 @@ extension ServiceHandlers {
         }
         let snapshot = r.value("snapshot")
         let stream = try await Offload.run { [self] in
-            try RowStream(service: self, table: name, after: after, upTo: upTo, columns: wanted, hints: readHints, limit: limit, descending: descending,
-                          buckets: buckets, snapshot: snapshot)
+            try RowStream(service: self, table: name, after: after, upTo: upTo, columns: wanted, hints: readHints, limit: limit, pageBytes: pageBytes,
+                          descending: descending, buckets: buckets, snapshot: snapshot)
         }
         // gzip when the client asks for it (streamed, chunk by chunk).
         let gzip = r.headers["accept-encoding"].map { $0.lowercased().contains("gzip") } ?? false

@@ -138,6 +138,7 @@ final class HTTPReader: BatchReader {
     private func pagePath(after: [String]?) -> String {
         let page = min(max(connection.pageRows, 1), remaining ?? Int.max)
         var items: [(String, String)] = keyed ? [("limit", String(page))] : []
+        if keyed, let bytes = connection.pageBytes { items.append(("bytes", String(bytes))) }
         items += Self.columnItems(requested)
         items += (after ?? []).map { ("after", $0) }
         items += (upTo ?? []).map { ("upto", $0) }

@@ -48,6 +48,20 @@ final class HTTPWriter: BatchWriter {
         var keyBytes = 0
         var documentBytes = 0
         var rows = 0
+        /// `documentBytes` of the last two batches handed over (the ones that may not be
+        /// encoded yet: the queue holds one, the encoder another).
+        var recent = (0, 0)
+
+        /// What the document may reach with a batch of `size` more: what the encoder produced,
+        /// the piece it is filling, and the estimates of the batches it has not finished. The
+        /// encoder's own count rather than the sum of estimates, which are generous (twice a
+        /// value's bytes, 36 bytes a cell): by them a request of bench_orders rows ended at about
+        /// 15 MiB of its 32, and each request costs a round trip, the service's setup and commit,
+        /// and both sides' pipelines emptied.
+        func bound(adding size: Int) -> Int {
+            let encoded = source?.produced.withLock { $0 } ?? 0
+            return min(documentBytes, encoded + RowsDocumentSource.piece * 2 + recent.0 + recent.1) + size
+        }
     }
 
     init(client: ProtocolClient, path: String, table: TableName, columns: [Column], key: [String] = [], maxBody: Int? = nil) {
@@ -71,7 +85,7 @@ final class HTTPWriter: BatchWriter {
             try write(batch.selecting(Array(half..<batch.count)))
             return
         }
-        if let current = request, current.documentBytes + size > requestBytes { try close() }
+        if let current = request, current.bound(adding: size) > requestBytes { try close() }
         let r = try request ?? open()
         guard r.queue.put(batch) else {
             // The request ended early: the service answered (a refused row) or the connection failed.
@@ -81,6 +95,7 @@ final class HTTPWriter: BatchWriter {
         r.keys.append((r.rows, batch.count, keyIndexes.map { batch.columns[$0] }))
         r.keyBytes += keyIndexes.reduce(0) { $0 + batch.columns[$1].arena.count + 8 * batch.count }
         r.documentBytes += size
+        r.recent = (r.recent.1, size)
         r.rows += batch.count
         if r.keyBytes >= Self.keyBytes { try close() }
     }

@@ -20,10 +20,17 @@ public protocol ProtocolTransport: AnyObject, Sendable {
     var unauthorizedAdvice: String { get }
     /// The connection using this transport has ended (a plugin process may stop).
     func release()
+    /// True when an answer's pieces the caller has not taken stop the transfer (the connection
+    /// is not read past a bounded amount), so a page of any size costs no memory: a reader then
+    /// asks for pages of `largePageBytes`. False where unread pieces pile up in memory until
+    /// the page ends (URLSession on Linux, a plugin's pipe shared by several streams), which the
+    /// service's own page size, 8 MiB, bounds.
+    var pausesReading: Bool { get }
 }
 
 extension ProtocolTransport {
     public func release() {}
+    public var pausesReading: Bool { false }
 }
 
 /// One request in flight: its status, then its body's pieces in order.

@@ -153,6 +153,8 @@ public final class RowsDocumentSource {
     private var offset = 0
     private var stage = 0  // 0: rows, 1: the end, 2: done
     static let piece = 64 * 1024
+    /// Bytes of the document encoded so far (read from any thread: a writer sizing its request).
+    public let produced = Locked(0)
 
     init(table: TableName, types: [LogicalType], stored: [Bool] = [], next: @escaping () -> Next) {
         encoder = RowsEncoder(types: types, stored: stored)
@@ -176,6 +178,7 @@ public final class RowsDocumentSource {
             offset = 0
             switch stage {
             case 0:
+                defer { produced.withLock { $0 += pending.count } }
                 rows: while pending.count < Self.piece {
                     guard encoder.fill(pending, limit: Self.piece) else { continue }
                     switch next() {

@@ -86,6 +86,10 @@ struct RowsStreamCore {
     private var cellInRow = true
     private var cellNull = false
     private var cellBase64 = false
+    /// False once the cell's text showed a byte from 0x80 (or came through CDATA or a character
+    /// reference): only such text is checked for UTF-8 (ASCII is UTF-8), so the check costs
+    /// nothing on the scan that finds the value's end.
+    private var cellASCII = true
     /// The storage class a cell's `s` gave (0: none).
     private var cellStored: UInt8 = 0
     /// An attribute value being read (reused).
@@ -339,6 +343,7 @@ struct RowsStreamCore {
                     cellNull = tag.null
                     cellBase64 = tag.base64
                     cellStored = tag.stored
+                    cellASCII = true
                     if tag.stored != 0 && inRow {
                         guard kinds[column] == .binary else {
                             throw XMLWireError.badValue(row: rows, column: names[column], message: "a stored value (s=) in a column not read in its stored form")
@@ -352,7 +357,9 @@ struct RowsStreamCore {
                     if !cellNull {
                         // The common case: the whole value is here, without references, CDATA or
                         // CR, and `</v>` follows it: decoded straight from the input.
-                        let k = Self.plainRun(c, from: c.i)
+                        var seen: UInt64 = 0
+                        let k = Self.plainRun(c, from: c.i, seen: &seen)
+                        if seen & XMLText.highBits != 0 { cellASCII = false }
                         if k + 4 <= c.end && c.p[k] == 60 && c.p[k + 1] == 47 && c.p[k + 2] == 118 && c.p[k + 3] == 62 {
                             let text = UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: c.p[c.i..<k]))
                             if cellBase64 {
@@ -391,6 +398,7 @@ struct RowsStreamCore {
                     }
                 case .cdata:
                     // Copied as is up to `]]>`.
+                    cellASCII = false
                     var k = c.i
                     while k + 2 < c.end && !(c.p[k] == 93 && c.p[k + 1] == 93 && c.p[k + 2] == 62) { k += 1 }
                     if k + 2 >= c.end {
@@ -456,7 +464,9 @@ struct RowsStreamCore {
         }
         while true {
             // A run of plain bytes, in one piece.
-            let k = Self.plainRun(c, from: c.i)
+            var seen: UInt64 = 0
+            let k = Self.plainRun(c, from: c.i, seen: &seen)
+            if seen & XMLText.highBits != 0 { cellASCII = false }
             if k > c.i {
                 try emit(UnsafeBufferPointer(rebasing: c.p[c.i..<k]))
                 c.i = k
@@ -487,6 +497,7 @@ struct RowsStreamCore {
                     continue
                 }
                 let start = c.i
+                cellASCII = false
                 reference.removeAll(keepingCapacity: true)
                 do { try Self.reference(&c, into: &reference) } catch is Incomplete {
                     c.i = start
@@ -598,11 +609,11 @@ struct RowsStreamCore {
             } else {
                 do {
                     if cellStored != 0 {
-                        try WireValue.append(stored: cellStored, raw: bytes, textUnchecked: !cellBase64, to: &batch.columns[column])
+                        try WireValue.append(stored: cellStored, raw: bytes, textUnchecked: !cellBase64 && !cellASCII, to: &batch.columns[column])
                     } else if kinds[column] == .other {
                         try WireValue.append(raw: bytes, as: types[column], to: &batch.columns[column])
                     } else {
-                        try WireValue.append(raw: bytes, kind: kinds[column], to: &batch.columns[column])
+                        try WireValue.append(raw: bytes, kind: kinds[column], knownUTF8: !cellBase64 && cellASCII, to: &batch.columns[column])
                     }
                 } catch {
                     throw XMLWireError.badValue(row: rows, column: names[column], message: "\(error)")
@@ -613,7 +624,7 @@ struct RowsStreamCore {
         } else {
             if cellStored != 0 && !cellNull {
                 var key = ColumnBuffer(storage: .bytes, capacity: 1)
-                do { try WireValue.append(stored: cellStored, raw: bytes, textUnchecked: !cellBase64, to: &key) } catch {
+                do { try WireValue.append(stored: cellStored, raw: bytes, textUnchecked: !cellBase64 && !cellASCII, to: &key) } catch {
                     throw XMLWireError.badValue(row: rows, column: "next", message: "\(error)")
                 }
                 nextCells.append(key.bytes(0))

@@ -65,17 +65,26 @@ extension RowsStreamCore {
     /// control byte (TAB and LF are plain), or the end of the bytes. Eight bytes at a time while
     /// none of them is below 0x20, `<` or `&` (bytes from 0x80 are plain here), then byte by byte.
     @inline(__always) static func plainRun(_ c: Cursor, from start: Int) -> Int {
+        var seen: UInt64 = 0
+        return plainRun(c, from: start, seen: &seen)
+    }
+
+    /// `plainRun`, OR-ing every byte it passes into `seen` (bit 7 set: the run holds a byte of a
+    /// UTF-8 sequence, so the value's text must be checked; without it the run is ASCII).
+    @inline(__always) static func plainRun(_ c: Cursor, from start: Int, seen: inout UInt64) -> Int {
         var k = start
         if let base = c.p.baseAddress {
             while k + 8 <= c.end {
                 let w = UnsafeRawPointer(base).loadUnaligned(fromByteOffset: k, as: UInt64.self)
                 if XMLText.hasByte(below: 0x20, w) || XMLText.hasByte(0x3C, w) || XMLText.hasByte(0x26, w) { break }
+                seen |= w
                 k += 8
             }
         }
         while k < c.end {
             let b = c.p[k]
             if b == 60 || b == 38 || b == 13 || (b < 32 && b != 9 && b != 10) { break }
+            seen |= UInt64(b)
             k += 1
         }
         return k

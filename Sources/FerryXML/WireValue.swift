@@ -312,10 +312,11 @@ public enum WireValue {
     }
 
     /// `append(raw:as:to:)` for a column of `kind` (not `.other`, which needs the type).
-    @inline(__always) public static func append(raw bytes: UnsafeRawBufferPointer, kind: CellKind, to column: inout ColumnBuffer) throws {
+    /// `knownUTF8`: the caller saw the text is UTF-8 (all ASCII) and it is not checked again.
+    @inline(__always) public static func append(raw bytes: UnsafeRawBufferPointer, kind: CellKind, knownUTF8: Bool = false, to column: inout ColumnBuffer) throws {
         switch kind {
         case .text:
-            guard XMLText.isValidUTF8(bytes) else { throw WireValueError(message: "text is not valid UTF-8") }
+            guard knownUTF8 || XMLText.isValidUTF8(bytes) else { throw WireValueError(message: "text is not valid UTF-8") }
             column.append(bytes: bytes)
         case .binary:
             column.append(bytes: bytes)

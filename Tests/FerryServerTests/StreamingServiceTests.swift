@@ -108,6 +108,59 @@ final class StreamingServiceTests: XCTestCase {
         XCTAssertEqual(try direct.countRows(strict), 0, "nothing of the request stays")
     }
 
+    /// A page ends at the size in bytes its request asks for (`bytes=`, from 64 KiB up to the
+    /// service's maximum), else at the service's page size; a client whose transport pauses
+    /// reading asks for pages far larger than that and reads every row exactly; a bad size is
+    /// refused in one line.
+    func testAPageEndsAtTheBytesItsRequestAsksFor() async throws {
+        let service = try await RunningService(database: "sqlite:" + folder.path("paged.db"), drivers: drivers, maxBodyBytes: 64 << 20, pageBytes: 1 << 20)
+        defer { service.stop() }
+        let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
+        let columns = [col("id", .int64, nullable: false), col("body", .text, nullable: false)]
+        let types = columns.map(\.logicalType)
+        let table = TableName("paged")
+        try http.createTable(TableSchema(name: table, engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: table)
+        // A page ends between the service's batches of 10,000 rows (here ~300 kB of document).
+        let rows: [[Value]] = (0..<200_000).map { i in [.int(Int64(i + 1)), .text(i % 1000 == 7 ? "中文 & <b>\(i)</b>" : "r\(i)")] }
+        let w = try http.writer(into: try http.describe(table), columns: columns)
+        try w.write(try RowBatch(rows: rows, types: types))
+        try w.finish()
+
+        func page(_ query: String) throws -> (status: Int, rows: Int, next: Bool, body: String) {
+            let (status, body) = try service.request("GET", "v1/tables/paged/rows?limit=1000000" + query, token: service.readOnly)
+            return (status, body.components(separatedBy: "<r>").count - 1, body.contains("<next>"), body)
+        }
+        // The service's own page size (1 MiB), a page asked at 64 KiB and one at 4 MiB.
+        let standard = try page("")
+        let small = try page("&bytes=65536")
+        let large = try page("&bytes=4194304")
+        XCTAssertEqual([standard.status, small.status, large.status], [200, 200, 200])
+        XCTAssertTrue(standard.next && small.next && large.next, "each page is cut by its bytes, not its rows")
+        XCTAssertLessThan(small.rows, standard.rows)
+        XCTAssertLessThan(standard.rows, large.rows)
+        XCTAssertGreaterThan(large.body.utf8.count, 4 << 20)
+        XCTAssertLessThan(large.body.utf8.count, (4 << 20) + (512 << 10), "the page ends at the first batch past its size")
+        // Below 64 KiB counts as 64 KiB; beyond the maximum as the maximum (the whole table here).
+        XCTAssertEqual(try page("&bytes=1").rows, small.rows)
+        let whole = try page("&bytes=99999999999")
+        XCTAssertEqual(whole.rows, rows.count)
+        XCTAssertFalse(whole.next)
+        for bad in ["abc", "0", "-5"] {
+            let refused = try page("&bytes=" + bad)
+            XCTAssertEqual(refused.status, 400, bad)
+            XCTAssertTrue(refused.body.contains("bytes must be a positive number of bytes"), refused.body)
+        }
+
+        // Ferry's client over async-http-client pauses reading, so it asks for large pages: the
+        // whole table in one page here, every row exact.
+        XCTAssertNotNil((http as? HTTPConnection).map { $0.pageBytes }.flatMap { $0 })
+        let reader = try http.reader(table: try http.describe(table), columns: columns, keyRange: KeyRange(key: ["id"]), batchSize: 1_000)
+        var got: [[Value]] = []
+        while let b = try reader.next() { for r in 0..<b.count { got.append(b.row(r, types: types)) } }
+        reader.close()
+        assertSameRows(got, rows, names: ["id", "body"])
+    }
+
     /// A load of more than the service's `max-body` goes in several streamed requests, each
     /// ending before half of it, and arrives exactly; a row refused in a later request is named
     /// by its place among all the rows written and by its key.
