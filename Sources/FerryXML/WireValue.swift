@@ -167,17 +167,26 @@ public enum WireValue {
             decimal = false
             break
         }
-        let text = String(decoding: b, as: UTF8.self)
         guard decimal else {
-            switch text {
-            case "NaN": return .nan
-            case "Infinity": return .infinity
-            case "-Infinity": return -.infinity
-            default: return nil
-            }
+            if b.elementsEqual("NaN".utf8) { return .nan }
+            if b.elementsEqual("Infinity".utf8) { return .infinity }
+            if b.elementsEqual("-Infinity".utf8) { return -.infinity }
+            return nil
         }
-        guard let v = Double(text), v.isFinite else { return nil }
-        return v
+        if let v = DecimalFastPath.parse(b) { return v }
+        // The general case (more than 15 or so significant digits, as most shortest forms of a
+        // random double have): the C library's correctly rounded conversion on a copy with its
+        // NUL (no String built), where the process's numeric locale reads `.` as the decimal point.
+        guard b.count < 400, DecimalFastPath.pointIsDot else { return Double(String(decoding: b, as: UTF8.self)).flatMap { $0.isFinite ? $0 : nil } }
+        return withUnsafeTemporaryAllocation(of: CChar.self, capacity: b.count + 1) { buf -> Double? in
+            guard let base = buf.baseAddress else { return nil }
+            b.withMemoryRebound(to: CChar.self) { src in _ = buf.initialize(from: src) }
+            buf[b.count] = 0
+            var end: UnsafeMutablePointer<CChar>? = nil
+            let v = strtod(base, &end)
+            guard end == base + b.count, v.isFinite else { return nil }
+            return v
+        }
     }
 
     /// Parses decimal digits with an optional sign (what `Int64(String)` takes), without a String.
@@ -422,5 +431,79 @@ extension Array where Element == UInt8 {
     @inline(__always) mutating func appendASCII(_ s: StaticString) {
         // One capacity check and a copy (appending byte by byte checked each byte).
         s.withUTF8Buffer { append(contentsOf: $0) }
+    }
+}
+
+/// Decimal text to a double without the C library where the result is exact by construction
+/// (Clinger's fast path: at most 2^53 as an integer of digits, times or over a power of ten up to
+/// 10^22, both exact doubles, so one rounding) — the amounts and short fractions most data holds.
+enum DecimalFastPath {
+    static let powers: [Double] = (0...22).map { e in (0..<e).reduce(1.0) { r, _ in r * 10 } }
+
+    /// True when `strtod` reads `.` as the decimal point (the C locale, unless the process set
+    /// another numeric locale; looked at once).
+    static let pointIsDot: Bool = {
+        guard let conv = localeconv(), let point = conv.pointee.decimal_point else { return false }
+        return String(cString: point) == "."
+    }()
+
+    /// The value of `[+-]digits[.digits][(e|E)[+-]digits]`, or nil when the fast path does not
+    /// hold (or the text is not such a number).
+    @inline(__always) static func parse(_ b: UnsafeRawBufferPointer) -> Double? {
+        var i = 0
+        let n = b.count
+        var negative = false
+        if b[0] == 45 || b[0] == 43 {
+            negative = b[0] == 45
+            i = 1
+        }
+        var mantissa: UInt64 = 0
+        var digits = 0
+        var exponent = 0
+        var sawDigit = false
+        while i < n, b[i] >= 48 && b[i] <= 57 {
+            if mantissa != 0 || b[i] != 48 { digits += 1 }
+            guard digits <= 19 else { return nil }
+            mantissa = mantissa &* 10 &+ UInt64(b[i] - 48)
+            sawDigit = true
+            i += 1
+        }
+        if i < n && b[i] == 46 {
+            i += 1
+            while i < n, b[i] >= 48 && b[i] <= 57 {
+                if mantissa != 0 || b[i] != 48 { digits += 1 }
+                guard digits <= 19 else { return nil }
+                mantissa = mantissa &* 10 &+ UInt64(b[i] - 48)
+                exponent -= 1
+                sawDigit = true
+                i += 1
+            }
+        }
+        guard sawDigit else { return nil }
+        if i < n && (b[i] == 101 || b[i] == 69) {
+            i += 1
+            var expNegative = false
+            if i < n && (b[i] == 45 || b[i] == 43) {
+                expNegative = b[i] == 45
+                i += 1
+            }
+            var e = 0
+            var expDigits = 0
+            while i < n, b[i] >= 48 && b[i] <= 57 {
+                e = e * 10 + Int(b[i] - 48)
+                expDigits += 1
+                guard e < 100_000 else { return nil }
+                i += 1
+            }
+            guard expDigits > 0 else { return nil }
+            exponent += expNegative ? -e : e
+        }
+        guard i == n, mantissa <= 1 << 53 else { return nil }
+        var v = Double(mantissa)
+        if mantissa != 0 {
+            guard exponent >= -22 && exponent <= 22 else { return nil }
+            v = exponent < 0 ? v / powers[-exponent] : v * powers[exponent]
+        }
+        return negative ? -v : v
     }
 }
