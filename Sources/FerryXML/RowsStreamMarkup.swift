@@ -64,13 +64,8 @@ extension RowsStreamCore {
     /// Where a run of a cell's plain text that starts at `k` ends: the first `<`, `&`, CR or
     /// control byte (TAB and LF are plain), or the end of the bytes. Eight bytes at a time while
     /// none of them is below 0x20, `<` or `&` (bytes from 0x80 are plain here), then byte by byte.
-    @inline(__always) static func plainRun(_ c: Cursor, from start: Int) -> Int {
-        var seen: UInt64 = 0
-        return plainRun(c, from: start, seen: &seen)
-    }
-
-    /// `plainRun`, OR-ing every byte it passes into `seen` (bit 7 set: the run holds a byte of a
-    /// UTF-8 sequence, so the value's text must be checked; without it the run is ASCII).
+    /// Every byte it passes is OR-ed into `seen` (bit 7 set: the run holds a byte of a UTF-8
+    /// sequence, so the value's text must be checked; without it the run is ASCII).
     @inline(__always) static func plainRun(_ c: Cursor, from start: Int, seen: inout UInt64) -> Int {
         var k = start
         if let base = c.p.baseAddress {
