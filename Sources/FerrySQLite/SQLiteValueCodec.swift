@@ -196,7 +196,10 @@ enum SQLiteValueCodec {
 /// REAL (8 bytes, big-endian IEEE 754 bits), `t` TEXT (UTF-8), `b` BLOB. NULL is the batch's
 /// NULL. Documented in docs/xml-protocol.md (such a column travels as binary).
 enum StoredForm {
-    static let integer = StoredValue.integer, real = StoredValue.real, text = StoredValue.text, blob = StoredValue.blob
+    static var integer: UInt8 { StoredValue.integer }
+    static var real: UInt8 { StoredValue.real }
+    static var text: UInt8 { StoredValue.text }
+    static var blob: UInt8 { StoredValue.blob }
 
     /// Appends column `i` of the current row of `st` (not NULL) to `col`.
     @inline(__always)

@@ -78,7 +78,7 @@ struct RowsStreamCore {
     private let kinds: [WireValue.CellKind]
     private let value = ValueBuffer()
     /// The value's bytes while it is short (most are): a plain array, no class in between.
-    private var text: [UInt8] = []
+    private var text = ByteArena()
     /// The value moved to `value` (longer than `ValueBuffer.largeBytes`).
     private var valueIsLarge = false
     /// Base64 decoded from one piece of text, before it joins the value.
@@ -549,7 +549,7 @@ struct RowsStreamCore {
         }
         if !valueIsLarge {
             text.withUnsafeBytes { value.append($0) }
-            text = []
+            text = ByteArena()
             valueIsLarge = true
         }
         value.append(bytes)

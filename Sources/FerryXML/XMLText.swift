@@ -36,27 +36,41 @@ public enum XMLText {
             } else if b < 0x80 {
                 i += 1
             } else {
-                // Validate the UTF-8 sequence and exclude U+FFFE / U+FFFF (EF BF BE / EF BF BF).
-                let len: Int
-                if b & 0xE0 == 0xC0 { len = 2 } else if b & 0xF0 == 0xE0 { len = 3 } else if b & 0xF8 == 0xF0 { len = 4 } else { return false }
-                guard i + len <= n else { return false }
-                for k in 1..<len where bytes[i + k] & 0xC0 != 0x80 { return false }
-                if len == 2 && b < 0xC2 { return false }
-                if len == 3 {
-                    let b1 = bytes[i + 1]
-                    if b == 0xE0 && b1 < 0xA0 { return false }
-                    if b == 0xED && b1 >= 0xA0 { return false }  // surrogates
-                    if !controlsAllowed && b == 0xEF && b1 == 0xBF && (bytes[i + 2] == 0xBE || bytes[i + 2] == 0xBF) { return false }
-                }
-                if len == 4 {
-                    let b1 = bytes[i + 1]
-                    if b == 0xF0 && b1 < 0x90 { return false }
-                    if b > 0xF4 || (b == 0xF4 && b1 >= 0x90) { return false }
-                }
+                let len = sequenceLength(base, at: i, end: n, lead: b, controlsAllowed: controlsAllowed)
+                guard len > 0 else { return false }
                 i += len
             }
         }
         return true
+    }
+
+    /// The length of the UTF-8 sequence at `i` whose first byte is `b` (from 0x80), or 0 when it is
+    /// not valid UTF-8 (overlong, a surrogate, past U+10FFFF, cut short at `end`) or, unless
+    /// `controlsAllowed`, is U+FFFE or U+FFFF (EF BF BE / EF BF BF), which XML 1.0 excludes.
+    @inline(__always)
+    static func sequenceLength(_ base: UnsafeRawPointer, at i: Int, end n: Int, lead b: UInt8, controlsAllowed: Bool) -> Int {
+        @inline(__always) func next(_ k: Int) -> UInt8 { base.load(fromByteOffset: i + k, as: UInt8.self) }
+        if b >= 0xC2 && b < 0xE0 {
+            return i + 2 <= n && next(1) & 0xC0 == 0x80 ? 2 : 0
+        }
+        if b >= 0xE0 && b < 0xF0 {
+            guard i + 3 <= n else { return 0 }
+            let b1 = next(1), b2 = next(2)
+            guard b1 & 0xC0 == 0x80, b2 & 0xC0 == 0x80 else { return 0 }
+            if b == 0xE0 && b1 < 0xA0 { return 0 }  // overlong
+            if b == 0xED && b1 >= 0xA0 { return 0 }  // surrogates
+            if !controlsAllowed && b == 0xEF && b1 == 0xBF && b2 >= 0xBE { return 0 }
+            return 3
+        }
+        if b >= 0xF0 && b <= 0xF4 {
+            guard i + 4 <= n else { return 0 }
+            let b1 = next(1)
+            guard b1 & 0xC0 == 0x80, next(2) & 0xC0 == 0x80, next(3) & 0xC0 == 0x80 else { return 0 }
+            if b == 0xF0 && b1 < 0x90 { return 0 }  // overlong
+            if b == 0xF4 && b1 >= 0x90 { return 0 }  // past U+10FFFF
+            return 4
+        }
+        return 0
     }
 
     /// Appends `bytes` escaped for element content or a double-quoted attribute. Runs of bytes
@@ -124,11 +138,10 @@ public enum XMLText {
                     start = i
                 case 50:  // a C0 control XML 1.0 has no place for
                     return false
-                default:  // a UTF-8 sequence: checked as `isRepresentable` does
-                    var end = i + 1
-                    while end < n && end < i + 4 && bytes[end] & 0xC0 == 0x80 { end += 1 }
-                    guard isXMLText(UnsafeRawBufferPointer(rebasing: bytes[i..<end]), controlsAllowed: false) else { return false }
-                    i = end
+                default:  // a UTF-8 sequence: checked as `isRepresentable` does, in line
+                    let len = sequenceLength(base, at: i, end: n, lead: b, controlsAllowed: false)
+                    guard len > 0 else { return false }
+                    i += len
                 }
             }
             return true

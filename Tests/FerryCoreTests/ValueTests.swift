@@ -113,6 +113,39 @@ final class ValueTests: XCTestCase {
         XCTAssertFalse(col.isNull(998))
     }
 
+    /// A column's arena is a value: a copy keeps its bytes while the original grows, is emptied
+    /// or is refilled, and every way of appending lands the same bytes (past many regrowths).
+    func testArenasAreValuesAndKeepEveryByte() {
+        var column = ColumnBuffer(storage: .bytes)
+        var expected: [[UInt8]] = []
+        var random = [UInt8](repeating: 0, count: 300)
+        for i in 0..<5_000 {
+            let n = i % 97
+            for k in 0..<n { random[k] = UInt8(truncatingIfNeeded: i &* 31 &+ k) }
+            let bytes = Array(random[0..<n])
+            switch i % 4 {
+            case 0: bytes.withUnsafeBytes { column.append(bytes: $0) }
+            case 1: bytes.dropFirst().withUnsafeBytes { column.append(tag: bytes.first ?? 0, bytes: $0) }
+            case 2: column.append(count: n) { out in out.copyBytes(from: bytes) }
+            default: column.append(bytes: bytes.lazy.map { $0 })
+            }
+            expected.append(i % 4 == 1 && bytes.isEmpty ? [0] : bytes)
+        }
+        let copy = column
+        XCTAssertEqual((0..<copy.count).map { copy.bytes($0) }, expected)
+        "after".utf8CString.dropLast().withUnsafeBytes { column.append(bytes: $0) }
+        XCTAssertEqual(copy.count, 5_000)
+        XCTAssertEqual(copy.arena.count, expected.reduce(0) { $0 + $1.count })
+        XCTAssertEqual(column.string(5_000), "after")
+        var emptied = copy
+        emptied.removeAll()
+        emptied.append(string: "new")
+        XCTAssertEqual(emptied.string(0), "new")
+        XCTAssertEqual((0..<copy.count).map { copy.bytes($0) }, expected)
+        let pinned = copy.withPinned { p in (0..<copy.count).map { Array(p.bytes($0)) } }
+        XCTAssertEqual(pinned, expected)
+    }
+
     func testLogicalTypeJSONRoundTrip() throws {
         let types: [LogicalType] = [
             .boolean, .int16, .decimal(precision: 10, scale: 2), .decimal(precision: nil, scale: nil), .text(maxLength: 5, fixed: true),

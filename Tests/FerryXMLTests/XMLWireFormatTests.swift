@@ -115,6 +115,42 @@ final class XMLWireFormatTests: XCTestCase {
         _ = try roundTrip([col("id", .int64), col("t", .text)], rows, batchSize: 1000)
     }
 
+    /// The UTF-8 checks (in line, per sequence, as the escaping and the decoder use them) against
+    /// the standard library's decoding: every lead byte before edge bytes, four-byte sequences
+    /// around the limits, and random mixes — alone, and inside ASCII that is scanned by words.
+    func testUTF8ChecksAgreeWithTheStandardLibrary() {
+        func expected(_ bytes: [UInt8]) -> (valid: Bool, representable: Bool) {
+            guard let s = String(validating: bytes, as: UTF8.self) else { return (false, false) }
+            let representable = s.unicodeScalars.allSatisfy { scalar in
+                let v = scalar.value
+                return (v >= 0x20 || v == 9 || v == 10 || v == 13) && v != 0xFFFE && v != 0xFFFF
+            }
+            return (true, representable)
+        }
+        let edges: [UInt8] = [0x00, 0x09, 0x1F, 0x20, 0x26, 0x3C, 0x7F, 0x80, 0x8F, 0x90, 0x9F, 0xA0, 0xBD, 0xBE, 0xBF, 0xC0, 0xC1, 0xC2, 0xDF, 0xE0, 0xED, 0xEF, 0xF0, 0xF4, 0xF5, 0xFF]
+        var cases: [[UInt8]] = []
+        for a in 0...255 { for b in edges { for c in edges { cases.append([UInt8(a), b, c]) } } }
+        for a: UInt8 in [0xF0, 0xF3, 0xF4, 0xF5] { for b in edges { for c in edges { for d in edges { cases.append([a, b, c, d]) } } } }
+        var random = SplitMix64(seed: 29)
+        for _ in 0..<20_000 {
+            cases.append((0..<random.next(24)).map { _ in random.next(3) == 0 ? edges[random.next(edges.count)] : UInt8(random.next(128)) })
+        }
+        var checked = 0
+        for bytes in cases {
+            for text in [bytes, Array("abcdefghij".utf8) + bytes + Array("klmnopqrstuvwxyz".utf8)] {
+                let want = expected(text)
+                text.withUnsafeBytes { raw in
+                    XCTAssertEqual(XMLText.isValidUTF8(raw), want.valid, "\(text)")
+                    XCTAssertEqual(XMLText.isRepresentable(raw), want.representable, "\(text)")
+                    var out: [UInt8] = []
+                    XCTAssertEqual(XMLText.appendEscapedIfRepresentable(raw, into: &out), want.representable, "\(text)")
+                }
+                checked += 1
+            }
+        }
+        XCTAssertGreaterThan(checked, 400_000)
+    }
+
     func testSchemaAndTablesDocuments() throws {
         let schema = TableSchema(
             name: TableName(schema: "sales", "Odd \"name\" <&>\ttab"), engine: Engine("postgres"),

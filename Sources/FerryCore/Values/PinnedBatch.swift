@@ -20,12 +20,12 @@ public final class PinnedBatch {
         /// One byte per row: 1 when NULL.
         public let nulls: UnsafePointer<UInt8>
 
-        @inline(__always) public func isNull(_ row: Int) -> Bool { nulls[row] != 0 }
-        @inline(__always) public func int(_ row: Int) -> Int64 { ints.unsafelyUnwrapped[row] }
-        @inline(__always) public func double(_ row: Int) -> Double { doubles.unsafelyUnwrapped[row] }
+        @inlinable @inline(__always) public func isNull(_ row: Int) -> Bool { nulls[row] != 0 }
+        @inlinable @inline(__always) public func int(_ row: Int) -> Int64 { ints.unsafelyUnwrapped[row] }
+        @inlinable @inline(__always) public func double(_ row: Int) -> Double { doubles.unsafelyUnwrapped[row] }
         /// Row `row`'s bytes. Never a nil base address, also when empty: C APIs read a nil pointer
         /// as NULL (sqlite3_bind_text), and an empty string is not NULL.
-        @inline(__always) public func bytes(_ row: Int) -> UnsafeRawBufferPointer {
+        @inlinable @inline(__always) public func bytes(_ row: Int) -> UnsafeRawBufferPointer {
             let o = offsets.unsafelyUnwrapped
             return UnsafeRawBufferPointer(start: (arena ?? PinnedBatch.emptyBytes) + o[row], count: o[row + 1] - o[row])
         }
@@ -35,7 +35,7 @@ public final class PinnedBatch {
     public let count: Int
 
     /// A valid address for empty values when a column's arena has no storage at all.
-    nonisolated(unsafe) static let emptyBytes = UnsafeRawPointer(UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 8))
+    @usableFromInline nonisolated(unsafe) static let emptyBytes = UnsafeRawPointer(UnsafeMutableRawPointer.allocate(byteCount: 1, alignment: 8))
 
     private init(columns: [Column], count: Int) {
         self.columns = columns

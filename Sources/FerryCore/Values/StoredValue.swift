@@ -4,7 +4,12 @@
 /// `b` BLOB. Such values travel as binary (`ReadHints.storedForm`) and only the engine's own
 /// driver reads or writes them; this is how everyone else shows them.
 public enum StoredValue {
-    public static let integer = UInt8(ascii: "i"), real = UInt8(ascii: "r"), text = UInt8(ascii: "t"), blob = UInt8(ascii: "b")
+    // Computed and inlinable, not stored: another module's read of a stored `static let` goes
+    // through its lazy initializer (`swift_once`) on every value.
+    @inlinable public static var integer: UInt8 { 0x69 }  // "i"
+    @inlinable public static var real: UInt8 { 0x72 }  // "r"
+    @inlinable public static var text: UInt8 { 0x74 }  // "t"
+    @inlinable public static var blob: UInt8 { 0x62 }  // "b"
 
     /// The value in one line (`12`, `1.5`, `'12:00:00.500000'`, `x'00ff'`); nil when `bytes`
     /// is not a stored value.
