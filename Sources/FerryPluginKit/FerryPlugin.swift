@@ -46,9 +46,11 @@ public enum FerryPlugin {
             }
             // The driver's capabilities whatever this process's role: a source refuses writes
             // itself (PipeServer), and `ferry drivers` probes as a source.
-            let configuration = ServiceConfiguration(
+            var configuration = ServiceConfiguration(
                 database: endpoint, registry: DriverRegistry([driver]), writable: role == .target, name: name, version: version,
                 capabilities: capabilities)
+            // Every answer's body within the windows Ferry gives (PipeServer.StreamWindow).
+            configuration.windows = true
             let server = PipeServer(handlers: ServiceHandlers(configuration: configuration), logger: Logger(label: name))
             server.run()
         } catch {
@@ -63,7 +65,9 @@ public enum FerryPlugin {
 }
 
 /// The frames of stdin dispatched to the handlers, one task per request; answers written to
-/// stdout a frame at a time (frames of different streams may interleave).
+/// stdout a frame at a time (frames of different streams may interleave), each within the
+/// windows Ferry gives its stream when it asked for them (`Window:`), so that a stream Ferry
+/// does not read waits here, in its own task, instead of in Ferry's memory.
 final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only under `lock`; stdout only under `writeLock`
     let handlers: ServiceHandlers
     let logger: Logger
@@ -78,9 +82,74 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
         let body: AsyncThrowingStream<[UInt8], any Error>
         let feed: AsyncThrowingStream<[UInt8], any Error>.Continuation
         var cancelled = false
+        /// The answer's flow control, when the request asked for it.
+        let window: StreamWindow?
         init(head: [UInt8]) {
             self.head = head
             (body, feed) = AsyncThrowingStream.makeStream()
+            let asked = (try? PluginFrame.parseRequestHead(head))?.headers[PluginFrame.windowHeader.lowercased()]
+            window = asked.flatMap { Int($0) }.flatMap { $0 > 0 ? StreamWindow($0) : nil }
+        }
+    }
+
+    /// The bytes of an answer's body that may still be sent before Ferry gives more. A task
+    /// that finds it empty waits (suspended, not blocking a thread) until a `window` frame or a
+    /// `cancel` comes.
+    final class StreamWindow: @unchecked Sendable {  // unchecked: every field only under `lock`
+        private let lock = NSLock()
+        private var available: Int
+        private var closed = false
+        private var waiter: CheckedContinuation<Void, Never>?
+
+        init(_ bytes: Int) { available = bytes }
+
+        func grant(_ bytes: Int) {
+            let w = lock.withLock { () -> CheckedContinuation<Void, Never>? in
+                available += bytes
+                defer { waiter = nil }
+                return waiter
+            }
+            w?.resume()
+        }
+
+        /// The stream was cancelled: nothing more is sent, and a waiting task goes on to see it.
+        func close() {
+            let w = lock.withLock { () -> CheckedContinuation<Void, Never>? in
+                closed = true
+                defer { waiter = nil }
+                return waiter
+            }
+            w?.resume()
+        }
+
+        /// Takes up to `bytes` of the window, waiting while it is empty; 0 once closed.
+        func take(upTo bytes: Int) async -> Int {
+            while true {
+                if let n = taken(upTo: bytes) { return n }
+                await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+                    if !park(c) { c.resume() }
+                }
+            }
+        }
+
+        /// Up to `bytes` of the window (0 once closed), nil while it is empty.
+        private func taken(upTo bytes: Int) -> Int? {
+            lock.withLock {
+                if closed { return 0 }
+                guard available > 0 else { return nil }
+                let n = min(bytes, available)
+                available -= n
+                return n
+            }
+        }
+
+        /// Leaves `c` to be resumed by the next grant or close; false when one came meanwhile.
+        private func park(_ c: CheckedContinuation<Void, Never>) -> Bool {
+            lock.withLock {
+                if closed || available > 0 { return false }
+                waiter = c
+                return true
+            }
         }
     }
 
@@ -93,7 +162,7 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
         handlers.startSweeping()
         let hello = XMLDocuments.capabilities(.init(
             name: handlers.configuration.name, version: handlers.configuration.version, capabilities: handlers.configuration.capabilities,
-            storedForm: handlers.configuration.storedForm, maxBody: handlers.configuration.maxBodyBytes))
+            storedForm: handlers.configuration.storedForm, maxBody: handlers.configuration.maxBodyBytes, windows: handlers.configuration.windows))
         write(PluginFrame(.hello, stream: 0, payload: Array(hello)))
         let reader = PluginFrameReader { buffer in
             while true {
@@ -122,10 +191,19 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
             case .end:
                 lock.withLock { streams[frame.stream] }?.feed.finish()
             case .cancel:
-                lock.withLock {
+                let window = lock.withLock { () -> StreamWindow? in
                     streams[frame.stream]?.cancelled = true
                     streams[frame.stream]?.feed.finish(throwing: CancellationError())
+                    return streams[frame.stream]?.window
                 }
+                window?.close()
+            case .window:
+                let bytes: Int
+                do { bytes = try PluginFrame.parseWindow(frame.payload) } catch {
+                    FerryPlugin.fail("\(handlers.configuration.name): Ferry sent \(error); stopping", status: 1)
+                }
+                // A stream already answered in full: nothing waits for it.
+                lock.withLock { streams[frame.stream] }?.window?.grant(bytes)
             case .hello, .response:
                 FerryPlugin.fail("\(handlers.configuration.name): Ferry sent a \(frame.kind.rawValue) frame, which only a plugin sends; stopping", status: 1)
             }
@@ -166,12 +244,12 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
         write(PluginFrame(.response, stream: id, payload: PluginFrame.responseHead(status: response.status, headers: response.headers)))
         switch response.body {
         case .bytes(let data):
-            send(Array(data), stream: id)
+            try? await send(Array(data), stream: id, window: incoming.window)
         case .stream(let produce):
             do {
                 try await produce { [self] bytes in
                     if isCancelled(id) { throw CancellationError() }
-                    send(bytes, stream: id)
+                    try await send(bytes, stream: id, window: incoming.window)
                 }
             } catch {
                 // Cancelled, or the body failed after its status: the document stays unfinished,
@@ -181,10 +259,17 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
         write(PluginFrame(.end, stream: id))
     }
 
-    private func send(_ bytes: [UInt8], stream: UInt64) {
+    /// `bytes` as `body` frames of at most a MiB, each within the stream's window when it has
+    /// one (throws when the stream was cancelled while it waited).
+    private func send(_ bytes: [UInt8], stream: UInt64, window: StreamWindow?) async throws {
         var offset = 0
         while offset < bytes.count {
-            let end = min(offset + PluginFrame.maxPayload, bytes.count)
+            var end = min(offset + PluginFrame.maxPayload, bytes.count)
+            if let window {
+                let n = await window.take(upTo: end - offset)
+                if n == 0 || isCancelled(stream) { throw CancellationError() }
+                end = offset + n
+            }
             write(PluginFrame(.body, stream: stream, payload: Array(bytes[offset..<end])))
             offset = end
         }

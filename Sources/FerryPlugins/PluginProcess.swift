@@ -23,6 +23,10 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
     let timeout: Double
     /// What the plugin announced in its handshake.
     private(set) var report: XMLDocuments.CapabilitiesReport?
+    /// The plugin keeps each answer within the windows Ferry gives it (`flow-control="windows"`):
+    /// every request asks for them, so a stream's unread body holds at most
+    /// `PluginFrame.initialWindow` bytes here, and readers may ask for pages of any size.
+    private(set) var windows = false
 
     private let input: Int32  // the child's stdin, our end
     private let output: Int32  // the child's stdout, our end
@@ -48,7 +52,18 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
         var pieces: [Data] = []
         var finished = false
         var cancelled = false
+        /// With windows: the body bytes the plugin may still send, and those read since the
+        /// last `window` frame.
+        var allowed = PluginFrame.initialWindow
+        var unacknowledged = 0
+        /// Bytes of `pieces`.
+        var buffered = 0
     }
+
+    /// The most bytes one stream's unread pieces held at once in this process's life (what
+    /// flow control bounds; the tests read it).
+    private var peakBuffered = 0
+    var peakBufferedBytes: Int { condition.withLock { peakBuffered } }
 
     /// Starts `path` for `endpoint` and waits for its handshake (at most `timeout` seconds).
     init(name: String, path: String, endpoint: Endpoint, role: ConnectionRole, timeout: Double) throws {
@@ -163,6 +178,7 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
             throw error()
         }
         self.report = report
+        windows = report.windows
     }
 
     // MARK: Frames in
@@ -224,7 +240,19 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
                     fail("sent a body before the response's status")
                     return
                 }
-                if !state.cancelled { state.pieces.append(Data(frame.payload)) }
+                if !state.cancelled {
+                    if windows {
+                        state.allowed -= frame.payload.count
+                        guard state.allowed >= 0 else {
+                            condition.unlock()
+                            fail("sent more of an answer than the window Ferry gave it (stream \(frame.stream); flow-control=\"windows\", docs/plugins.md)")
+                            return
+                        }
+                    }
+                    state.pieces.append(Data(frame.payload))
+                    state.buffered += frame.payload.count
+                    peakBuffered = max(peakBuffered, state.buffered)
+                }
             case .end:
                 guard state.status != nil else {
                     condition.unlock()
@@ -287,7 +315,8 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
         defer { writeLock.unlock() }
         do {
             guard inputOpen else { throw PipeWriteError(reason: "its stdin was closed") }
-            try write(PluginFrame(.request, stream: stream, payload: PluginFrame.requestHead(method: method, target: "/" + target)))
+            let headers = windows ? [(PluginFrame.windowHeader, String(PluginFrame.initialWindow))] : []
+            try write(PluginFrame(.request, stream: stream, payload: PluginFrame.requestHead(method: method, target: "/" + target, headers: headers)))
             if let body {
                 var offset = 0
                 while offset < body.count {
@@ -345,18 +374,36 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
         try wait(id) { $0.status }
     }
 
-    /// The next piece of stream `id`'s body; nil at its end.
+    /// The next piece of stream `id`'s body; nil at its end. With windows, every MiB read is
+    /// given back to the plugin as window.
     func next(of id: UInt64) throws -> Data? {
         // `.some(nil)`: the body ended; nil: nothing yet.
-        let piece: Data?? = try wait(id) { s in
-            if !s.pieces.isEmpty { return .some(s.pieces.removeFirst()) }
+        let piece: (data: Data, grant: Int)?? = try wait(id) { s in
+            if !s.pieces.isEmpty {
+                let data = s.pieces.removeFirst()
+                s.buffered -= data.count
+                var grant = 0
+                if windows && !s.finished {
+                    s.unacknowledged += data.count
+                    if s.unacknowledged >= PluginFrame.windowStep {
+                        grant = s.unacknowledged
+                        s.unacknowledged = 0
+                        s.allowed += grant
+                    }
+                }
+                return .some((data, grant))
+            }
             return s.finished ? .some(nil) : nil
         }
-        guard case .some(.some(let data)) = piece else {
+        guard case .some(.some(let taken)) = piece else {
             condition.withLock { streams[id] = nil }
             return nil
         }
-        return data
+        if taken.grant > 0 {
+            // A plugin that no longer reads shows as a failure on the next wait.
+            writeLock.withLock { if inputOpen { try? write(PluginFrame.window(stream: id, bytes: taken.grant)) } }
+        }
+        return taken.data
     }
 
     private func wait<T>(_ id: UInt64, _ ready: (StreamState) -> T?) throws -> T {

@@ -20,6 +20,9 @@ final class PluginTransport: ProtocolTransport, @unchecked Sendable {  // unchec
 
     var endpoint: Endpoint { process.endpoint }
     var peer: String { "plugin \(process.name)" }
+    /// A plugin that keeps its answers within windows stops sending a stream Ferry does not read
+    /// (docs/plugins.md): readers may then ask for large pages, as from a service over HTTP.
+    var pausesReading: Bool { process.windows }
     var unauthorizedAdvice: String { "plugin \(process.name) refused the request (401)" }
 
     func unanswered(_ reason: String) -> FerryError {

@@ -35,6 +35,9 @@ public struct ServiceConfiguration: Sendable {
     /// The engine whose stored form rows may be read and written in (`native=` columns): the
     /// served engine when its dialect keeps its own stored form (SQLite), else nil.
     public let storedForm: Engine?
+    /// The transport keeps each answer's body within windows its client gives (a driver
+    /// plugin's pipe: `flow-control="windows"`); HTTP has TCP's own.
+    public var windows = false
 
     public init(
         database: Endpoint, registry: DriverRegistry, writable: Bool, tables: [TableName] = [], maxBodyBytes: Int = 64 << 20,

@@ -5,7 +5,7 @@ import Foundation
 /// `TYPE STREAM LENGTH\n` and `LENGTH` bytes of payload.
 public struct PluginFrame: Sendable, Equatable {
     public enum Kind: String, Sendable {
-        case hello, request, response, body, end, cancel
+        case hello, request, response, body, end, cancel, window
     }
     public var kind: Kind
     public var stream: UInt64
@@ -19,6 +19,28 @@ public struct PluginFrame: Sendable, Equatable {
 
     /// The most payload one frame carries; a longer body is several `body` frames.
     public static let maxPayload = 1 << 20
+
+    /// The request header with which Ferry asks a plugin that announced flow control
+    /// (`flow-control="windows"`) to keep the response's body within windows: at most its value
+    /// in bytes before the first `window` frame, then as many more as each `window` frame says.
+    public static let windowHeader = "Window"
+    /// The first window Ferry gives a stream, and how many bytes it reads before it gives more:
+    /// what one stream's unread body can take of Ferry's memory (4 MiB and a frame).
+    public static let initialWindow = 4 << 20
+    public static let windowStep = 1 << 20
+
+    /// A `window` frame: `bytes` more of stream `stream`'s body may be sent.
+    public static func window(stream: UInt64, bytes: Int) -> PluginFrame {
+        PluginFrame(.window, stream: stream, payload: Array(String(bytes).utf8))
+    }
+
+    /// The byte count of a `window` frame's payload.
+    public static func parseWindow(_ payload: [UInt8]) throws -> Int {
+        guard payload.count <= 12, payload.allSatisfy({ $0 >= 48 && $0 <= 57 }), let n = Int(String(decoding: payload, as: UTF8.self)), n > 0 else {
+            throw PluginFrameError.malformed("a window frame must carry a positive number of bytes")
+        }
+        return n
+    }
     /// The longest header line.
     static let maxHeader = 64
 
@@ -151,5 +173,5 @@ public final class PluginFrameReader {
 }
 
 extension PluginFrame.Kind {
-    static let allCasesText = ["hello", "request", "response", "body", "end", "cancel"]
+    static let allCasesText = ["hello", "request", "response", "body", "end", "cancel", "window"]
 }

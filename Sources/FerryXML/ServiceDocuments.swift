@@ -95,8 +95,12 @@ extension XMLDocuments {
         /// The largest request body the service takes, in bytes (`--max-body-mb`); nil when it
         /// does not say (clients then keep their requests well below 64 MiB, the default).
         public var maxBody: Int?
+        /// A driver plugin that keeps each response's body within the windows Ferry gives it
+        /// (`flow-control="windows"`, docs/plugins.md): Ferry then asks it for pages of any size,
+        /// since a stream it does not read holds at most its window in memory.
+        public var windows: Bool
         public init(protocolVersion: Int = ProtocolRoute.version, name: String, version: String, capabilities: Capabilities, unknown: [String] = [],
-                    storedForm: Engine? = nil, maxBody: Int? = nil) {
+                    storedForm: Engine? = nil, maxBody: Int? = nil, windows: Bool = false) {
             self.protocolVersion = protocolVersion
             self.name = name
             self.version = version
@@ -104,6 +108,7 @@ extension XMLDocuments {
             self.unknown = unknown
             self.storedForm = storedForm
             self.maxBody = maxBody
+            self.windows = windows
         }
     }
 
@@ -116,6 +121,7 @@ extension XMLDocuments {
         attr("version", report.version, into: &out)
         if let engine = report.storedForm { attr("stored-form", engine.rawValue, into: &out) }
         if let bytes = report.maxBody { attr("max-body", String(bytes), into: &out) }
+        if report.windows { attr("flow-control", "windows", into: &out) }
         out.append(contentsOf: ">\n".utf8)
         for name in report.capabilities.list + report.unknown {
             out.append(contentsOf: "  <capability".utf8)
@@ -142,6 +148,7 @@ extension XMLDocuments {
         return CapabilitiesReport(
             protocolVersion: version, name: root.attributes["name"] ?? "", version: root.attributes["version"] ?? "",
             capabilities: caps, unknown: unknown, storedForm: root.attributes["stored-form"].flatMap { $0.isEmpty ? nil : Engine($0) },
-            maxBody: root.attributes["max-body"].flatMap { Int($0) }.flatMap { $0 > 0 ? $0 : nil })
+            maxBody: root.attributes["max-body"].flatMap { Int($0) }.flatMap { $0 > 0 ? $0 : nil },
+            windows: root.attributes["flow-control"] == "windows")
     }
 }

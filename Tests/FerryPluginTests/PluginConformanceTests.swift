@@ -1,6 +1,7 @@
 import FerryCore
 import FerryDriverTestKit
-import FerryPlugins
+@testable import FerryPlugins
+@testable import FerryXML
 import Foundation
 import XCTest
 
@@ -38,6 +39,77 @@ final class PluginConformanceTests: XCTestCase {
         options.storedForm = .sqlite
         try runKit(scheme: "sqlitekit", path: PluginFixtures.products.appendingPathComponent("ferry-driver-sqlitekit").path,
                    options: options, expectedChecks: 15)
+    }
+
+    /// Flow control (docs/plugins.md): the kit announces windows, so Ferry reads a table from it
+    /// in pages of any size; two streams of one plugin process read in step, then one read whole
+    /// while the other waits unread, arrive exactly — and an unread answer waits in the plugin,
+    /// never more than its window of it in Ferry.
+    func testWindowsKeepUnreadAnswersInThePlugin() throws {
+        let folder = try TemporaryFolder()
+        let file = folder.path("windows.sqlite")
+        let rows = 60_000  // ~13 MB of <rows>: three windows and more per stream
+        let sqlite = Process()
+        sqlite.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        sqlite.arguments = [file, """
+            CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT NULL);
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(rows)) INSERT INTO t SELECT i, printf('%0200d', i) FROM n;
+            """]
+        try sqlite.run()
+        sqlite.waitUntilExit()
+        XCTAssertEqual(sqlite.terminationStatus, 0, "sqlite3 made the table (scripts/test installs the sqlite3 tool)")
+
+        let driver = PluginDriver(scheme: "sqlitekit", path: PluginFixtures.products.appendingPathComponent("ferry-driver-sqlitekit").path)
+        let endpoint = try Endpoint(parsing: "sqlitekit:" + file)
+        let a = try driver.connect(endpoint, role: .source), b = try driver.connect(endpoint, role: .source)
+        defer {
+            a.close()
+            b.close()
+        }
+        let connection = try XCTUnwrap(a as? HTTPConnection)
+        let process = try XCTUnwrap(connection.client.transport as? PluginTransport).process
+        XCTAssertIdentical(process, try XCTUnwrap((b as? HTTPConnection)?.client.transport as? PluginTransport).process, "one process for both")
+        XCTAssertTrue(process.windows, "FerryPluginKit announces flow-control=\"windows\"")
+        XCTAssertEqual(connection.pageBytes, HTTPConnection.largePageBytes)
+        let table = try a.describe(TableName("t"))
+
+        /// Reads batches from `reader` into `ids`/`texts` until `until` rows (or its end).
+        func read(_ reader: any BatchReader, into seen: inout [Int64], until: Int) throws -> Bool {
+            while seen.count < until {
+                guard let batch = try reader.next() else { return false }
+                for r in 0..<batch.count {
+                    let id = batch.columns[0].ints[r]
+                    XCTAssertEqual(batch.columns[1].string(r), String(repeating: "0", count: 200 - String(id).count) + String(id))
+                    seen.append(id)
+                }
+            }
+            return true
+        }
+        for inStep in [true, false] {
+            let first = try a.reader(table: table, columns: table.columns, keyRange: nil, batchSize: 1_000)
+            let second = try b.reader(table: table, columns: table.columns, keyRange: nil, batchSize: 1_000)
+            var one: [Int64] = [], two: [Int64] = []
+            if inStep {
+                // As verify reads: a batch of one, a batch of the other.
+                var going = true
+                while going {
+                    let more1 = try read(first, into: &one, until: one.count + 1)
+                    let more2 = try read(second, into: &two, until: two.count + 1)
+                    going = more1 || more2
+                }
+            } else {
+                // The second answer is asked for, then left unread while the first is read whole.
+                _ = try read(second, into: &two, until: 1)
+                _ = try read(first, into: &one, until: Int.max)
+                _ = try read(second, into: &two, until: Int.max)
+            }
+            first.close()
+            second.close()
+            XCTAssertEqual(one, (1...Int64(rows)).map { $0 }, "in step: \(inStep)")
+            XCTAssertEqual(two, (1...Int64(rows)).map { $0 }, "in step: \(inStep)")
+        }
+        XCTAssertGreaterThan(process.peakBufferedBytes, PluginFrame.windowStep)
+        XCTAssertLessThanOrEqual(process.peakBufferedBytes, PluginFrame.initialWindow, "an unread answer holds at most its window in Ferry")
     }
 
     func testCSVPlugin() throws {
