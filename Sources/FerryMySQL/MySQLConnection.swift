@@ -239,9 +239,9 @@ public final class MySQLConnection: Connection {
     public func digestsByReading(_ request: DigestRequest) -> Bool { request.rowHash == .lookup3 }
 
     public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: Int64, _ hash: Int64) throws -> Void) throws {
-        if request.rowHash == .lookup3 { return try DigestComputer.keyedRowHashes(self, table: table, request: request, each: each) }
+        if request.rowHash == .lookup3 { return try DigestComputer.keyedRowHashes(self, table: table, request: request, readAhead: true, each: each) }
         guard let sql = DigestSQL.keyedRowHashQuery(table.name, request, try digestDialect(table)) else {
-            return try DigestComputer.keyedRowHashes(self, table: table, request: request, each: each)
+            return try DigestComputer.keyedRowHashes(self, table: table, request: request, readAhead: true, each: each)
         }
         try forEachRow(sql) { r in
             let (k, h) = try DigestSQL.keyedRowHash(r, table: table.name)
@@ -250,7 +250,7 @@ public final class MySQLConnection: Connection {
     }
 
     public func bucketDigests(_ table: TableSchema, request: DigestRequest) throws -> [BucketDigest] {
-        if request.rowHash == .lookup3 { return try DigestComputer.digests(self, table: table, request: request) }
+        if request.rowHash == .lookup3 { return try DigestComputer.digests(self, table: table, request: request, readAhead: true) }
         let d = try digestDialect(table)
         // The GROUP BY's temporary table holds a row per bucket; past tmp_table_size (16 MiB by
         // default) MariaDB moves it to disk midway: 2^18 buckets of 1,000,000 bench_orders rows

@@ -138,10 +138,16 @@ public enum XMLText {
                     start = i
                 case 50:  // a C0 control XML 1.0 has no place for
                     return false
-                default:  // a UTF-8 sequence: checked as `isRepresentable` does, in line
-                    let len = sequenceLength(base, at: i, end: n, lead: b, controlsAllowed: false)
-                    guard len > 0 else { return false }
-                    i += len
+                default:  // UTF-8 sequences, checked as `isRepresentable` does, in line: a run of
+                    // them (Greek, Japanese) without a word test and a table look per character
+                    var lead = b
+                    repeat {
+                        let len = sequenceLength(base, at: i, end: n, lead: lead, controlsAllowed: false)
+                        guard len > 0 else { return false }
+                        i += len
+                        guard i < n else { break }
+                        lead = base.load(fromByteOffset: i, as: UInt8.self)
+                    } while lead >= 0x80
                 }
             }
             return true

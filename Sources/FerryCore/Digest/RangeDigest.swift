@@ -238,7 +238,7 @@ public enum DigestComputer {
     /// Each row's key and row hash for `request` (a key of one integer column), read through
     /// `connection`'s reader (`Connection.keyedRowHashes`).
     public static func keyedRowHashes(
-        _ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int = 10_000,
+        _ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int = 10_000, readAhead: Bool = false,
         each: (_ key: Int64, _ hash: Int64) throws -> Void
     ) throws {
         let keyIndexes = try keyIndexes(request.key, in: request.columns, table: table.name)
@@ -246,19 +246,22 @@ public enum DigestComputer {
             throw FerryError.copyFailed(table: table.name, endpoint: connection.endpoint.redacted, reason: "row hashes are listed by a key of one integer column only")
         }
         let k = keyIndexes[0]
-        try forEachRowHash(connection, table: table, request: request, batchSize: batchSize) { batch, row, hash in
+        try forEachRowHash(connection, table: table, request: request, batchSize: batchSize, readAhead: readAhead) { batch, row, hash in
             try each(batch.columns[k].ints[row], hash)
         }
     }
 
     /// Reads the rows of `request` and hands each row's hash (as `request.rowHash` computes it)
-    /// to `body` with its batch and row.
+    /// to `body` with its batch and row. `readAhead`: the next batch is read on a thread of its
+    /// own while this one is hashed (for a server that would wait meanwhile; not for a file
+    /// read on this machine, whose reading is CPU work that a second thread only contends).
     static func forEachRowHash(
-        _ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int,
+        _ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int, readAhead: Bool = false,
         _ body: (_ batch: RowBatch, _ row: Int, _ hash: Int64) throws -> Void
     ) throws {
         let range = request.filter == nil && request.within == nil ? nil : KeyRange(key: [], filter: request.filter, buckets: request.within)
-        let reader = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
+        let direct = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
+        let reader: any BatchReader = readAhead ? ReadAhead(direct, name: "ferry-digest-read") : direct
         defer { reader.close() }
         var scratch: [UInt8] = []
         let hasher = RowHasher(request)
@@ -268,14 +271,15 @@ public enum DigestComputer {
     }
 
     /// Digests of `request` over the rows of `table`, read through `connection`'s reader.
-    public static func digests(_ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int = 10_000) throws -> [BucketDigest] {
+    public static func digests(_ connection: any Connection, table: TableSchema, request: DigestRequest, batchSize: Int = 10_000, readAhead: Bool = false) throws -> [BucketDigest] {
         let keyIndexes = try keyIndexes(request.key, in: request.columns, table: table.name)
         let types = request.columns.map(\.logicalType)
         // `within` goes to the reader, which passes only those rows: an engine that computes the
         // key hash in its SQL (SQLite, for an integer key) reads only them, others filter in
         // Ferry (`BucketFilteringReader`).
         let range = request.filter == nil && request.within == nil ? nil : KeyRange(key: [], filter: request.filter, buckets: request.within)
-        let reader = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
+        let direct = try connection.reader(table: table, columns: request.columns, keyRange: range, batchSize: batchSize)
+        let reader: any BatchReader = readAhead ? ReadAhead(direct, name: "ferry-digest-read") : direct
         defer { reader.close() }
         let sums = DigestAccumulator(request)
         var scratch: [UInt8] = []
