@@ -270,19 +270,33 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
                 if n == 0 || isCancelled(stream) { throw CancellationError() }
                 end = offset + n
             }
-            write(PluginFrame(.body, stream: stream, payload: Array(bytes[offset..<end])))
+            bytes.withUnsafeBytes { all in
+                let piece = UnsafeRawBufferPointer(rebasing: all[offset..<end])
+                write(header: PluginFrame.header(.body, stream: stream, length: piece.count), payload: piece)
+            }
             offset = end
         }
     }
 
     /// Writes one whole frame to stdout; exits when Ferry has gone (stdout closed).
     private func write(_ frame: PluginFrame) {
-        let bytes = frame.encoded()
+        frame.payload.withUnsafeBytes { write(header: PluginFrame.header(frame.kind, stream: frame.stream, length: frame.payload.count), payload: $0) }
+    }
+
+    /// Writes a frame's header line and its payload, in place (a body piece is not copied into a
+    /// frame first), both under the lock so that frames of other streams come before or after.
+    private func write(header: [UInt8], payload: UnsafeRawBufferPointer) {
         writeLock.lock()
         defer { writeLock.unlock() }
+        header.withUnsafeBytes { writeAll($0) }
+        writeAll(payload)
+    }
+
+    private func writeAll(_ bytes: UnsafeRawBufferPointer) {
+        guard let base = bytes.baseAddress else { return }
         var offset = 0
         while offset < bytes.count {
-            let n = bytes.withUnsafeBytes { p in systemWrite(1, p.baseAddress.map { $0 + offset }, bytes.count - offset) }
+            let n = systemWrite(1, base + offset, bytes.count - offset)
             if n < 0 {
                 if errno == EINTR { continue }
                 exit(0)  // Ferry closed the pipe: nobody is listening any more.

@@ -194,9 +194,10 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
         }
         var first = true
         while true {
-            let frame: PluginFrame?
+            // A body piece goes on as the Data the reader made (no second copy).
+            let frame: (kind: PluginFrame.Kind, stream: UInt64, payload: Data)?
             do {
-                frame = try reader.next()
+                frame = try reader.nextData()
             } catch {
                 fail("\(error)")
                 return
@@ -213,7 +214,7 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
                     return
                 }
                 condition.lock()
-                hello = frame
+                hello = PluginFrame(.hello, stream: frame.stream, payload: Array(frame.payload))
                 condition.broadcast()
                 condition.unlock()
                 continue
@@ -229,7 +230,7 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
             }
             switch frame.kind {
             case .response:
-                do { state.status = try PluginFrame.parseStatus(frame.payload) } catch {
+                do { state.status = try PluginFrame.parseStatus(Array(frame.payload)) } catch {
                     condition.unlock()
                     fail("\(error)")
                     return
@@ -249,7 +250,7 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
                             return
                         }
                     }
-                    state.pieces.append(Data(frame.payload))
+                    state.pieces.append(frame.payload)
                     state.buffered += frame.payload.count
                     peakBuffered = max(peakBuffered, state.buffered)
                 }

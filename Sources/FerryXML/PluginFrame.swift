@@ -46,10 +46,15 @@ public struct PluginFrame: Sendable, Equatable {
 
     /// Header and payload, ready to write.
     public func encoded() -> [UInt8] {
-        var out = Array("\(kind.rawValue) \(stream) \(payload.count)\n".utf8)
+        var out = Self.header(kind, stream: stream, length: payload.count)
         out.reserveCapacity(out.count + payload.count)
         out += payload
         return out
+    }
+
+    /// A frame's header line, for a writer that sends the payload from where it is.
+    public static func header(_ kind: Kind, stream: UInt64, length: Int) -> [UInt8] {
+        Array("\(kind.rawValue) \(stream) \(length)\n".utf8)
     }
 
     /// A request's payload: `METHOD TARGET\n` and header lines.
@@ -108,66 +113,132 @@ public enum PluginFrameError: Error, CustomStringConvertible, Sendable {
     }
 }
 
-/// Reads frames from a byte stream (a pipe), through a buffer.
+/// Reads frames from a byte stream (a pipe), through a buffer of raw memory that reads land in
+/// directly (an array's room had to be zeroed for each read, and its payloads copied out again).
 public final class PluginFrameReader {
     /// Fills the buffer; returns the number of bytes read, 0 at the end of the stream.
     private let fill: (UnsafeMutableRawBufferPointer) throws -> Int
-    private var buffer: [UInt8] = []
+    private var buffer: UnsafeMutableRawPointer
+    private var capacity: Int
+    /// The bytes not taken yet are `start..<end`.
     private var start = 0
+    private var end = 0
+    /// How much one read asks for.
+    private static let readBytes = 64 * 1024
 
-    public init(read: @escaping (UnsafeMutableRawBufferPointer) throws -> Int) { fill = read }
+    public init(read: @escaping (UnsafeMutableRawBufferPointer) throws -> Int) {
+        fill = read
+        capacity = 2 * Self.readBytes
+        buffer = .allocate(byteCount: capacity, alignment: 16)
+    }
+
+    deinit { buffer.deallocate() }
+
+    private var pending: UnsafeRawBufferPointer { UnsafeRawBufferPointer(start: buffer + start, count: end - start) }
 
     /// Reads more; false at the end of the stream.
     private func more() throws -> Bool {
-        if start > 0 && start >= buffer.count / 2 {
-            buffer.removeFirst(start)
+        if capacity - end < Self.readBytes {
+            // Room at the end: move what is pending to the front, or grow (a payload of a MiB).
+            let pendingBytes = end - start
+            if start > 0 && capacity - pendingBytes >= Self.readBytes {
+                buffer.copyMemory(from: buffer + start, byteCount: pendingBytes)
+            } else {
+                let grown = UnsafeMutableRawPointer.allocate(byteCount: max(2 * capacity, pendingBytes + Self.readBytes), alignment: 16)
+                grown.copyMemory(from: buffer + start, byteCount: pendingBytes)
+                buffer.deallocate()
+                buffer = grown
+                capacity = max(2 * capacity, pendingBytes + Self.readBytes)
+            }
             start = 0
+            end = pendingBytes
         }
-        let old = buffer.count
-        buffer.append(contentsOf: repeatElement(0, count: 64 * 1024))
-        let n = try buffer.withUnsafeMutableBytes { try fill(UnsafeMutableRawBufferPointer(rebasing: $0[old...])) }
-        buffer.removeLast(64 * 1024 - max(n, 0))
-        return n > 0
+        let n = try fill(UnsafeMutableRawBufferPointer(start: buffer + end, count: min(Self.readBytes, capacity - end)))
+        guard n > 0 else { return false }
+        end += n
+        return true
     }
 
     /// The next frame; nil when the stream ended between frames.
     public func next() throws -> PluginFrame? {
-        // The header line.
+        guard let (kind, stream, length) = try header() else { return nil }
+        try waitForPayload(length)
+        let payload = Array(UnsafeRawBufferPointer(start: buffer + start, count: length))
+        start += length
+        return PluginFrame(kind, stream: stream, payload: payload)
+    }
+
+    /// The next frame with its payload as `Data` (a body piece goes on as is, without a second
+    /// copy); nil when the stream ended between frames. A payload longer than a read is read
+    /// straight into its own memory after the part already buffered, not through the buffer.
+    public func nextData() throws -> (kind: PluginFrame.Kind, stream: UInt64, payload: Data)? {
+        guard let (kind, stream, length) = try header() else { return nil }
+        let buffered = min(end - start, length)
+        guard length > Self.readBytes, buffered < length else {
+            try waitForPayload(length)
+            let payload = Data(bytes: buffer + start, count: length)
+            start += length
+            return (kind, stream, payload)
+        }
+        let memory = UnsafeMutableRawPointer.allocate(byteCount: length, alignment: 16)
+        memory.copyMemory(from: buffer + start, byteCount: buffered)
+        start += buffered
+        var filled = buffered
+        while filled < length {
+            let n: Int
+            do { n = try fill(UnsafeMutableRawBufferPointer(start: memory + filled, count: length - filled)) } catch {
+                memory.deallocate()
+                throw error
+            }
+            guard n > 0 else {
+                memory.deallocate()
+                throw PluginFrameError.truncated
+            }
+            filled += n
+        }
+        return (kind, stream, Data(bytesNoCopy: memory, count: length, deallocator: .custom { p, _ in p.deallocate() }))
+    }
+
+    /// Reads until `length` bytes of payload are buffered from `start`.
+    private func waitForPayload(_ length: Int) throws {
+        while end - start < length {
+            guard try more() else { throw PluginFrameError.truncated }
+        }
+    }
+
+    /// Reads a header line; its payload starts at `start` (and may not be here yet).
+    private func header() throws -> (PluginFrame.Kind, UInt64, Int)? {
         var newline: Int?
         while true {
-            if let i = buffer[start...].prefix(PluginFrame.maxHeader + 1).firstIndex(of: 10) {
-                newline = i
+            if let i = pending.prefix(PluginFrame.maxHeader + 1).firstIndex(of: 10) {
+                newline = start + i
                 break
             }
-            if buffer.count - start > PluginFrame.maxHeader { throw garbage() }
+            if end - start > PluginFrame.maxHeader { throw garbage() }
             guard try more() else {
-                if buffer.count == start { return nil }
-                throw buffer.count - start > 0 && !looksLikeHeader(buffer[start...]) ? garbage() : PluginFrameError.truncated
+                if end == start { return nil }
+                throw !looksLikeHeader(pending) ? garbage() : PluginFrameError.truncated
             }
         }
         guard let newline else { return nil }
-        let header = String(decoding: buffer[start..<newline], as: UTF8.self).split(separator: " ", omittingEmptySubsequences: false)
+        let header = String(decoding: UnsafeRawBufferPointer(start: buffer + start, count: newline - start), as: UTF8.self)
+            .split(separator: " ", omittingEmptySubsequences: false)
         guard header.count == 3, let kind = PluginFrame.Kind(rawValue: String(header[0])), let stream = UInt64(header[1]),
             let length = Int(header[2]), length >= 0, header[2].allSatisfy(\.isASCII)
         else { throw garbage() }
         guard length <= PluginFrame.maxPayload else { throw PluginFrameError.malformed("a payload of \(length) bytes; at most \(PluginFrame.maxPayload)") }
         start = newline + 1
-        while buffer.count - start < length {
-            guard try more() else { throw PluginFrameError.truncated }
-        }
-        let payload = Array(buffer[start..<start + length])
-        start += length
-        return PluginFrame(kind, stream: stream, payload: payload)
+        return (kind, stream, length)
     }
 
-    private func looksLikeHeader(_ bytes: ArraySlice<UInt8>) -> Bool {
+    private func looksLikeHeader(_ bytes: UnsafeRawBufferPointer) -> Bool {
         let text = String(decoding: bytes, as: UTF8.self)
         return PluginFrame.Kind.allCasesText.contains { text.hasPrefix($0 + " ") || $0.hasPrefix(text) }
     }
 
     /// What came instead of a frame, for the one-line error.
     private func garbage() -> PluginFrameError {
-        let text = String(decoding: buffer[start...].prefix(40), as: UTF8.self)
+        let text = String(decoding: pending.prefix(40), as: UTF8.self)
         return .garbage(String(text.unicodeScalars.map { $0.properties.generalCategory == .control ? "." : Character($0) }))
     }
 }
