@@ -208,7 +208,13 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
                 FerryPlugin.fail("\(handlers.configuration.name): Ferry sent a \(frame.kind.rawValue) frame, which only a plugin sends; stopping", status: 1)
             }
         }
-        // Ferry closed stdin: it is done. Answers under way end (their streams are dropped), snapshots end.
+        // Ferry closed stdin: it is done. Answers under way end (their streams are dropped, and
+        // one waiting for its window is woken to see that), snapshots end.
+        let waiting = lock.withLock { () -> [StreamWindow] in
+            for incoming in streams.values { incoming.cancelled = true }
+            return streams.values.compactMap(\.window)
+        }
+        for window in waiting { window.close() }
         _ = running.wait(timeout: .now() + 5)
         handlers.releaseAll()
         exit(0)

@@ -198,6 +198,12 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
             let frame: (kind: PluginFrame.Kind, stream: UInt64, payload: Data)?
             do {
                 frame = try reader.nextData()
+            } catch PluginFrameError.truncated {
+                // Its stdout ended inside a frame: how the process ended says more (a plugin
+                // killed while it streams an answer is almost always in the middle of a frame).
+                let status = waitForExit(seconds: 1)
+                fail(status.map { $0.hasPrefix("was killed") ? $0 : "\(PluginFrameError.truncated) and \($0)" } ?? "\(PluginFrameError.truncated)")
+                return
             } catch {
                 fail("\(error)")
                 return
@@ -401,8 +407,18 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
             return nil
         }
         if taken.grant > 0 {
-            // A plugin that no longer reads shows as a failure on the next wait.
-            writeLock.withLock { if inputOpen { try? write(PluginFrame.window(stream: id, bytes: taken.grant)) } }
+            // A window lost (or half written) would leave the plugin waiting, or reading garbage:
+            // a plugin that stopped reading its stdin fails here, in one line.
+            let failed = writeLock.withLock { () -> (any Error)? in
+                guard inputOpen else { return nil }
+                do { try write(PluginFrame.window(stream: id, bytes: taken.grant)) } catch { return error }
+                return nil
+            }
+            if let failed {
+                if (failed as? PipeWriteError)?.closed == true { _ = waitForExit(seconds: 2) }
+                fail("stopped reading its stdin (\(failed))")
+                throw self.error()
+            }
         }
         return taken.data
     }

@@ -45,10 +45,9 @@ final class PluginConformanceTests: XCTestCase {
     /// in pages of any size; two streams of one plugin process read in step, then one read whole
     /// while the other waits unread, arrive exactly — and an unread answer waits in the plugin,
     /// never more than its window of it in Ferry.
-    func testWindowsKeepUnreadAnswersInThePlugin() throws {
-        let folder = try TemporaryFolder()
+    /// A SQLite file with table `t` of `rows` rows of about 200 bytes (made by the sqlite3 tool).
+    func windowsTable(_ folder: TemporaryFolder, rows: Int) throws -> String {
         let file = folder.path("windows.sqlite")
-        let rows = 60_000  // ~13 MB of <rows>: three windows and more per stream
         let sqlite = Process()
         sqlite.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
         sqlite.arguments = [file, """
@@ -58,6 +57,13 @@ final class PluginConformanceTests: XCTestCase {
         try sqlite.run()
         sqlite.waitUntilExit()
         XCTAssertEqual(sqlite.terminationStatus, 0, "sqlite3 made the table (scripts/test installs the sqlite3 tool)")
+        return file
+    }
+
+    func testWindowsKeepUnreadAnswersInThePlugin() throws {
+        let folder = try TemporaryFolder()
+        let rows = 60_000  // ~13 MB of <rows>: three windows and more per stream
+        let file = try windowsTable(folder, rows: rows)
 
         let driver = PluginDriver(scheme: "sqlitekit", path: PluginFixtures.products.appendingPathComponent("ferry-driver-sqlitekit").path)
         let endpoint = try Endpoint(parsing: "sqlitekit:" + file)
@@ -110,6 +116,56 @@ final class PluginConformanceTests: XCTestCase {
         }
         XCTAssertGreaterThan(process.peakBufferedBytes, PluginFrame.windowStep)
         XCTAssertLessThanOrEqual(process.peakBufferedBytes, PluginFrame.initialWindow, "an unread answer holds at most its window in Ferry")
+    }
+
+    /// The kit's side of flow control, frame by frame on its pipes: an answer asked with
+    /// `Window:` stops at the window, goes on by exactly what a `window` frame allows, and a
+    /// plugin whose answer waits for its window exits as soon as Ferry closes its stdin (the
+    /// waiting answer dropped), not after the kit's 5 s grace or Ferry's kill.
+    func testTheKitStopsAtItsWindowAndExitsWhenFerryIsDone() throws {
+        let folder = try TemporaryFolder()
+        let file = try windowsTable(folder, rows: 60_000)
+        let plugin = Process()
+        plugin.executableURL = PluginFixtures.products.appendingPathComponent("ferry-driver-sqlitekit")
+        plugin.environment = ["FERRY_DRIVER_URL": "sqlitekit:" + file, "FERRY_DRIVER_ROLE": "source", "FERRY_PROTOCOL": "1"]
+        let input = Pipe(), output = Pipe()
+        plugin.standardInput = input
+        plugin.standardOutput = output
+        try plugin.run()
+        let fd = output.fileHandleForReading.fileDescriptor
+        let reader = PluginFrameReader { buffer in
+            while true {
+                let n = read(fd, buffer.baseAddress, buffer.count)
+                if n < 0 && errno == EINTR { continue }
+                return max(n, 0)
+            }
+        }
+        let hello = try XCTUnwrap(try reader.next())
+        XCTAssertEqual(hello.kind, .hello)
+        XCTAssertTrue(try XMLDocuments.decodeCapabilities(Data(hello.payload)).windows, "the kit announces flow-control=\"windows\"")
+        let head = PluginFrame.requestHead(
+            method: "GET", target: "/v1/tables/t/rows?limit=1000000&bytes=1073741824", headers: [(PluginFrame.windowHeader, String(PluginFrame.initialWindow))])
+        input.fileHandleForWriting.write(Data(PluginFrame(.request, stream: 1, payload: head).encoded() + PluginFrame(.end, stream: 1).encoded()))
+        /// Body bytes of stream 1 until `bytes` came (or the answer ended: fails the count).
+        func body(upTo bytes: Int) throws -> Int {
+            var got = 0
+            while got < bytes, let frame = try reader.next() {
+                XCTAssertEqual(frame.stream, 1)
+                if frame.kind == .body { got += frame.payload.count }
+                if frame.kind == .end { break }
+            }
+            return got
+        }
+        XCTAssertEqual(try body(upTo: PluginFrame.initialWindow), PluginFrame.initialWindow)
+        input.fileHandleForWriting.write(Data(PluginFrame.window(stream: 1, bytes: 300_000).encoded()))
+        // Exactly the window: a frame past it would make this count larger than asked.
+        XCTAssertEqual(try body(upTo: 300_000), 300_000)
+        let closedAt = Date()
+        try input.fileHandleForWriting.close()
+        plugin.waitUntilExit()
+        XCTAssertEqual(plugin.terminationReason, .exit)
+        XCTAssertEqual(plugin.terminationStatus, 0)
+        XCTAssertLessThan(Date().timeIntervalSince(closedAt), 4, "the waiting answer was dropped at once (the kit waits up to 5 s for answers under way)")
     }
 
     func testCSVPlugin() throws {

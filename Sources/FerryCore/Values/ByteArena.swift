@@ -59,6 +59,7 @@ public struct ByteArena: @unchecked Sendable {
     /// Appends `count` bytes that `write` fills in place.
     @inlinable @inline(__always)
     public mutating func append(count: Int, initializingWith write: (UnsafeMutableRawBufferPointer) -> Void) {
+        precondition(count >= 0, "a negative byte count")
         guard count > 0 else { return }
         prepare(adding: count)
         write(UnsafeMutableRawBufferPointer(start: storage.base + storage.count, count: count))
@@ -97,7 +98,8 @@ public struct ByteArena: @unchecked Sendable {
 
     /// The bytes `range` (a copy).
     public subscript(range: Range<Int>) -> [UInt8] {
-        withUnsafeBytes { Array($0[range]) }
+        precondition(range.lowerBound >= 0 && range.upperBound <= count, "bytes \(range) of an arena of \(count)")
+        return withUnsafeBytes { Array($0[range]) }
     }
 }
 
