@@ -178,7 +178,8 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
             throw error()
         }
         self.report = report
-        windows = report.windows
+        // Under the lock the frame reader holds while it counts a body against its window.
+        condition.withLock { windows = report.windows }
     }
 
     // MARK: Frames in
