@@ -120,6 +120,29 @@ public enum SQLiteTypeMap {
 }
 
 extension SQLiteTypeMap {
+    /// The most bytes a value of `type` takes in a SQLite record as Ferry stores it (integers
+    /// and reals 8, text as UTF-8 at 4 bytes a character, dates and times as their text); nil
+    /// when the type bounds nothing (text, BLOB, decimal without a precision, JSON).
+    static func storedWidthBound(of type: LogicalType) -> Int? {
+        switch type {
+        case .boolean, .int16, .int32, .int64, .float32, .float64: return 8
+        case .decimal(let precision?, _): return precision + 2
+        case .decimal: return nil
+        case .text(let n?, _): return 4 * n
+        case .text: return nil
+        case .binary(let n?): return n
+        case .binary: return nil
+        case .date: return 10
+        case .time: return 15
+        case .timestamp: return 32
+        case .uuid: return 36
+        case .json, .unsupported: return nil
+        case .enumeration(let labels): return 4 * (labels.map(\.count).max() ?? 0)
+        }
+    }
+}
+
+extension SQLiteTypeMap {
     /// Declared types SQLite users write (its documentation's examples and Ferry's own
     /// conventions) as data: declaration, logical type, edge samples. Tested column by column
     /// by the fidelity matrix; rendered into docs/type-mapping.md.
