@@ -111,7 +111,7 @@ extension Ferry {
 /// Finds the table the user meant: exact name first, then a unique case-insensitive match.
 func resolve(_ wanted: TableName, in connection: any Connection) throws -> TableName {
     if try connection.tableExists(wanted) { return wanted }
-    let all = try connection.listTables().map(\.name)
+    let all = try connection.listTableNames()
     let hits = all.filter {
         $0.name.lowercased() == wanted.name.lowercased()
             && (wanted.schema == nil || $0.schema?.lowercased() == wanted.schema?.lowercased())

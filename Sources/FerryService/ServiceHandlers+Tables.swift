@@ -10,10 +10,11 @@ extension ServiceHandlers {
     }
 
     func tables(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let counted = r.value("rows") != "no"
         let data = try await Offload.run { [self] in
             let c = try open(write: false)
             defer { c.close() }
-            let all = try c.listTables()
+            let all = counted ? try c.listTables() : try c.listTableNames().map { TableInfo(name: $0, rowEstimate: nil) }
             let served = configuration.tables
             return XMLDocuments.tables(served.isEmpty ? all : all.filter { t in served.contains { t.name.matches($0) } })
         }

@@ -114,6 +114,12 @@ public final class HTTPConnection: Connection {
         try XMLDocuments.decodeTables(client.expect("GET", ProtocolRoute.tables.target()))
     }
 
+    /// `?rows=no`: the service lists the names without counting (a service or plugin that does
+    /// not know the parameter counts, and the counts are dropped here).
+    public func listTableNames() throws -> [TableName] {
+        try XMLDocuments.decodeTables(client.expect("GET", ProtocolRoute.tables.target() + ProtocolRoute.query([("rows", "no")]))).map(\.name)
+    }
+
     /// `?snapshot=ID` while this connection reads inside the service's snapshot.
     var snapshotQuery: String { snapshotID.map { ProtocolRoute.query([("snapshot", $0)]) } ?? "" }
 

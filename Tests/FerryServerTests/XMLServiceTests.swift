@@ -101,7 +101,15 @@ final class XMLServiceTests: XCTestCase {
         defer { service.stop() }
         let src = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + chinook), role: .source)
         let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .source)
-        XCTAssertEqual(try http.listTables().count, 11)
+        let listed = try http.listTables()
+        XCTAssertEqual(listed.count, 11)
+        XCTAssertEqual(listed.first { $0.name.name == "Track" }?.rowEstimate, 3503)
+        // Choosing tables asks for the names alone: the service counts nothing for them.
+        XCTAssertEqual(try http.listTableNames(), listed.map(\.name))
+        XCTAssertEqual(try src.listTableNames(), listed.map(\.name))
+        let names = try ExternalTool.run(
+            ["curl", "-s", "-H", "Authorization: Bearer \(service.readOnly)", "http://127.0.0.1:\(service.port)/v1/tables?rows=no"], input: "")
+        XCTAssertTrue(names.contains("<table name=\"Track\"/>") && !names.contains("rows="), names)
         XCTAssertEqual(try http.describe(TableName("Track")).primaryKey, ["TrackId"])
         let lite = try sqlite("copy.db")
         let s = try harness.copy(http, lite, batchSize: 400)

@@ -15,6 +15,10 @@ public protocol Connection: AnyObject {
 
     /// User tables, excluding the engine's own and Ferry's bookkeeping tables.
     func listTables() throws -> [TableInfo]
+    /// The names `listTables` lists, without the row estimates: where an estimate costs a scan
+    /// (SQLite counts each table's rows), choosing the tables of a copy must not read every
+    /// table of the database. Default: `listTables`' names.
+    func listTableNames() throws -> [TableName]
     /// Exact row count.
     func countRows(_ table: TableName) throws -> Int64
     /// Columns, types, keys, serial columns and a row estimate. Throws `FerryError.tableNotFound`.
@@ -181,6 +185,8 @@ public protocol Connection: AnyObject {
 }
 
 extension Connection {
+    public func listTableNames() throws -> [TableName] { try listTables().map(\.name) }
+
     public func describe(_ table: TableName, rowEstimate: Bool) throws -> TableSchema {
         try describe(table)
     }

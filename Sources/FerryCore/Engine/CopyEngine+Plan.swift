@@ -307,7 +307,7 @@ extension CopyEngine {
     public static func selectTables(
         in source: any Connection, tables: [TableName], exclude: [TableName], schemas: [String] = []
     ) throws -> (chosen: [TableName], listed: [TableName]) {
-        let available = try source.listTables().map(\.name).filter { t in
+        let available = try source.listTableNames().filter { t in
             schemas.isEmpty || schemas.contains(t.schema ?? source.defaultSchema)
         }
         var chosen: [TableName] = []
