@@ -107,22 +107,26 @@ final class SQLiteReader: BatchReader {
     }
 
     @inline(__always)
-    private func text(_ st: OpaquePointer, _ i: Int32) -> UnsafeRawBufferPointer {
-        let p = sqlite3_column_text(st, i)
-        let n = Int(sqlite3_column_bytes(st, i))
+    private func text(_ v: OpaquePointer?) -> UnsafeRawBufferPointer {
+        let p = sqlite3_value_text(v)
+        let n = Int(sqlite3_value_bytes(v))
         return UnsafeRawBufferPointer(start: p, count: n)
     }
 
     @inline(__always)
-    private func blob(_ st: OpaquePointer, _ i: Int32) -> UnsafeRawBufferPointer {
-        let p = sqlite3_column_blob(st, i)
-        let n = Int(sqlite3_column_bytes(st, i))
+    private func blob(_ v: OpaquePointer?) -> UnsafeRawBufferPointer {
+        let p = sqlite3_value_blob(v)
+        let n = Int(sqlite3_value_bytes(v))
         return UnsafeRawBufferPointer(start: p, count: n)
     }
 
     @inline(__always)
     private func read(_ st: OpaquePointer, _ i: Int32, into col: inout ColumnBuffer, kind: ReadKind) throws {
-        let storage = sqlite3_column_type(st, i)
+        // One call into the statement per value, then the value's own accessors: each
+        // sqlite3_column_* call enters the connection and leaves through its error check. The
+        // value is protected: the connection is opened without a mutex (NOMUTEX).
+        let v = sqlite3_column_value(st, i)
+        let storage = sqlite3_value_type(v)
         if storage == SQLITE_NULL {
             col.appendNull()
             return
@@ -130,11 +134,11 @@ final class SQLiteReader: BatchReader {
         let type = types[Int(i)]
         switch kind {
         case .stored:
-            StoredForm.read(st, i, storage: storage, into: &col)
+            StoredForm.read(v, storage: storage, into: &col)
         case .integer, .boolean:
             switch storage {
             case SQLITE_INTEGER:
-                let v = sqlite3_column_int64(st, i)
+                let v = sqlite3_value_int64(v)
                 if kind == .boolean, v != 0 && v != 1 {
                     throw problem(i, "\(v) in a boolean column is neither 0 nor 1")
                 }
@@ -143,9 +147,9 @@ final class SQLiteReader: BatchReader {
             }
         case .double:
             switch storage {
-            case SQLITE_FLOAT: col.append(sqlite3_column_double(st, i))
+            case SQLITE_FLOAT: col.append(sqlite3_value_double(v))
             case SQLITE_INTEGER:
-                let v = sqlite3_column_int64(st, i)
+                let v = sqlite3_value_int64(v)
                 guard let d = Double(exactly: v) else {
                     throw problem(i, "the integer \(v) has no exact floating-point form")
                 }
@@ -154,10 +158,10 @@ final class SQLiteReader: BatchReader {
             }
         case .decimal:
             switch storage {
-            case SQLITE_INTEGER: col.append(string: String(sqlite3_column_int64(st, i)))
-            case SQLITE_FLOAT: col.append(string: DecimalText.exact(sqlite3_column_double(st, i)))
+            case SQLITE_INTEGER: col.append(string: String(sqlite3_value_int64(v)))
+            case SQLITE_FLOAT: col.append(string: DecimalText.exact(sqlite3_value_double(v)))
             case SQLITE_TEXT:
-                let bytes = text(st, i)
+                let bytes = text(v)
                 guard DecimalText.isValid(bytes) else {
                     throw mismatch(st, i, storage, type, hint: ": it is not a decimal number")
                 }
@@ -166,23 +170,23 @@ final class SQLiteReader: BatchReader {
             }
         case .text:
             switch storage {
-            case SQLITE_TEXT: col.append(bytes: text(st, i))
+            case SQLITE_TEXT: col.append(bytes: text(v))
             // A number in a text column (NUMERIC-affinity names like STRING): carried as its text.
-            case SQLITE_INTEGER: col.append(string: String(sqlite3_column_int64(st, i)))
-            case SQLITE_FLOAT: col.append(string: DecimalText.exact(sqlite3_column_double(st, i)))
+            case SQLITE_INTEGER: col.append(string: String(sqlite3_value_int64(v)))
+            case SQLITE_FLOAT: col.append(string: DecimalText.exact(sqlite3_value_double(v)))
             default: throw mismatch(st, i, storage, type)
             }
         case .binary:
             switch storage {
-            case SQLITE_BLOB: col.append(bytes: blob(st, i))
-            case SQLITE_TEXT: col.append(bytes: text(st, i))
+            case SQLITE_BLOB: col.append(bytes: blob(v))
+            case SQLITE_TEXT: col.append(bytes: text(v))
             default: throw mismatch(st, i, storage, type)
             }
         case .uuid:
             switch storage {
-            case SQLITE_BLOB where sqlite3_column_bytes(st, i) == 16: col.append(bytes: blob(st, i))
+            case SQLITE_BLOB where sqlite3_value_bytes(v) == 16: col.append(bytes: blob(v))
             case SQLITE_TEXT:
-                guard let bytes = UUIDText.parse(text(st, i)) else {
+                guard let bytes = UUIDText.parse(text(v)) else {
                     throw mismatch(st, i, storage, type, hint: ": it is not a UUID")
                 }
                 col.append(bytes: bytes)
@@ -192,7 +196,7 @@ final class SQLiteReader: BatchReader {
             guard storage == SQLITE_TEXT else {
                 throw mismatch(st, i, storage, type, hint: ": Ferry reads SQLite dates and times as ISO-8601 text")
             }
-            let s = text(st, i)
+            let s = text(v)
             do {
                 switch kind {
                 case .date: col.append(try Temporal.parseDate(s))

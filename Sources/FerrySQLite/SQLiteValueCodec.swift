@@ -201,23 +201,23 @@ enum StoredForm {
     static var text: UInt8 { StoredValue.text }
     static var blob: UInt8 { StoredValue.blob }
 
-    /// Appends column `i` of the current row of `st` (not NULL) to `col`.
+    /// Appends a statement's value (`sqlite3_column_value`, not NULL) to `col`.
     @inline(__always)
-    static func read(_ st: OpaquePointer, _ i: Int32, storage: Int32, into col: inout ColumnBuffer) {
+    static func read(_ value: OpaquePointer?, storage: Int32, into col: inout ColumnBuffer) {
         switch storage {
         case SQLITE_INTEGER:
-            var v = UInt64(bitPattern: sqlite3_column_int64(st, i)).bigEndian
+            var v = UInt64(bitPattern: sqlite3_value_int64(value)).bigEndian
             withUnsafeBytes(of: &v) { col.append(tag: integer, bytes: $0) }
         case SQLITE_FLOAT:
-            var v = sqlite3_column_double(st, i).bitPattern.bigEndian
+            var v = sqlite3_value_double(value).bitPattern.bigEndian
             withUnsafeBytes(of: &v) { col.append(tag: real, bytes: $0) }
         case SQLITE_TEXT:
-            // sqlite3_column_text before sqlite3_column_bytes: the length of the UTF-8 form.
-            let p = sqlite3_column_text(st, i)
-            col.append(tag: text, bytes: UnsafeRawBufferPointer(start: p, count: Int(sqlite3_column_bytes(st, i))))
+            // sqlite3_value_text before sqlite3_value_bytes: the length of the UTF-8 form.
+            let p = sqlite3_value_text(value)
+            col.append(tag: text, bytes: UnsafeRawBufferPointer(start: p, count: Int(sqlite3_value_bytes(value))))
         default:
-            let p = sqlite3_column_blob(st, i)
-            col.append(tag: blob, bytes: UnsafeRawBufferPointer(start: p, count: Int(sqlite3_column_bytes(st, i))))
+            let p = sqlite3_value_blob(value)
+            col.append(tag: blob, bytes: UnsafeRawBufferPointer(start: p, count: Int(sqlite3_value_bytes(value))))
         }
     }
 

@@ -137,6 +137,20 @@ final class DigestTests: XCTestCase {
         shifted.withUnsafeBytes { raw in
             XCTAssertEqual(Int64(bitPattern: Lookup3.bytes(UnsafeRawBufferPointer(rebasing: raw[1..<13]))), -7556637188122330412)
         }
+        // A tag and a payload hash as the two laid out together, at every length of the
+        // payload through three blocks and from every alignment.
+        let bytes = (0..<80).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }
+        bytes.withUnsafeBytes { raw in
+            for offset in 0..<4 {
+                for n in 0...(raw.count - offset) {
+                    let payload = UnsafeRawBufferPointer(rebasing: raw[offset..<(offset + n)])
+                    for tag in [UInt8(0), 0x69, 0xff] {
+                        XCTAssertEqual(Lookup3.bytes(tag: tag, payload), Lookup3.bytes([tag] + Array(payload)), "tag \(tag), \(n) bytes at +\(offset)")
+                    }
+                }
+            }
+        }
+        XCTAssertEqual(Lookup3.bytes(tag: 0x74, UnsafeRawBufferPointer(start: nil, count: 0)), Lookup3.bytes([0x74]))
         XCTAssertEqual(Int64(bitPattern: Lookup3.int8(0)), 4154612158245552303)
         XCTAssertEqual(Int64(bitPattern: Lookup3.int8(-5)), -9082176226831438310)  // hashint4extended(-5) too
         XCTAssertEqual(Int64(bitPattern: Lookup3.int8(.max)), 1977219185673256887)

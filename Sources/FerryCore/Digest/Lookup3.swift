@@ -90,14 +90,52 @@ public enum Lookup3 {
     /// `hash_bytes_extended(bytes, seed 0)`.
     @inline(__always)
     public static func bytes(_ bytes: UnsafeRawBufferPointer) -> UInt64 {
-        var length = bytes.count
-        var a = 0x9e37_79b9 &+ UInt32(truncatingIfNeeded: length) &+ 3_923_095
+        var a = 0x9e37_79b9 &+ UInt32(truncatingIfNeeded: bytes.count) &+ 3_923_095
         var b = a, c = a
         guard let base = bytes.baseAddress else {
             final(&a, &b, &c)
             return UInt64(b) << 32 | UInt64(c)
         }
-        var p = base
+        return blocks(base, bytes.count, &a, &b, &c)
+    }
+
+    /// `hash_bytes_extended` of the bytes `tag` then `payload`, without laying them out
+    /// together (a SQLite stored value: its class tag and its bytes; copying each value next to
+    /// its tag cost a `memcpy` a value, as much as the hashing).
+    @inline(__always)
+    public static func bytes(tag: UInt8, _ payload: UnsafeRawBufferPointer) -> UInt64 {
+        let total = payload.count + 1
+        var a = 0x9e37_79b9 &+ UInt32(truncatingIfNeeded: total) &+ 3_923_095
+        var b = a, c = a
+        guard let q = payload.baseAddress, total > 1 else {
+            a &+= UInt32(tag)
+            final(&a, &b, &c)
+            return UInt64(b) << 32 | UInt64(c)
+        }
+        if total >= 12 {
+            // The first block: the tag and payload bytes 0–10 (the payload has 11 or more).
+            a &+= UInt32(tag) | UInt32(littleEndian: q.loadUnaligned(as: UInt32.self)) << 8
+            b &+= UInt32(littleEndian: q.loadUnaligned(fromByteOffset: 3, as: UInt32.self))
+            c &+= UInt32(littleEndian: q.loadUnaligned(fromByteOffset: 7, as: UInt32.self))
+            mix(&a, &b, &c)
+            return blocks(q + 11, total - 12, &a, &b, &c)
+        }
+        // 2–11 bytes: the tag and 1–10 payload bytes, as the tail of `blocks` takes them.
+        let n = total - 1
+        a &+= UInt32(tag) | partial(q, min(n, 3)) << 8
+        if n > 3 { b &+= partial(q + 3, min(n - 3, 4)) }
+        if n > 7 { c &+= partial(q + 7, n - 7) << 8 }
+        final(&a, &b, &c)
+        return UInt64(b) << 32 | UInt64(c)
+    }
+
+    /// The 12-byte blocks of `length` bytes at `p`, then their last 1–11 bytes as three
+    /// little-endian words padded with zeros (the lowest byte of c is left for the length: c
+    /// gets bytes 8–10 shifted up by one byte), then the final mix.
+    @inline(__always)
+    static func blocks(_ start: UnsafeRawPointer, _ count: Int, _ a: inout UInt32, _ b: inout UInt32, _ c: inout UInt32) -> UInt64 {
+        var p = start
+        var length = count
         while length >= 12 {
             a &+= UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))
             b &+= UInt32(littleEndian: p.loadUnaligned(fromByteOffset: 4, as: UInt32.self))
@@ -107,16 +145,26 @@ public enum Lookup3 {
             length -= 12
         }
         if length > 0 {
-            // The last 1–11 bytes as three little-endian words padded with zeros; the lowest
-            // byte of c is left for the length (c gets bytes 8–10 shifted up by one byte).
-            var tail: (UInt32, UInt32, UInt32) = (0, 0, 0)
-            withUnsafeMutableBytes(of: &tail) { $0.baseAddress?.copyMemory(from: p, byteCount: length) }
-            a &+= UInt32(littleEndian: tail.0)
-            if length > 4 { b &+= UInt32(littleEndian: tail.1) }
-            if length > 8 { c &+= UInt32(littleEndian: tail.2) << 8 }
+            a &+= partial(p, min(length, 4))
+            if length > 4 { b &+= partial(p + 4, min(length - 4, 4)) }
+            if length > 8 { c &+= partial(p + 8, length - 8) << 8 }
         }
         final(&a, &b, &c)
         return UInt64(b) << 32 | UInt64(c)
+    }
+
+    /// The `n` (0–4) bytes at `p` as a little-endian word, zero above them: loads of exactly
+    /// those bytes, never past them.
+    @inline(__always)
+    static func partial(_ p: UnsafeRawPointer, _ n: Int) -> UInt32 {
+        switch n {
+        case 4: return UInt32(littleEndian: p.loadUnaligned(as: UInt32.self))
+        case 3:
+            return UInt32(UInt16(littleEndian: p.loadUnaligned(as: UInt16.self))) | UInt32(p.load(fromByteOffset: 2, as: UInt8.self)) << 16
+        case 2: return UInt32(UInt16(littleEndian: p.loadUnaligned(as: UInt16.self)))
+        case 1: return UInt32(p.load(as: UInt8.self))
+        default: return 0
+        }
     }
 
     /// `hash_bytes_extended` of an array's bytes.
