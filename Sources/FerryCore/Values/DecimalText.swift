@@ -70,35 +70,7 @@ public enum DecimalText {
     /// `normalized` of the text in `bytes`, appended to `out` without a String (the digests'
     /// canonical text of every decimal value).
     public static func appendNormalized(_ bytes: UnsafeRawBufferPointer, into out: inout [UInt8]) {
-        let n = bytes.count
-        guard isValid(bytes), n > 0, bytes[n - 1] != UInt8(ascii: "y"), bytes[n - 1] != UInt8(ascii: "N") else {
-            out.append(bytes: bytes)
-            return
-        }
-        var i = 0
-        var negative = false
-        if bytes[0] == UInt8(ascii: "+") || bytes[0] == UInt8(ascii: "-") {
-            negative = bytes[0] == UInt8(ascii: "-")
-            i = 1
-        }
-        var dot = i
-        while dot < n && bytes[dot] != UInt8(ascii: ".") { dot += 1 }
-        var wholeStart = i
-        while wholeStart < dot && bytes[wholeStart] == UInt8(ascii: "0") { wholeStart += 1 }
-        var fractionEnd = n
-        while fractionEnd > dot + 1 && bytes[fractionEnd - 1] == UInt8(ascii: "0") { fractionEnd -= 1 }
-        let hasFraction = fractionEnd > dot + 1
-        if wholeStart == dot && !hasFraction {
-            out.append(UInt8(ascii: "0"))
-            return
-        }
-        if negative { out.append(UInt8(ascii: "-")) }
-        if wholeStart == dot {
-            out.append(UInt8(ascii: "0"))
-        } else {
-            out.append(bytes: UnsafeRawBufferPointer(rebasing: bytes[wholeStart..<dot]))
-        }
-        if hasFraction { out.append(bytes: UnsafeRawBufferPointer(rebasing: bytes[dot..<fractionEnd])) }
+        withNormalized(bytes) { out.append(bytes: $0) }
     }
 
     /// `body` of the text `appendNormalized` appends, without an array: the input's own bytes
