@@ -100,6 +100,15 @@ final class ValueTests: XCTestCase {
             XCTAssertEqual(batch.row(i, types: types), row)
         }
         XCTAssertEqual(batch.columns[2].nullCount, 1)
+        // One batch appended to another (a key list's chunks handed on as one batch): every
+        // value, NULL and empty one after the first batch's.
+        var joined = batch
+        joined.append(contentsOf: try RowBatch(rows: Array(rows.reversed()), types: types))
+        XCTAssertEqual(joined.count, 6)
+        for (i, row) in (rows + rows.reversed()).enumerated() {
+            XCTAssertEqual(joined.row(i, types: types), row, "row \(i)")
+        }
+        XCTAssertEqual(batch.count, 3, "the appended batch is a value: the first is unchanged")
         XCTAssertNotEqual(Value.double(0.0), Value.double(-0.0))
         XCTAssertEqual(Value.double(.nan), Value.double(.nan))
         XCTAssertThrowsError(try RowBatch(rows: [[.int(70_000)]], types: [.int16])) { e in

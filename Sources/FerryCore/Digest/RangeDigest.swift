@@ -400,6 +400,24 @@ public final class BucketFilteringReader: BatchReader {
 }
 
 extension RowBatch {
+    /// Appends every row of `other` (a batch of the same column storages).
+    public mutating func append(contentsOf other: RowBatch) {
+        for c in columns.indices {
+            let from = other.columns[c]
+            for r in 0..<other.count {
+                if from.isNull(r) {
+                    columns[c].appendNull()
+                    continue
+                }
+                switch from.storage {
+                case .int64: columns[c].append(from.ints[r])
+                case .double: columns[c].append(from.doubles[r])
+                case .bytes: from.withUnsafeArena { columns[c].append(bytes: UnsafeRawBufferPointer(rebasing: $0[from.range(r)])) }
+                }
+            }
+        }
+    }
+
     /// The rows at `rows` (ascending), as a new batch.
     public func selecting(_ rows: [Int]) -> RowBatch {
         RowBatch(columns: columns.map { c in

@@ -133,7 +133,7 @@ extension CopyEngine {
         let batchSize = max(1, options.batchSize)
         let reader = Handoff(try keys.map { keys in
             // Only these keys, a bounded list per statement (index lookups).
-            KeyListReader(keys.values, chunk: RowValues.keysPerRead) { chunk in
+            KeyListReader(keys.values, chunk: RowValues.keysPerRead, rows: batchSize) { chunk in
                 var r = KeyRange(key: [], filter: table.filter)
                 r.keys = chunk
                 r.keyColumns = keys.columns

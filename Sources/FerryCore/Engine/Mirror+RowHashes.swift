@@ -62,25 +62,35 @@ extension CopyEngine {
     }
 }
 
-/// Reads the rows of a key list through readers opened for `chunk` keys at a time.
+/// Reads the rows of a key list through readers opened for `chunk` keys at a time, and hands
+/// them on in batches as full as a reader's (`rows` rows or `RowBatch.byteLimit`): a batch per
+/// chunk of 500 keys made a keyed write per 500 rows (PostgreSQL: a staging table, a COPY and
+/// an INSERT … ON CONFLICT each, ~25 ms; 20 of them for 10,000 changed rows).
 final class KeyListReader: BatchReader {
     private var chunks: ArraySlice<[[Value]]>
     private let open: ([[Value]]) throws -> any BatchReader
+    private let rows: Int
     private var current: (any BatchReader)?
 
-    init(_ keys: [[Value]], chunk: Int, open: @escaping ([[Value]]) throws -> any BatchReader) {
+    init(_ keys: [[Value]], chunk: Int, rows: Int = .max, open: @escaping ([[Value]]) throws -> any BatchReader) {
         chunks = stride(from: 0, to: keys.count, by: max(1, chunk)).map { Array(keys[$0..<min($0 + max(1, chunk), keys.count)]) }[...]
+        self.rows = max(1, rows)
         self.open = open
     }
 
     func next() throws -> RowBatch? {
+        var out: RowBatch?
         while true {
             if let c = current {
-                if let batch = try c.next() { return batch }
+                if let batch = try c.next() {
+                    if out == nil { out = batch } else { out?.append(contentsOf: batch) }
+                    if let o = out, o.isFull(rows: o.count, limit: rows) { return o }
+                    continue
+                }
                 c.close()
                 current = nil
             }
-            guard let keys = chunks.popFirst() else { return nil }
+            guard let keys = chunks.popFirst() else { return out }
             current = try open(keys)
         }
     }
