@@ -124,7 +124,8 @@ final class SQLiteReader: BatchReader {
     private func read(_ st: OpaquePointer, _ i: Int32, into col: inout ColumnBuffer, kind: ReadKind) throws {
         // One call into the statement per value, then the value's own accessors: each
         // sqlite3_column_* call enters the connection and leaves through its error check. The
-        // value is protected: the connection is opened without a mutex (NOMUTEX).
+        // value needs no mutex: the connection is opened in the multi-thread mode (NOMUTEX),
+        // where SQLite's unprotected values are its protected ones.
         let v = sqlite3_column_value(st, i)
         let storage = sqlite3_value_type(v)
         if storage == SQLITE_NULL {

@@ -58,7 +58,8 @@ struct SQLiteStoredRowHashes {
                 // One call into the statement per value, then its value's own accessors: every
                 // sqlite3_column_* call enters the connection and leaves through its error check
                 // (sqlite3ApiExit), a quarter of the instructions of this loop (callgrind). The
-                // value is protected: the connection is opened without a mutex (NOMUTEX).
+                // value needs no mutex: the connection is opened in the multi-thread mode
+                // (NOMUTEX), where SQLite's unprotected values are its protected ones.
                 let v = sqlite3_column_value(st, Int32(i))
                 if isKey[i] {
                     key = sqlite3_value_int64(v)
