@@ -51,7 +51,20 @@ public final class PinnedBatch {
         return try batch.withPinnedColumns { (pinned) throws -> R in
             let columns = pinned.enumerated().map { i, c in
                 let flags = nulls + i * max(n, 1)
-                for r in 0..<n { flags[r] = c.isNull(r) ? 1 : 0 }
+                // Sixty-four rows at a time: a word of null bits that is zero (no NULL among
+                // them, the common case) is 64 zero flags at once, not 64 bit tests (a flag
+                // per value cost 11 instructions, 2% of a mirror's, callgrind).
+                var r = 0
+                while r < n {
+                    let end = min(r + 64, n)
+                    let word = c.nullBits.map { $0[r >> 6] } ?? 0
+                    if word == 0 {
+                        (flags + r).initialize(repeating: 0, count: end - r)
+                    } else {
+                        for k in r..<end { flags[k] = UInt8(truncatingIfNeeded: (word >> UInt64(k & 63)) & 1) }
+                    }
+                    r = end
+                }
                 return Column(storage: c.storage, ints: c.ints, doubles: c.doubles, arena: c.arena, offsets: c.offsets, nulls: flags)
             }
             return try body(PinnedBatch(columns: columns, count: n))
