@@ -137,7 +137,7 @@ extension SQLiteTypeMap {
         case .timestamp: return 32
         case .uuid: return 36
         case .json, .unsupported: return nil
-        case .enumeration(let labels): return 4 * (labels.map(\.count).max() ?? 0)
+        case .enumeration(let labels): return labels.map(\.utf8.count).max() ?? 0
         }
     }
 }

@@ -171,14 +171,6 @@ public enum DigestComputer {
             }
         }
 
-        /// The hash of row `row` of `batch`; `scratch` is reused from row to row.
-        @inline(__always)
-        func hash(_ batch: RowBatch, row: Int, scratch: inout [UInt8]) -> Int64 {
-            lookup3
-                ? DigestComputer.lookup3RowHash(batch, row: row, types: types, forms: forms, scratch: &scratch)
-                : DigestComputer.rowHash(batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch)
-        }
-
         /// Every row's hash of `batch`, in order, handed to `each` with its row. `lookup3` reads
         /// the batch's buffers pinned (`PinnedBatch`): through the batch's arrays each value
         /// of a text or bytes column copied its column buffer (five retains and releases), and
@@ -187,7 +179,10 @@ public enum DigestComputer {
         @inline(__always)
         func hashRows(_ batch: RowBatch, scratch: inout [UInt8], _ each: (_ row: Int, _ hash: Int64) throws -> Void) throws {
             guard lookup3 else {
-                for row in 0..<batch.count { try each(row, hash(batch, row: row, scratch: &scratch)) }
+                for row in 0..<batch.count {
+                    try each(row, DigestComputer.rowHash(
+                        batch, row: row, types: types, allIndexes: all, stored: stored, delimited: delimited, scratch: &scratch))
+                }
                 return
             }
             try PinnedBatch.with(batch) { pinned in
@@ -205,7 +200,9 @@ public enum DigestComputer {
         }
     }
 
-    /// `lookup3RowHash` over a pinned batch's columns (`RowHasher.hashRows`).
+    /// The `lookup3` hash (`RowHash.lookup3`) of row `row` of a pinned batch: each column's in
+    /// its form, combined as PostgreSQL's `hash_record_extended` does, NULL as 0. `forms` as
+    /// `RowHasher` decides them (a text kept as its bytes is `bytes`).
     @inline(__always)
     static func lookup3RowHash(
         _ cols: UnsafeBufferPointer<PinnedBatch.Column>, row: Int, batch: RowBatch, types: UnsafeBufferPointer<LogicalType>,
@@ -235,42 +232,6 @@ public enum DigestComputer {
                 }
             }
             h = Lookup3.combine(h, e)
-        }
-        return Int64(bitPattern: h)
-    }
-
-    /// The `lookup3` hash (`RowHash.lookup3`) of row `row`: each column's in its form, combined
-    /// as PostgreSQL's `hash_record_extended` does, NULL as 0. `forms` as `RowHasher` decides
-    /// them (a text kept as its bytes is `bytes`).
-    @inline(__always)
-    static func lookup3RowHash(_ batch: RowBatch, row: Int, types: [LogicalType], forms: [ColumnHashForm], scratch: inout [UInt8]) -> Int64 {
-        var h: UInt64 = 0
-        types.withUnsafeBufferPointer { types in
-            forms.withUnsafeBufferPointer { forms in
-                for c in 0..<forms.count {
-                    // Columns reached through the array at each use (a ColumnBuffer held in a
-                    // local is retained and released per value).
-                    guard !batch.columns[c].isNull(row) else {
-                        h = Lookup3.combine(h, 0)
-                        continue
-                    }
-                    let e: UInt64
-                    switch forms[c] {
-                    case .integer, .time: e = Lookup3.int8(batch.columns[c].ints[row])
-                    case .date: e = Lookup3.int8(batch.columns[c].ints[row] &- Lookup3.dateOffset)
-                    case .timestamp: e = Lookup3.int8(batch.columns[c].ints[row] &- Lookup3.timestampOffset)
-                    case .float: e = Lookup3.float8(batch.columns[c].doubles[row])
-                    case .bytes, .stored:
-                        let range = batch.columns[c].range(row)
-                        e = batch.columns[c].withUnsafeArena { Lookup3.bytes(UnsafeRawBufferPointer(rebasing: $0[range])) }
-                    case .text:
-                        scratch.removeAll(keepingCapacity: true)
-                        CanonicalText.append(batch.columns, c, row: row, type: types[c], into: &scratch)
-                        e = Lookup3.bytes(scratch)
-                    }
-                    h = Lookup3.combine(h, e)
-                }
-            }
         }
         return Int64(bitPattern: h)
     }
@@ -400,39 +361,11 @@ public final class BucketFilteringReader: BatchReader {
 }
 
 extension RowBatch {
-    /// Appends every row of `other` (a batch of the same column storages).
-    public mutating func append(contentsOf other: RowBatch) {
-        for c in columns.indices {
-            let from = other.columns[c]
-            for r in 0..<other.count {
-                if from.isNull(r) {
-                    columns[c].appendNull()
-                    continue
-                }
-                switch from.storage {
-                case .int64: columns[c].append(from.ints[r])
-                case .double: columns[c].append(from.doubles[r])
-                case .bytes: from.withUnsafeArena { columns[c].append(bytes: UnsafeRawBufferPointer(rebasing: $0[from.range(r)])) }
-                }
-            }
-        }
-    }
-
     /// The rows at `rows` (ascending), as a new batch.
     public func selecting(_ rows: [Int]) -> RowBatch {
         RowBatch(columns: columns.map { c in
             var out = ColumnBuffer(storage: c.storage, capacity: rows.count)
-            for r in rows {
-                if c.isNull(r) {
-                    out.appendNull()
-                    continue
-                }
-                switch c.storage {
-                case .int64: out.append(c.ints[r])
-                case .double: out.append(c.doubles[r])
-                case .bytes: c.withUnsafeArena { out.append(bytes: UnsafeRawBufferPointer(rebasing: $0[c.range(r)])) }
-                }
-            }
+            for r in rows { out.append(row: r, of: c) }
             return out
         })
     }

@@ -130,6 +130,19 @@ public struct ColumnBuffer: Sendable {
         markRow(null: false)
     }
 
+    /// Appends row `row` of `other` (a column of the same storage), NULL included.
+    public mutating func append(row: Int, of other: ColumnBuffer) {
+        if other.isNull(row) {
+            appendNull()
+            return
+        }
+        switch other.storage {
+        case .int64: append(other._ints[row])
+        case .double: append(other._doubles[row])
+        case .bytes: other.withUnsafeArena { append(bytes: UnsafeRawBufferPointer(rebasing: $0[other.range(row)])) }
+        }
+    }
+
     public mutating func append<S: Sequence>(bytes: S) where S.Element == UInt8 {
         precondition(storage == .bytes, "bytes appended to a \(storage) column")
         _arena.append(contentsOf: bytes)
