@@ -397,6 +397,63 @@ final class MySQLDriverTests: XCTestCase {
         try assertCopiesEqual(src, into: "inserted")
     }
 
+    /// A new table is loaded through two connections (`MySQLSplitWriter`), slices of
+    /// `MySQLWriter.loadBytes` in turn: equal after the copy; one more connection opened, none
+    /// with `load-connections=1` or for a table with an AUTO_INCREMENT column (MariaDB's
+    /// AUTO-INC lock makes two loads take turns); a row the server refuses in any slice fails
+    /// the copy naming its key, and leaves no table (create) or the old one (replace).
+    func testNewTablesLoadThroughTwoConnections() throws {
+        let src = try sqlite("split.db")
+        let lite = try XCTUnwrap(src as? SQLiteConnection)
+        try lite.run("""
+            CREATE TABLE split (id BIGINT PRIMARY KEY NOT NULL, v INT, t TEXT);
+            WITH RECURSIVE g(i) AS (SELECT 0 UNION ALL SELECT i + 1 FROM g WHERE i < 199999)
+            INSERT INTO split SELECT i, i % 9973, 'row ' || i || ' of the split table, with a tab 	 and a \\' FROM g;
+            CREATE TABLE counted (id INTEGER PRIMARY KEY, v INT NOT NULL);
+            INSERT INTO counted SELECT id, v FROM split;
+            """)
+        let url = try my.makeDatabase("split")
+        let admin = try my.connect(my.adminURL)
+        func connections() throws -> Int {
+            Int(try admin.rows("SHOW GLOBAL STATUS LIKE 'Connections'").first?[1] ?? "") ?? -1
+        }
+        func opened(_ dst: MySQLConnection, _ table: String, mode: WriteMode = .create) throws -> Int {
+            let before = try connections()
+            let summary = try copy(src, dst, mode: mode, tables: [table])
+            XCTAssertTrue(summary.ok, "\(summary.tables.compactMap(\.error))")
+            return try connections() - before
+        }
+        let dst = try my.connect(url)
+        XCTAssertEqual(try opened(dst, "split"), 1)
+        try assertSame(src, dst, tables: [TableName("split")])
+        XCTAssertEqual(try opened(dst, "split", mode: .replace), 1)
+        try assertSame(src, dst, tables: [TableName("split")])
+        // A serial key (SQLite's INTEGER PRIMARY KEY: AUTO_INCREMENT) loads through one.
+        XCTAssertEqual(try opened(dst, "counted"), 0)
+        try assertSame(src, dst, tables: [TableName("counted")])
+        var one = try Endpoint(parsing: try my.makeDatabase("one"))
+        one.parameters.append(("load-connections", "1"))
+        XCTAssertEqual(try opened(try MySQLConnection(endpoint: one, role: .target), "split"), 0)
+        one.parameters = [("load-connections", "9")]
+        XCTAssertThrowsError(try MySQLConnection(endpoint: one, role: .target)) { e in
+            XCTAssertTrue("\(e)".contains("load-connections=9 is not a number from 1 to 8"), "\(e)")
+        }
+
+        // Text that is not UTF-8 is refused by MariaDB (Warning 1366) wherever it falls.
+        for bad in [20_000, 70_000, 110_000, 190_000] {
+            try lite.run("UPDATE split SET t = CAST(X'C328' AS TEXT) WHERE id = \(bad)")
+            let fresh = try my.connect(try my.makeDatabase("refused"))
+            let failed = try copy(src, fresh, tables: ["split"])
+            XCTAssertTrue(failed.tables[0].error?.contains("key (id=\(bad))") == true, failed.tables[0].error ?? "")
+            XCTAssertFalse(try fresh.tableExists(TableName("split")))
+            let replaced = try copy(src, dst, mode: .replace, tables: ["split"])
+            XCTAssertTrue(replaced.tables[0].error?.contains("key (id=\(bad))") == true, replaced.tables[0].error ?? "")
+            XCTAssertEqual(try dst.rows("SELECT count(*), sum(id) FROM split"), [["200000", "19999900000"]])
+            XCTAssertEqual(try dst.rows("SHOW TABLES"), [["counted"], ["split"]])
+            try lite.run("UPDATE split SET t = 'fixed' WHERE id = \(bad)")
+        }
+    }
+
     func testConnectionErrors() throws {
         let good = try Endpoint(parsing: my.adminURL)
         var wrong = good
