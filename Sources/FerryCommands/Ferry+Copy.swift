@@ -198,6 +198,14 @@ extension Ferry {
                         : " (\(c.inserted) inserted, \(c.updated) updated, \(c.unchanged) unchanged)"
                     for t in summary.tables {
                         guard let m = t.mirror else { continue }
+                        if m.levels == 0 {
+                            // Compared row by row as the source was read (CopyEngine.mirrorByStreaming).
+                            let again = m.sourceRowsRead - m.sourceRows
+                            Console.error(
+                                "\(t.source): compared each row's hash (PostgreSQL's row hash) key by key as the source was read; read \(m.sourceRows) source rows"
+                                    + (again > 0 ? " (\(again) of them again by key)" : "") + " and \(m.targetKeysRead) target keys")
+                            continue
+                        }
                         Console.error(
                             "\(t.source): compared \(m.levels) level\(m.levels == 1 ? "" : "s") of range digests (\(m.digests) buckets\(m.rowHash == .lookup3 ? ", PostgreSQL's row hash" : "")); read \(m.sourceRowsRead) of "
                                 + "\(m.sourceRows) source rows and \(m.targetKeysRead) of \(m.targetRows) target keys")

@@ -252,6 +252,9 @@ public final class MySQLConnection: Connection {
     public var rowHashes: [RowHash] { digestsByReadingRows ? [.lookup3, .md5] : [.md5] }
     public func digestsByReading(_ request: DigestRequest) -> Bool { request.rowHash == .lookup3 }
 
+    /// Where its digests are read beside Ferry, a mirror from it reads its rows once, in key order.
+    public var streamsMirrorRows: Bool { digestsByReadingRows }
+
     public func keyedRowHashes(_ table: TableSchema, request: DigestRequest, each: (_ key: Int64, _ hash: Int64) throws -> Void) throws {
         if request.rowHash == .lookup3 { return try DigestComputer.keyedRowHashes(self, table: table, request: request, readAhead: true, each: each) }
         guard let sql = DigestSQL.keyedRowHashQuery(table.name, request, try digestDialect(table)) else {

@@ -69,13 +69,8 @@ final class DigestTests: XCTestCase {
     /// above) — are those of the rows themselves.
     func testKeyedHashSpillKeepsEveryRowAndItsDigests() throws {
         let spill = try XCTUnwrap(KeyedHashSpill())
-        var state: UInt64 = 7
-        func next() -> UInt64 {  // xorshift64*
-            state ^= state >> 12
-            state ^= state << 25
-            state ^= state >> 27
-            return state &* 2_685_821_657_736_338_717
-        }
+        var random = XorShift(state: 7)
+        func next() -> UInt64 { random.next() }
         var pairs: [(Int64, Int64)] = []
         for i in 0..<200_000 {
             let key = i % 5 == 0 ? -Int64(next() % 1_000_000_000_000) : Int64(next() % (1 << 62))
@@ -114,6 +109,36 @@ final class DigestTests: XCTestCase {
             let finer = try spill.digests(request, table: TableName("t"))
             XCTAssertEqual(finer, expected(inner, within: (outer, Set(residues))), "within \(outer) buckets")
         }
+    }
+
+    /// A spill that sorts each piece as it writes it hands its rows back in ascending key order,
+    /// merged across the pieces (4 of 65,536 rows here, the last one short), every row once.
+    func testSortedSpillMergesItsPiecesInKeyOrder() throws {
+        let spill = try XCTUnwrap(KeyedHashSpill(sortingPieces: true))
+        var random = XorShift(state: 11)
+        func next() -> UInt64 { random.next() }
+        var keys = Set<Int64>()
+        var pairs: [KeyHashPair] = []
+        while pairs.count < 200_000 {
+            let key = pairs.count == 0 ? Int64.max : pairs.count == 1 ? Int64.min : Int64(bitPattern: next())
+            guard keys.insert(key).inserted else { continue }
+            pairs.append(KeyHashPair(key: key, hash: Int64(bitPattern: next())))
+            spill.append(key: key, hash: pairs[pairs.count - 1].hash)
+        }
+        XCTAssertThrowsError(try spill.sortedPairs(table: TableName("t")), "not before it is complete")
+        spill.finish()
+        let sorted = try spill.sortedPairs(table: TableName("t"))
+        var back: [KeyHashPair] = []
+        while let p = sorted.current {
+            back.append(p)
+            try sorted.advance()
+        }
+        XCTAssertEqual(back, pairs.sorted { $0.key < $1.key })
+        XCTAssertThrowsError(try XCTUnwrap(KeyedHashSpill()).sortedPairs(table: TableName("t")), "a spill that did not sort its pieces")
+
+        let empty = try XCTUnwrap(KeyedHashSpill(sortingPieces: true))
+        empty.finish()
+        XCTAssertNil(try empty.sortedPairs(table: TableName("t")).current)
     }
 
     func testIntegerKeyHashIsTheSQLArithmetic() {
@@ -180,4 +205,15 @@ final class DigestTests: XCTestCase {
 
 extension String {
     func leftPadded(_ n: Int) -> String { String(repeating: "0", count: max(0, n - count)) + self }
+}
+
+/// xorshift64*: the same numbers on every run.
+private struct XorShift {
+    var state: UInt64
+    mutating func next() -> UInt64 {
+        state ^= state >> 12
+        state ^= state << 25
+        state ^= state >> 27
+        return state &* 2_685_821_657_736_338_717
+    }
 }

@@ -397,6 +397,64 @@ final class MySQLDriverTests: XCTestCase {
         try assertCopiesEqual(src, into: "inserted")
     }
 
+    /// A mirror from MariaDB compares each source row with the target's row hash as it is read
+    /// (`CopyEngine.mirrorByStreaming`), into SQLite and into PostgreSQL: rows changed, lost and
+    /// added on either side, keys before the first and after the last (up to Int64.max), more
+    /// batches than the read-ahead holds; equal afterwards, counted exactly, nothing written
+    /// the second time.
+    func testMirrorFromMariaDBComparesRowsAsTheyAreRead() throws {
+        let db = try my.connect(try my.makeDatabase("stream"))
+        try db.run("CREATE TABLE s (id BIGINT PRIMARY KEY, v INT, t VARCHAR(40), d DATETIME(6), n DECIMAL(10,3))")
+        try db.run("""
+            INSERT INTO s SELECT seq, seq % 7919, CONCAT('row ', seq), TIMESTAMP '2000-01-01 00:00:00' + INTERVAL seq * 1001 MICROSECOND,
+              IF(seq % 11 = 0, NULL, seq / 8) FROM seq_1_to_150000
+            """)
+        let lite = try sqlite("stream.db")
+        let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let admin = try PostgresConnection(endpoint: Endpoint(parsing: pgURL), role: .target)
+        let pgDatabase = "ferry_mystream_\(UUID().uuidString.prefix(8).lowercased())"
+        try admin.run("CREATE DATABASE \(pgDatabase)")
+        let pgBase = pgURL.range(of: "/", options: .backwards).map { String(pgURL[..<$0.lowerBound]) } ?? pgURL
+        let pg = try PostgresConnection(endpoint: Endpoint(parsing: pgBase + "/" + pgDatabase), role: .target)
+        defer {
+            pg.close()
+            try? admin.run("DROP DATABASE IF EXISTS \(pgDatabase)")
+            admin.close()
+        }
+        for target in [lite, pg as any Connection] {
+            XCTAssertTrue(try copy(db, target, tables: ["s"]).ok)
+        }
+        try db.run("UPDATE s SET v = v + 1 WHERE id % 97 = 5")
+        try db.run("DELETE FROM s WHERE id % 1009 = 7 OR id <= 3 OR id > 149990")
+        try db.run("INSERT INTO s (id, v, t) VALUES (-5, 1, 'before'), (-1, 2, 'before'), (200000, 3, 'after'), (200001, NULL, NULL)")
+        try XCTUnwrap(lite as? SQLiteConnection).run("""
+            UPDATE s SET t = 'target' WHERE id % 1500 = 2;
+            DELETE FROM s WHERE id % 2003 = 11;
+            INSERT INTO s (id, v) VALUES (-9, 0), (75000500, 0), (9223372036854775807, 0);
+            """)
+        try pg.run("UPDATE s SET t = 'target' WHERE id % 1500 = 2")
+        try pg.run("DELETE FROM s WHERE id % 2003 = 11")
+        try pg.run("INSERT INTO s (id, v) VALUES (-9, 0), (75000500, 0), (9223372036854775807, 0)")
+        let sourceRows = try db.countRows(TableName("s"))
+        for (target, name) in [(lite, "SQLite"), (pg as any Connection, "PostgreSQL")] {
+            let targetRows = try target.countRows(TableName("s"))
+            let mirrored = try harness.copy(db, target, mode: .mirror, tables: ["s"], batchSize: 1_000)
+            XCTAssertTrue(mirrored.ok, "\(name): \(mirrored.tables.compactMap(\.error))")
+            let counts = try XCTUnwrap(mirrored.tables.first?.counts, name)
+            let stats = try XCTUnwrap(mirrored.tables.first?.mirror, name)
+            XCTAssertEqual(stats.levels, 0, "\(name): compared as read")
+            XCTAssertEqual([stats.sourceRows, stats.targetRows], [sourceRows, targetRows], name)
+            XCTAssertEqual(counts.inserted + counts.updated + counts.unchanged, sourceRows, "\(name): \(counts)")
+            XCTAssertEqual(counts.deleted, targetRows - (sourceRows - counts.inserted), "\(name): \(counts)")
+            XCTAssertGreaterThan(counts.updated, 1_600, name)
+            XCTAssertEqual(mirrored.tables.first?.rows, counts.inserted + counts.updated, name)
+            try assertSame(db, target, tables: [TableName("s")])
+            let again = try harness.copy(db, target, mode: .mirror, tables: ["s"], batchSize: 1_000)
+            XCTAssertEqual(again.tables.first?.counts, MergeCounts(unchanged: sourceRows), name)
+            XCTAssertEqual(again.tables.first?.rows, 0, name)
+        }
+    }
+
     /// A new table is loaded through two connections (`MySQLSplitWriter`), slices of
     /// `MySQLWriter.loadBytes` in turn: equal after the copy; one more connection opened, none
     /// with `load-connections=1` or for a table with an AUTO_INCREMENT column (MariaDB's

@@ -32,9 +32,14 @@ public final class KeyedHashSpill: @unchecked Sendable {
     /// True once every row of the side is in the file.
     public private(set) var isComplete = false
     private var failed = false
+    /// Each piece sorted by key before it is written, so that `sortedPairs` can merge them.
+    private let sortsPieces: Bool
 
     /// A new empty spill in the temporary folder (`TMPDIR`), nil when none can be made there.
-    public init?() {
+    /// `sortingPieces`: each piece of `pairsPerPiece` rows is sorted by key as it is written
+    /// (for `sortedPairs`; `forEach` then hands them on in that order).
+    public init?(sortingPieces: Bool = false) {
+        sortsPieces = sortingPieces
         let dir = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
         var template = Array((dir.hasSuffix("/") ? dir : dir + "/").utf8CString.dropLast()) + Array("ferry-digest-XXXXXX".utf8CString)
         let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
@@ -71,6 +76,13 @@ public final class KeyedHashSpill: @unchecked Sendable {
             return
         }
         rows += Int64(buffered / 2)
+        if sortsPieces {
+            let n = buffered / 2
+            buffer.withMemoryRebound(to: KeyHashPair.self, capacity: n) {
+                var pairs = UnsafeMutableBufferPointer(start: $0, count: n)
+                pairs.sort { $0.key < $1.key }
+            }
+        }
         let bytes = buffered * 8
         var offset = 0
         var ok = true
@@ -104,25 +116,37 @@ public final class KeyedHashSpill: @unchecked Sendable {
         }
         guard isComplete else { throw failure("is incomplete") }
         var piece = [Int64](repeating: 0, count: 2 * Self.pairsPerPiece)
-        var offset: off_t = 0
-        var left = rows
-        while left > 0 {
-            let want = Int(min(left, Int64(Self.pairsPerPiece))) * 16
-            let got = piece.withUnsafeMutableBytes { raw -> Int in
-                var filled = 0
-                while filled < want {
-                    let n = pread(fd, raw.baseAddress! + filled, want - filled, offset + off_t(filled))
-                    if n < 0 && errno == EINTR { continue }
-                    if n <= 0 { return -1 }
-                    filled += n
-                }
-                return filled
+        var first: Int64 = 0
+        while first < rows {
+            let count = Int(min(rows - first, Int64(Self.pairsPerPiece)))
+            guard piece.withUnsafeMutableBytes({ read(first: first, count: count, into: $0.baseAddress!) }) else {
+                throw failure("could not be read back (\(String(cString: strerror(errno))))")
             }
-            guard got == want else { throw failure("could not be read back (\(String(cString: strerror(errno))))") }
-            for i in 0..<(want / 16) { try body(piece[2 * i], piece[2 * i + 1]) }
-            offset += off_t(want)
-            left -= Int64(want / 16)
+            for i in 0..<count { try body(piece[2 * i], piece[2 * i + 1]) }
+            first += Int64(count)
         }
+    }
+
+    /// Reads `count` rows from row `first` on into `into`; false when the file cannot be read.
+    fileprivate func read(first: Int64, count: Int, into: UnsafeMutableRawPointer) -> Bool {
+        let want = count * 16
+        var filled = 0
+        while filled < want {
+            let n = pread(fd, into + filled, want - filled, off_t(first * 16) + off_t(filled))
+            if n < 0 && errno == EINTR { continue }
+            if n <= 0 { return false }
+            filled += n
+        }
+        return true
+    }
+
+    /// Every row kept, in ascending key order: the sorted pieces (`sortingPieces`) merged.
+    /// Throws when the spill is incomplete or was not sorting its pieces.
+    public func sortedPairs(table: TableName) throws -> SortedPairs {
+        guard isComplete, sortsPieces else {
+            throw FerryError.copyFailed(table: table, endpoint: "", reason: "the temporary file of row hashes is incomplete; nothing was changed")
+        }
+        return try SortedPairs(self, table: table)
     }
 
     /// The first level of `request` (no `within`) over `table` through `connection`, each row's
@@ -171,6 +195,110 @@ public final class KeyedHashSpill: @unchecked Sendable {
             sums.add(keyHash: k, rowHash: hash)
         }
         return sums.result()
+    }
+}
+
+/// One row's key and row hash, as a spill stores it (16 bytes).
+public struct KeyHashPair: Sendable, Equatable {
+    public var key: Int64
+    public var hash: Int64
+    public init(key: Int64, hash: Int64) {
+        self.key = key
+        self.hash = hash
+    }
+}
+
+/// The rows of a spill whose pieces are each sorted by key, merged into one ascending stream:
+/// a small buffer per piece (at most 4 MiB for all of them), read as it empties, and a heap of
+/// the pieces by their next key.
+public final class SortedPairs {
+    private struct Run {
+        var next: Int64
+        var end: Int64
+        var buffer: [KeyHashPair] = []
+        var at = 0
+        var head: KeyHashPair? { at < buffer.count ? buffer[at] : nil }
+    }
+    private let spill: KeyedHashSpill
+    private let table: TableName
+    private var runs: [Run] = []
+    private var heap: [Int] = []
+    private let chunk: Int
+    /// The smallest row not handed on yet; nil at the end.
+    public private(set) var current: KeyHashPair?
+
+    fileprivate init(_ spill: KeyedHashSpill, table: TableName) throws {
+        self.spill = spill
+        self.table = table
+        let piece = Int64(KeyedHashSpill.pairsPerPiece)
+        let count = Int((spill.rows + piece - 1) / piece)
+        chunk = max(64, min(1024, (1 << 18) / max(1, count)))
+        for i in 0..<count {
+            var run = Run(next: Int64(i) * piece, end: min(spill.rows, Int64(i + 1) * piece))
+            try refill(&run)
+            runs.append(run)
+            if run.head != nil { push(i) }
+        }
+        current = heap.first.flatMap { runs[$0].head }
+    }
+
+    private func refill(_ run: inout Run) throws {
+        let n = Int(min(Int64(chunk), run.end - run.next))
+        run.at = 0
+        guard n > 0 else {
+            run.buffer = []
+            return
+        }
+        run.buffer = [KeyHashPair](repeating: KeyHashPair(key: 0, hash: 0), count: n)
+        let ok = run.buffer.withUnsafeMutableBytes { spill.read(first: run.next, count: n, into: $0.baseAddress!) }
+        guard ok else {
+            throw FerryError.copyFailed(
+                table: table, endpoint: "", reason: "the temporary file of row hashes could not be read back (\(String(cString: strerror(errno)))); nothing was changed")
+        }
+        run.next += Int64(n)
+    }
+
+    /// Moves to the next row in key order.
+    public func advance() throws {
+        guard let top = heap.first else { return }
+        runs[top].at += 1
+        if runs[top].head == nil && runs[top].next < runs[top].end { try refill(&runs[top]) }
+        if runs[top].head == nil {
+            let last = heap.removeLast()
+            if !heap.isEmpty {
+                heap[0] = last
+                down(0)
+            }
+        } else {
+            down(0)
+        }
+        current = heap.first.flatMap { runs[$0].head }
+    }
+
+    private func less(_ a: Int, _ b: Int) -> Bool { (runs[heap[a]].head?.key ?? .max) < (runs[heap[b]].head?.key ?? .max) }
+
+    private func push(_ run: Int) {
+        heap.append(run)
+        var i = heap.count - 1
+        while i > 0 {
+            let parent = (i - 1) / 2
+            guard less(i, parent) else { break }
+            heap.swapAt(i, parent)
+            i = parent
+        }
+    }
+
+    private func down(_ start: Int) {
+        var i = start
+        while true {
+            let l = 2 * i + 1, r = l + 1
+            var m = i
+            if l < heap.count && less(l, m) { m = l }
+            if r < heap.count && less(r, m) { m = r }
+            guard m != i else { return }
+            heap.swapAt(i, m)
+            i = m
+        }
     }
 }
 

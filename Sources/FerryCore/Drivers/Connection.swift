@@ -123,6 +123,14 @@ public protocol Connection: AnyObject {
     /// listing from that list (`KeyedHashSpill`) instead of reading the table again. False (the
     /// default) where the engine's SQL should compute the digests (a server across a network).
     func digestsByReading(_ request: DigestRequest) -> Bool
+    /// True where a mirror from this source should read its rows whole, in key order, and
+    /// compare each with the target's row hash as it arrives (`CopyEngine.mirrorByStreaming`):
+    /// where Ferry hashes this source's rows from its reader's batches anyway (MySQL/MariaDB on
+    /// this machine), so that reading them once more, by key, for those that differ — and
+    /// writing them only after the whole table was read — is what the comparison would add.
+    /// False (the default) where the rows' hashes cost less than the rows (an engine's SQL,
+    /// SQLite's stored values).
+    var streamsMirrorRows: Bool { get }
 
     /// Keyed writes into `table` must leave it holding exactly `rows` rows (inside `filter`):
     /// a key comparison that merged keys the source keeps apart shows here. Checked at once
@@ -204,6 +212,8 @@ extension Connection {
     public func listsKeyedRowHashes(key: [Column], hash: KeyHash) -> Bool { false }
 
     public func digestsByReading(_ request: DigestRequest) -> Bool { false }
+
+    public var streamsMirrorRows: Bool { false }
 
     public func expectRows(_ table: TableSchema, key: [Column], rows: Int64, filter: String?) throws {
         // A count where there is no filter: the one-bucket digest hashed every key to count them.

@@ -31,6 +31,11 @@ extension CopyEngine {
         // Level by level: digests of every bucket, then finer buckets inside those that differ.
         let sourceSide = RangeDiff.Side(connection: source, schema: table.sourceSchema, key: sourceKey, columns: sourceColumns, filter: table.filter)
         let targetSide = RangeDiff.Side(connection: target, schema: into, key: targetKey, columns: targetColumns, filter: table.filter)
+        if let done = try mirrorByStreaming(
+            table, source: sourceSide, target: targetSide, into: into, options: options, progress: progress, cancellation: cancellation)
+        {
+            return done
+        }
         let found = try RangeDiff.find(
             source: sourceSide, target: targetSide,
             estimate: table.sourceSchema.rowEstimate ?? 0, cancellation: cancellation,
