@@ -310,6 +310,8 @@ final class StreamingMirrorSource: @unchecked Sendable {  // unchecked: used by 
                 try send(.rows(try CopyEngine.convert(rowsThatDiffer, table.conversions, columns: table.columns)))
             }
         }
+        // Done with the source's scan before any other statement runs on its connection.
+        reader.close()
         if pairs == nil { try takeList(try listing.wait()) }
         if rows == 0 && targetRows > 0 && !allowEmptySource {
             throw FerryError.copyFailed(
