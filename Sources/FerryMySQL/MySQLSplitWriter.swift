@@ -15,7 +15,6 @@ import Foundation
 /// only once the first slice is full (small tables use one); one that cannot be opened leaves
 /// the load to the connections it has.
 final class MySQLSplitWriter: BatchWriter {
-    private let main: MySQLConnection
     private let open: () throws -> MySQLConnection
     private let make: (MySQLConnection) throws -> MySQLWriter
     private let limit: Int
@@ -32,7 +31,6 @@ final class MySQLSplitWriter: BatchWriter {
     private var ended = false
 
     init(main: MySQLConnection, connections: Int, open: @escaping () throws -> MySQLConnection, make: @escaping (MySQLConnection) throws -> MySQLWriter) throws {
-        self.main = main
         self.open = open
         self.make = make
         limit = max(1, connections)
