@@ -91,6 +91,22 @@ final class MySQLDriverTests: XCTestCase {
         try assertSame(src, dst, file: file, line: line)
     }
 
+    /// A PostgreSQL database of its own on the test server (a target beside MariaDB), and what
+    /// closes it and drops it.
+    func postgresDatabase(_ label: String) throws -> (PostgresConnection, () -> Void) {
+        let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let admin = try PostgresConnection(endpoint: Endpoint(parsing: pgURL), role: .target)
+        let name = "ferry_\(label)_\(UUID().uuidString.prefix(8).lowercased())"
+        try admin.run("CREATE DATABASE \(name)")
+        let base = pgURL.range(of: "/", options: .backwards).map { String(pgURL[..<$0.lowerBound]) } ?? pgURL
+        let pg = try PostgresConnection(endpoint: Endpoint(parsing: base + "/" + name), role: .target)
+        return (pg, {
+            pg.close()
+            try? admin.run("DROP DATABASE IF EXISTS \(name)")
+            admin.close()
+        })
+    }
+
     func testDriverConformance() throws {
         var options = DriverConformance.Options()
         options.keepsNaN = false           // MySQL has no NaN or infinity in DOUBLE
@@ -240,17 +256,8 @@ final class MySQLDriverTests: XCTestCase {
         let s = try copy(db, lite, tables: ["h"])
         XCTAssertTrue(s.ok, "\(s.tables.compactMap(\.error))")
         // PostgreSQL in a database of its own, dropped at the end.
-        let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
-        let admin = try PostgresConnection(endpoint: Endpoint(parsing: pgURL), role: .target)
-        let pgDatabase = "ferry_mylookup3_\(UUID().uuidString.prefix(8).lowercased())"
-        try admin.run("CREATE DATABASE \(pgDatabase)")
-        let pgBase = pgURL.range(of: "/", options: .backwards).map { String(pgURL[..<$0.lowerBound]) } ?? pgURL
-        let pg = try PostgresConnection(endpoint: Endpoint(parsing: pgBase + "/" + pgDatabase), role: .target)
-        defer {
-            pg.close()
-            try? admin.run("DROP DATABASE IF EXISTS \(pgDatabase)")
-            admin.close()
-        }
+        let (pg, dropDatabase) = try postgresDatabase("mylookup3")
+        defer { dropDatabase() }
         let p = try copy(db, pg, tables: ["h"])
         XCTAssertTrue(p.ok, "\(p.tables.compactMap(\.error))")
 
@@ -410,17 +417,8 @@ final class MySQLDriverTests: XCTestCase {
               IF(seq % 11 = 0, NULL, seq / 8) FROM seq_1_to_150000
             """)
         let lite = try sqlite("stream.db")
-        let pgURL = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
-        let admin = try PostgresConnection(endpoint: Endpoint(parsing: pgURL), role: .target)
-        let pgDatabase = "ferry_mystream_\(UUID().uuidString.prefix(8).lowercased())"
-        try admin.run("CREATE DATABASE \(pgDatabase)")
-        let pgBase = pgURL.range(of: "/", options: .backwards).map { String(pgURL[..<$0.lowerBound]) } ?? pgURL
-        let pg = try PostgresConnection(endpoint: Endpoint(parsing: pgBase + "/" + pgDatabase), role: .target)
-        defer {
-            pg.close()
-            try? admin.run("DROP DATABASE IF EXISTS \(pgDatabase)")
-            admin.close()
-        }
+        let (pg, dropDatabase) = try postgresDatabase("mystream")
+        defer { dropDatabase() }
         for target in [lite, pg as any Connection] {
             XCTAssertTrue(try copy(db, target, tables: ["s"]).ok)
         }

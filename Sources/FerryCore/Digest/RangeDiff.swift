@@ -82,6 +82,15 @@ public enum RangeDiff {
     /// row, at most ~500,000 rows at this limit, or a tenth of the table).
     public static let maxKeptBuckets = 1 << 16
 
+    /// How two sides with the same columns hash each of them so that equal rows hash equal: a
+    /// column's canonical field is `<text>,` only where its type on both sides allows it (a
+    /// UUID compared with a text column is measured on both), and PostgreSQL's row hash takes
+    /// each column in a form both agree on.
+    static func agreedHashing(_ source: Side, _ target: Side) -> (delimited: [Bool], forms: [ColumnHashForm]) {
+        (zip(source.columns, target.columns).map { CanonicalText.isDelimitable($0) && CanonicalText.isDelimitable($1) },
+         zip(source.columns, target.columns).map { ColumnHashForm.agreed($0, $1) })
+    }
+
     /// Compares `source` with `target`. `firstLevel` sees the row counts of both sides once
     /// they are known (and may throw to stop); `differing` the rows of the source in buckets
     /// that still differ after each level (for progress).
@@ -95,17 +104,16 @@ public enum RangeDiff {
         // one side hashes its canonical text on both).
         let hash = KeyHash.suited(to: source.key) == KeyHash.suited(to: target.key) ? KeyHash.suited(to: source.key) : .md5
         out.keyHash = hash
-        // A column's field is `<text>,` only when its type on both sides allows it (a UUID
-        // compared with a text column is measured on both).
-        let delimited: [Bool]? = source.columns.count == target.columns.count
-            ? zip(source.columns, target.columns).map { CanonicalText.isDelimitable($0) && CanonicalText.isDelimitable($1) } : nil
+        // Each column hashed as both sides can (`agreedHashing`).
+        let agreed = source.columns.count == target.columns.count ? agreedHashing(source, target) : nil
+        let delimited = agreed?.delimited
         out.delimited = delimited
         // PostgreSQL's row hash where both sides compute it (no canonical text for most values,
         // no MD5), each column in a form both agree on.
         let rowHash: RowHash = source.columns.count == target.columns.count
             && source.connection.rowHashes.contains(.lookup3) && target.connection.rowHashes.contains(.lookup3) ? .lookup3 : .md5
         out.rowHash = rowHash
-        let forms: [ColumnHashForm]? = rowHash == .lookup3 ? zip(source.columns, target.columns).map { ColumnHashForm.agreed($0, $1) } : nil
+        let forms: [ColumnHashForm]? = rowHash == .lookup3 ? agreed?.forms : nil
         out.hashForms = forms
         var modulus: Int64 = 1
         let estimate = max(estimate, 1)

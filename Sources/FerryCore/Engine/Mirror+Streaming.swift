@@ -28,9 +28,8 @@ extension CopyEngine {
             let keyAt = source.columns.firstIndex(where: { $0.name == source.key[0].name }),
             let targetList = KeyedHashSpill(sortingPieces: true)
         else { return nil }
-        // Hashed as a comparison of digests would (`RangeDiff.find`), each column in a form both agree on.
-        let forms = zip(source.columns, target.columns).map { ColumnHashForm.agreed($0, $1) }
-        let delimited = zip(source.columns, target.columns).map { CanonicalText.isDelimitable($0) && CanonicalText.isDelimitable($1) }
+        // Hashed as a comparison of digests would (`RangeDiff.find`).
+        let (delimited, forms) = RangeDiff.agreedHashing(source, target)
         func request(_ side: RangeDiff.Side) -> DigestRequest {
             DigestRequest(
                 key: side.key, columns: side.columns, modulus: 1, filter: side.filter, keyHash: .integer, delimited: delimited,
