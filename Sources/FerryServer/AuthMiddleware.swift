@@ -61,13 +61,22 @@ struct AuthMiddleware: RouterMiddleware {
 
 /// Turns every error into an XML error document with its status (never an HTML page or a
 /// stack trace), and logs each request: method, path, status, time — never a token.
+/// What `XMLService` reports of its requests.
+struct RequestCounts: Sendable {
+    var answering = 0
+    var started = 0
+}
+
 struct ErrorAndLogMiddleware<Context: RequestContext>: RouterMiddleware {
-    let inFlight: Locked<Int>
+    let inFlight: Locked<RequestCounts>
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let started = Date()
-        inFlight.withLock { $0 += 1 }
-        defer { inFlight.withLock { $0 -= 1 } }
+        inFlight.withLock {
+            $0.answering += 1
+            $0.started += 1
+        }
+        defer { inFlight.withLock { $0.answering -= 1 } }
         let response: Response
         do {
             response = try await next(request, context)

@@ -16,11 +16,14 @@ public struct XMLService: Sendable {
     public let configuration: ServerConfiguration
     /// The protocol's handlers, shared by every request.
     public let handlers: ServiceHandlers
-    private let inFlight = Locked(0)
+    private let inFlight = Locked(RequestCounts())
 
     /// Requests being answered now (a request whose client went away still counts until the
     /// service has finished it: its transaction committed or rolled back).
-    public var requestsInFlight: Int { inFlight.withLock { $0 } }
+    public var requestsInFlight: Int { inFlight.withLock { $0.answering } }
+
+    /// Requests begun since the service started (answered or not).
+    public var requestsStarted: Int { inFlight.withLock { $0.started } }
 
     public init(configuration: ServerConfiguration) {
         self.configuration = configuration

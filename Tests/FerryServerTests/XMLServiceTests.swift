@@ -74,10 +74,39 @@ final class RunningService {
     /// `abandoned`: then ends the read snapshots held, as the service's sweep ends those of a
     /// client that went away (after `snapshotIdleSeconds`; on SQLite a held read snapshot keeps
     /// writers waiting until then).
+    ///
+    /// A killed client's last request may still be on its way into the service when this is
+    /// called (its bytes in the server's socket, not yet a request): idle means no request
+    /// answered, none begun and no connection to the port with unread bytes or closed by its
+    /// client but not yet by the service, for 100 ms on end. (Counting requests alone let a
+    /// killed pull's snapshot begin after the release, and the next push wait on it: CI.)
     func waitIdle(endingAbandonedSnapshots abandoned: Bool = false) {
         let until = Date().addingTimeInterval(30)
-        while service.requestsInFlight > 0 && Date() < until { usleep(5_000) }
+        var started = service.requestsStarted, quiet = 0
+        while quiet < 5 && Date() < until {
+            usleep(20_000)
+            let now = service.requestsStarted
+            quiet = service.requestsInFlight == 0 && now == started && !Self.hasPendingConnection(port: port) ? quiet + 1 : 0
+            started = now
+        }
         if abandoned { service.handlers.releaseAll() }
+    }
+
+    /// Whether a TCP connection to `port` on this machine holds bytes the service has not read,
+    /// or was closed by its client and not yet by the service (/proc/net/tcp and tcp6).
+    static func hasPendingConnection(port: Int) -> Bool {
+        let suffix = ":" + String(format: "%04X", port)
+        for file in ["/proc/net/tcp", "/proc/net/tcp6"] {
+            guard let text = try? String(contentsOfFile: file, encoding: .utf8) else { continue }
+            for line in text.split(separator: "\n").dropFirst() {
+                let fields = line.split(separator: " ")
+                guard fields.count > 4, fields[1].hasSuffix(suffix) else { continue }
+                let queues = fields[4].split(separator: ":")
+                let unread = queues.count == 2 && Int(queues[1], radix: 16).map { $0 > 0 } == true
+                if fields[3] == "08" || (fields[3] == "01" && unread) { return true }
+            }
+        }
+        return false
     }
 }
 
