@@ -430,7 +430,7 @@ public final class PostgresConnection: Connection {
             try w.finish()
         } catch let e as BatchRowError {
             w.abort()
-            throw BatchRowError(row: e.row, error: e.error.naming(table: table), batch: e.batch)
+            throw BatchRowError(row: e.row, error: e.error.naming(table: table), batch: e.batch, rowsBefore: e.rowsBefore)
         }
         let result = try query(statement(dialect.quote(scratch)))
         try execute("DROP TABLE \(dialect.quote(scratch))")

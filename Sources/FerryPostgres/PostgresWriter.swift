@@ -1,30 +1,41 @@
 import CLibPQ
 import FerryCore
 
-/// Loads batches with `COPY … FROM STDIN (FORMAT binary)`, several batches to a COPY: a COPY
-/// stays open across `write`s until its batches hold `copyBytes` (or `finish`), so the server
-/// loads one batch while the next is encoded and sent — one COPY per batch of 10,000 rows left
-/// the server waiting between statements (5,000,000 two-integer rows: 500 COPYs took 2.8 s
-/// where one took 1.2 s). The batches of the open COPY are kept, so that a row the server
-/// rejects can be named by its key. Each value is encoded for the target column's actual type
-/// (read from the catalog), and values that would change are refused before sending.
+/// Loads batches with `COPY … FROM STDIN (FORMAT binary)`, many batches to a COPY: a COPY stays
+/// open across `write`s (until `finish`, or until the keys it keeps reach `keptKeyBytes`), so
+/// the server loads one batch while the next is encoded and sent. Each end of a COPY is a
+/// pause: the writer waits for the server to load everything sent, and the reader behind it
+/// for room — one COPY per batch of 10,000 rows left the server waiting between statements
+/// (5,000,000 two-integer rows: 500 COPYs took 2.8 s where one took 1.2 s), and one per 2 MiB
+/// of batches (130 for 1,000,000 bench_orders rows) still left a core idle 1.5–3 CPU-s of a
+/// PostgreSQL → PostgreSQL copy. Of the open COPY's rows only the target's key values are
+/// kept, so that a row the server rejects is named by its key. Each value is encoded for the
+/// target column's actual type (read from the catalog), and values that would change are
+/// refused before sending.
 final class PostgresWriter: BatchWriter {
     private let connection: PostgresConnection
     private let columns: [Column]
     private let encoders: [PostgresValueCodec.Encoder]
     private let table: TableName
     private let copySQL: String
-    /// The batches sent in the open COPY (none: no COPY is open), and their size.
-    private var inCopy: [RowBatch] = []
-    private var bytesInCopy = 0
+    /// A COPY is open.
+    private var copyOpen = false
+    /// The key values of the open COPY's rows (the key's columns alone, copied: a batch's
+    /// arrays kept whole cost 12 MB more), and their bytes.
+    private var keysInCopy: RowBatch
+    private let keyTypes: [LogicalType]
+    /// The target's key (`TableSchema.preferredKey`), as indexes into `columns`; empty when the
+    /// table has none (a rejected row is then named by its place).
+    private let keyColumns: [Int]
     /// Rows sent so far, and before the open COPY's first batch.
     private var given = 0
     private var copyFirst = 0
     /// Rows the server reported copied (`COPY n`), over every COPY of this writer.
     private var stored: Int64 = 0
     var rowsStored: Int64? { stored }
-    /// Batch bytes (`RowBatch.byteSize`) after which a COPY is ended.
-    static let copyBytes = 2 * RowBatch.byteLimit
+    /// Bytes of kept key values (`RowBatch.byteSize`) after which a COPY is ended: 2 MiB, the
+    /// keys of 262,144 rows of one 64-bit key.
+    static let keptKeyBytes = 2 * RowBatch.byteLimit
 
     init(connection: PostgresConnection, table target: TableSchema, columns: [Column]) throws {
         self.connection = connection
@@ -52,6 +63,11 @@ final class PostgresWriter: BatchWriter {
             encoders.append(e)
         }
         self.encoders = encoders
+        let key = target.preferredKey?.columns ?? []
+        let keyColumns = key.compactMap { k in columns.firstIndex { $0.name == k } }
+        self.keyColumns = keyColumns.count == key.count ? keyColumns : []
+        keyTypes = self.keyColumns.map { columns[$0].logicalType }
+        keysInCopy = RowBatch(types: keyTypes, capacity: 0)
         let d = connection.dialect
         copySQL = "COPY \(d.quote(table)) (" + columns.map { d.quote($0.name) }.joined(separator: ", ") + ") FROM STDIN (FORMAT binary)"
     }
@@ -61,8 +77,8 @@ final class PostgresWriter: BatchWriter {
     /// An open COPY is ended with an error (the server drops its rows), so that the caller's
     /// ROLLBACK can run.
     func abort() {
-        inCopy = []
-        bytesInCopy = 0
+        copyOpen = false
+        keysInCopy = RowBatch(types: keyTypes, capacity: 0)
         let conn = connection.conn
         guard PQtransactionStatus(conn) == PQTRANS_ACTIVE else { return }
         _ = PQputCopyEnd(conn, "ferry: the load was aborted")
@@ -219,21 +235,19 @@ final class PostgresWriter: BatchWriter {
     }
 
     /// Sends a batch's rows in the open COPY (opened first when none is), and ends the COPY once
-    /// its batches hold `copyBytes`.
+    /// the keys it keeps reach `keptKeyBytes`.
     private func send(_ rows: [UInt8], batch: RowBatch) throws {
         defer { given += batch.count }
-        if inCopy.isEmpty {
+        if !copyOpen {
             copyFirst = given
             let start = try connection.exec(copySQL)
             if start.status != PGRES_COPY_IN { throw connection.error(start.handle, sql: copySQL) }
-            inCopy.append(batch)
+            copyOpen = true
             try put(PostgresValueCodec.header)
-        } else {
-            inCopy.append(batch)
         }
-        bytesInCopy += batch.byteSize
+        for (j, c) in keyColumns.enumerated() { keysInCopy.columns[j].append(contentsOf: batch.columns[c]) }
         try put(rows)
-        if bytesInCopy >= Self.copyBytes { try endCopy() }
+        if keysInCopy.byteSize >= Self.keptKeyBytes { try endCopy() }
     }
 
     /// Hands bytes of the open COPY to libpq (which sends them as the socket takes them).
@@ -261,7 +275,7 @@ final class PostgresWriter: BatchWriter {
 
     /// Ends the open COPY (its trailer, then the server's answer).
     private func endCopy() throws {
-        guard !inCopy.isEmpty else { return }
+        guard copyOpen else { return }
         var trailer: [UInt8] = []
         PostgresValueCodec.put16(-1, &trailer)
         try put(trailer)
@@ -269,11 +283,12 @@ final class PostgresWriter: BatchWriter {
         try result()
     }
 
-    /// The open COPY's result; a rejected row is named by its batch and row.
+    /// The open COPY's result; a rejected row is named by its key (or its place among the rows).
     private func result() throws {
-        let batches = inCopy
-        inCopy = []
-        bytesInCopy = 0
+        let keys = keysInCopy
+        let rowsInCopy = given - copyFirst
+        copyOpen = false
+        keysInCopy = RowBatch(types: keyTypes, capacity: 0)
         var failure: PostgresError?
         while let r = connection.nextResult() {
             if r.status != PGRES_COMMAND_OK && failure == nil { failure = connection.error(r.handle, sql: nil) }
@@ -286,14 +301,21 @@ final class PostgresWriter: BatchWriter {
             if let range = context.range(of: ", column ") {
                 column = context[range.upperBound...].split(separator: ":").first.map(String.init)
             }
-            let error = FerryError.invalidValue(table: table, column: column, key: nil, message: failure.messageOnly)
-            var first = 0
-            for b in batches {
-                if line - 1 < first + b.count { throw BatchRowError(row: line - 1 - first, error: error, batch: b, rowsBefore: copyFirst + first) }
-                first += b.count
+            if line <= rowsInCopy {
+                // Named by its key where the table has one; else by its place among the writer's
+                // rows, which the caller (that has the rows) turns into a key.
+                let error = FerryError.invalidValue(table: table, column: column, key: keyDescription(line - 1, of: keys), message: failure.messageOnly)
+                throw BatchRowError(row: line - 1, error: error, rowsBefore: copyFirst)
             }
         }
         throw failure
+    }
+
+    /// `(id=5)` for row `row` of the open COPY (its `keys`); nil where the table has no key.
+    private func keyDescription(_ row: Int, of keys: RowBatch) -> String? {
+        guard !keyColumns.isEmpty, row < keys.count else { return nil }
+        let parts = keyColumns.enumerated().map { j, c in "\(columns[c].name)=\(columns[c].display(keys.columns[j], row: row))" }
+        return "(" + parts.joined(separator: ", ") + ")"
     }
 
     static func lineNumber(in context: String) -> Int? {

@@ -120,6 +120,31 @@ final class ValueTests: XCTestCase {
         XCTAssertEqual(col.nullCount, 334)
         XCTAssertTrue(col.isNull(999))
         XCTAssertFalse(col.isNull(998))
+        // Whole columns appended: without NULLs at once (fixed width), with them row by row; the
+        // rows land after a count that is not a multiple of the bitmap's 64.
+        for storage in [ColumnStorage.int64, .double] {
+            func value(_ i: Int) -> Value { storage == .int64 ? .int(Int64(i)) : .double(Double(i) / 4) }
+            let type: LogicalType = storage == .int64 ? .int64 : .float64
+            var joined = ColumnBuffer(storage: storage)
+            var expected: [Value] = []
+            for (n, nulls) in [(70, true), (130, false), (1, false), (63, true), (200, false)] {
+                var part = ColumnBuffer(storage: storage)
+                for i in 0..<n {
+                    let v: Value = nulls && i % 5 == 0 ? .null : value(expected.count + i)
+                    try v.append(to: &part, as: type)
+                }
+                let before = expected.count
+                expected += (0..<n).map { nulls && $0 % 5 == 0 ? .null : value(before + $0) }
+                joined.append(contentsOf: part)
+            }
+            XCTAssertEqual(joined.count, expected.count)
+            XCTAssertEqual(joined.nullCount, expected.filter { $0 == .null }.count)
+            for (i, v) in expected.enumerated() { XCTAssertEqual(Value(column: joined, row: i, type: type), v, "\(storage) row \(i)") }
+            // More rows after a bulk append still go to their own bits.
+            joined.appendNull()
+            XCTAssertTrue(joined.isNull(expected.count))
+            XCTAssertFalse(joined.isNull(expected.count - 1))
+        }
     }
 
     /// A column's arena is a value: a copy keeps its bytes while the original grows, is emptied

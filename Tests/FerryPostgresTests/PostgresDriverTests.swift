@@ -415,6 +415,25 @@ final class PostgresDriverTests: XCTestCase {
         let s3 = try copy(db, target, mode: .append, tables: ["money"])
         XCTAssertTrue(s3.tables[0].error?.contains("key (id=1)") == true, s3.tables[0].error ?? "")
         XCTAssertEqual(try target.rows("SELECT count(*) FROM money"), [["2"]])
+
+        // Far into a long load (a COPY keeps only its rows' keys, 262,144 of one integer key,
+        // then the next begins): the row the server refuses is still named by its key, or by its
+        // place where the table has none.
+        try db.run("""
+            CREATE TABLE long (id bigint PRIMARY KEY, v integer); INSERT INTO long SELECT g, g FROM generate_series(1, 300000) g;
+            CREATE TABLE nokey (v integer); INSERT INTO nokey SELECT g FROM generate_series(1, 300000) g;
+            """)
+        try target.run("""
+            CREATE TABLE long (id bigint PRIMARY KEY, v integer); INSERT INTO long VALUES (290000, 0);
+            CREATE TABLE nokey (v integer CHECK (v <> 299990));
+            """)
+        let s4 = try copy(db, target, mode: .append, tables: ["long", "nokey"])
+        XCTAssertEqual(s4.tables.count, 2)
+        for t in s4.tables {
+            let want = t.source.hasSuffix("nokey") ? "row 299990 (the table has no key)" : "key (id=290000)"
+            XCTAssertTrue(t.error?.contains(want) == true, "\(t.source): \(t.error ?? "no error")")
+        }
+        XCTAssertEqual(try target.rows("SELECT (SELECT count(*) FROM long), (SELECT count(*) FROM nokey)"), [["1", "0"]])
     }
 
     func testConnectionErrorsAreOneClearLine() throws {

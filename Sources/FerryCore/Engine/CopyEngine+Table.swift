@@ -176,6 +176,15 @@ extension CopyEngine {
                 }
                 try writer.finish()
             } catch let e as BatchRowError {
+                // A row of an earlier batch (a writer that sends several batches in one
+                // statement): named by the writer, or by its place among the rows.
+                if e.batch == nil, let before = e.rowsBefore {
+                    let at = Int64(before + e.row)
+                    if let last, at >= rows, at - rows < Int64(last.count) {
+                        throw e.error.adding(table: table.source, key: keyDescription(table, batch: last, row: Int(at - rows)))
+                    }
+                    throw e.error.adding(table: table.source, key: "row \(at + 1) (the table has no key)")
+                }
                 guard let batch = e.batch ?? last else { throw e.error.adding(table: table.source) }
                 throw e.error.adding(table: table.source, key: keyDescription(table, batch: batch, row: e.row))
             }

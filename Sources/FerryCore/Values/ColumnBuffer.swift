@@ -143,6 +143,20 @@ public struct ColumnBuffer: Sendable {
         }
     }
 
+    /// Appends every row of `other` (a column of the same storage), NULLs included: a column
+    /// of fixed-width values without NULLs at once, others row by row.
+    public mutating func append(contentsOf other: ColumnBuffer) {
+        guard other.nullCount == 0, other.storage != .bytes else {
+            for row in 0..<other.count { append(row: row, of: other) }
+            return
+        }
+        precondition(storage == other.storage, "a \(other.storage) column appended to a \(storage) column")
+        if storage == .int64 { _ints.append(contentsOf: other._ints) } else { _doubles.append(contentsOf: other._doubles) }
+        _count += other.count
+        let words = (_count + 63) >> 6
+        if nullBits.count < words { nullBits.append(contentsOf: repeatElement(0, count: words - nullBits.count)) }
+    }
+
     public mutating func append<S: Sequence>(bytes: S) where S.Element == UInt8 {
         precondition(storage == .bytes, "bytes appended to a \(storage) column")
         _arena.append(contentsOf: bytes)

@@ -85,8 +85,6 @@ public struct RowBatch: Sendable {
 extension RowBatch {
     /// Appends every row of `other` (a batch of the same column storages).
     public mutating func append(contentsOf other: RowBatch) {
-        for c in columns.indices {
-            for r in 0..<other.count { columns[c].append(row: r, of: other.columns[c]) }
-        }
+        for c in columns.indices { columns[c].append(contentsOf: other.columns[c]) }
     }
 }
