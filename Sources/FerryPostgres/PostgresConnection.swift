@@ -430,7 +430,8 @@ public final class PostgresConnection: Connection {
             try w.finish()
         } catch let e as BatchRowError {
             w.abort()
-            throw BatchRowError(row: e.row, error: e.error.naming(table: table), batch: e.batch, rowsBefore: e.rowsBefore)
+            // The writer had this one batch: the row is at its place in `rows`.
+            throw BatchRowError(row: (e.batch == nil ? e.rowsBefore ?? 0 : 0) + e.row, error: e.error.naming(table: table), batch: e.batch ?? rows)
         }
         let result = try query(statement(dialect.quote(scratch)))
         try execute("DROP TABLE \(dialect.quote(scratch))")
