@@ -59,7 +59,7 @@ extension Ferry {
                 try Console.json(Out(schema: schema, key: schema.preferredKey, columns: decisions, skippedColumns: skipped, warnings: unused))
                 return
             }
-            Console.out("table \(schema.name) in \(connection.endpoint)" + (schema.rowEstimate.map { ", \($0) rows" } ?? ""))
+            Console.out("table \(schema.name) in \(connection.endpoint)" + (schema.rowEstimate.map { ", about \($0) rows" } ?? ""))
             let rows = zip(schema.columns, decisions).map { c, d in
                 [c.name, c.nativeType.isEmpty ? "(none)" : c.nativeType, c.logicalType.description,
                  c.isNullable ? "yes" : "no", c.defaultExpression ?? "", c.serial?.rawValue ?? (c.generated ? "generated" : ""),

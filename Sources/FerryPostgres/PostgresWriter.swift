@@ -22,8 +22,7 @@ final class PostgresWriter: BatchWriter {
     private var copyOpen = false
     /// The key values of the open COPY's rows (the key's columns alone, copied: a batch's
     /// arrays kept whole cost 12 MB more), and their bytes.
-    private var keysInCopy: RowBatch
-    private let keyTypes: [LogicalType]
+    private var keysInCopy = RowBatch(columns: [])
     /// The target's key (`TableSchema.preferredKey`), as indexes into `columns`; empty when the
     /// table has none (a rejected row is then named by its place).
     private let keyColumns: [Int]
@@ -66,8 +65,6 @@ final class PostgresWriter: BatchWriter {
         let key = target.preferredKey?.columns ?? []
         let keyColumns = key.compactMap { k in columns.firstIndex { $0.name == k } }
         self.keyColumns = keyColumns.count == key.count ? keyColumns : []
-        keyTypes = self.keyColumns.map { columns[$0].logicalType }
-        keysInCopy = RowBatch(types: keyTypes, capacity: 0)
         let d = connection.dialect
         copySQL = "COPY \(d.quote(table)) (" + columns.map { d.quote($0.name) }.joined(separator: ", ") + ") FROM STDIN (FORMAT binary)"
     }
@@ -78,7 +75,7 @@ final class PostgresWriter: BatchWriter {
     /// ROLLBACK can run.
     func abort() {
         copyOpen = false
-        keysInCopy = RowBatch(types: keyTypes, capacity: 0)
+        keysInCopy = RowBatch(columns: [])
         let conn = connection.conn
         guard PQtransactionStatus(conn) == PQTRANS_ACTIVE else { return }
         _ = PQputCopyEnd(conn, "ferry: the load was aborted")
@@ -243,6 +240,8 @@ final class PostgresWriter: BatchWriter {
             let start = try connection.exec(copySQL)
             if start.status != PGRES_COPY_IN { throw connection.error(start.handle, sql: copySQL) }
             copyOpen = true
+            // Laid out as the batches are (a column's storage is the reader's).
+            keysInCopy = RowBatch(columns: keyColumns.map { ColumnBuffer(storage: batch.columns[$0].storage) })
             try put(PostgresValueCodec.header)
         }
         for (j, c) in keyColumns.enumerated() { keysInCopy.columns[j].append(contentsOf: batch.columns[c]) }
@@ -288,7 +287,7 @@ final class PostgresWriter: BatchWriter {
         let keys = keysInCopy
         let rowsInCopy = given - copyFirst
         copyOpen = false
-        keysInCopy = RowBatch(types: keyTypes, capacity: 0)
+        keysInCopy = RowBatch(columns: [])
         var failure: PostgresError?
         while let r = connection.nextResult() {
             if r.status != PGRES_COMMAND_OK && failure == nil { failure = connection.error(r.handle, sql: nil) }

@@ -65,6 +65,30 @@ extension SQLiteConnection {
         return st.columnInt(0)
     }
 
+    /// A table's rows, estimated without reading them where the table has a rowid: the span of
+    /// its rowids (its count until rows are deleted), at most the rows its file could hold at
+    /// 4 bytes a row, so that sparse ids never give an absurd figure. Counting reads every page
+    /// of the table before a copy starts (1,000,000 bench_orders rows: 0.07–0.09 s of a 1.2 s
+    /// copy into SQLite; minutes for a large file). A count where there is no rowid to ask (a
+    /// WITHOUT ROWID table, or columns named rowid, _rowid_ and oid).
+    func estimateRows(_ table: TableName, createSQL: String, columns: [String]) throws -> Int64 {
+        let taken = Set(columns.map { $0.lowercased() })
+        guard !(Self.containsKeyword(createSQL, "WITHOUT") && Self.containsKeyword(createSQL, "ROWID")),
+            let rowid = ["_rowid_", "rowid", "oid"].first(where: { !taken.contains($0) })
+        else { return try countRows(table) }
+        // Each bound alone in its query, where SQLite looks it up in the b-tree (both in one
+        // expression scan the table).
+        let t = dialect.quote(qualified(table))
+        let span = try prepare("SELECT (SELECT max(\(rowid)) FROM \(t)) - (SELECT min(\(rowid)) FROM \(t)) + 1")
+        defer { span.reset() }
+        guard try span.step(), !span.isNull(0) else { return 0 }
+        let size = try prepare("SELECT (SELECT page_count FROM pragma_page_count(?1)) * (SELECT page_size FROM pragma_page_size(?1))")
+        defer { size.reset() }
+        try size.bind([.text(schemaName(table))])
+        let bytes = try size.step() ? size.columnInt(0) : Int64.max
+        return max(0, min(span.columnInt(0), bytes / 4))
+    }
+
     /// The table with its schema made explicit when it is an attached one.
     func qualified(_ table: TableName) -> TableName {
         table.schema == nil || table.schema == "main" ? TableName(table.name) : table
@@ -74,7 +98,7 @@ extension SQLiteConnection {
         try describe(table, rowEstimate: true)
     }
 
-    /// The row estimate is an exact count: a scan of the table's smallest b-tree.
+    /// The row estimate is `estimateRows`: no scan where the table has a rowid.
     public func describe(_ table: TableName, rowEstimate: Bool) throws -> TableSchema {
         let schema = schemaName(table)
         let sqlSt = try prepare(
@@ -160,7 +184,7 @@ extension SQLiteConnection {
         }
         var described = TableSchema(
             name: table, engine: .sqlite, columns: columns, primaryKey: primaryKey, uniqueKeys: uniqueKeys,
-            rowEstimate: rowEstimate ? try countRows(table) : nil)
+            rowEstimate: rowEstimate ? try estimateRows(table, createSQL: createSQL, columns: raws.map(\.name)) : nil)
         described.indexes = secondary
         described.foreignKeys = try foreignKeys(table)
         described.checks = Self.checks(in: createSQL)

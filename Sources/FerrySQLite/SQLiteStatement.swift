@@ -56,6 +56,8 @@ final class SQLiteStatement {
 
     func columnInt(_ i: Int32) -> Int64 { sqlite3_column_int64(handle, i) }
 
+    func isNull(_ i: Int32) -> Bool { sqlite3_column_type(handle, i) == SQLITE_NULL }
+
     /// Runs a query and returns all rows as text (catalog queries).
     func rows() throws -> [[String?]] {
         var out: [[String?]] = []

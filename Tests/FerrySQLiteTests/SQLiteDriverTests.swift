@@ -119,6 +119,37 @@ final class SQLiteDriverTests: XCTestCase {
                        .timestamp(precision: nil, timeZone: false))
     }
 
+    /// A table is described with a row estimate read from its rowids (no scan): their span,
+    /// never more rows than the file could hold; a count where there is no rowid to ask. The
+    /// table list still counts.
+    func testRowEstimatesComeFromTheRowidsWithoutAScan() throws {
+        let db = try open("estimates.db")
+        try db.execute("""
+            CREATE TABLE dense (id INTEGER PRIMARY KEY, v TEXT);
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 5000) INSERT INTO dense SELECT i, 'x' || i FROM n;
+            CREATE TABLE sparse (v TEXT);
+            INSERT INTO sparse (rowid, v) VALUES (-9000000000000000000, 'a'), (9000000000000000000, 'b');
+            CREATE TABLE keyed (k TEXT PRIMARY KEY, v INTEGER) WITHOUT ROWID;
+            INSERT INTO keyed VALUES ('a', 1), ('b', 2), ('c', 3);
+            CREATE TABLE shadowed (rowid TEXT, _rowid_ TEXT, oid TEXT);
+            INSERT INTO shadowed VALUES ('z', 'z', 'z'), ('y', 'y', 'y');
+            CREATE TABLE empty (v TEXT);
+            """)
+        func estimate(_ t: String) throws -> Int64? { try db.describe(TableName(t)).rowEstimate }
+        XCTAssertEqual(try estimate("dense"), 5000)
+        try db.execute("DELETE FROM dense WHERE id % 2 = 0")
+        // Deleted rows leave their span: an estimate, at most twice the rows here.
+        XCTAssertEqual(try estimate("dense"), 4999)
+        // 1.8e19 ids apart: bounded by the file's size (a few pages), not the span.
+        let sparse = try XCTUnwrap(try estimate("sparse"))
+        XCTAssertTrue(sparse >= 2 && sparse < 1_000_000, "\(sparse)")
+        XCTAssertEqual(try estimate("keyed"), 3)
+        XCTAssertEqual(try estimate("shadowed"), 2)
+        XCTAssertEqual(try estimate("empty"), 0)
+        XCTAssertNil(try db.describe(TableName("dense"), rowEstimate: false).rowEstimate)
+        XCTAssertEqual(try db.listTables().first { $0.name.name == "dense" }?.rowEstimate, 2500)
+    }
+
     func testChinookCopiesIdentically() throws {
         let src = try SQLiteConnection(
             endpoint: Endpoint(parsing: "sqlite:" + chinook().appendingPathComponent("Chinook_Sqlite.sqlite").path), role: .source)
