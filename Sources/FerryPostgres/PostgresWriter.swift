@@ -7,7 +7,7 @@ import FerryCore
 /// pause: the writer waits for the server to load everything sent, and the reader behind it
 /// for room — one COPY per batch of 10,000 rows left the server waiting between statements
 /// (5,000,000 two-integer rows: 500 COPYs took 2.8 s where one took 1.2 s), and one per 2 MiB
-/// of batches (130 for 1,000,000 bench_orders rows) still left a core idle 1.5–3 CPU-s of a
+/// of batches (130 for 1,000,000 bench_orders rows) still left a core idle 1–3 CPU-s of a
 /// PostgreSQL → PostgreSQL copy. Of the open COPY's rows only the target's key values are
 /// kept, so that a row the server rejects is named by its key. Each value is encoded for the
 /// target column's actual type (read from the catalog), and values that would change are
@@ -20,8 +20,8 @@ final class PostgresWriter: BatchWriter {
     private let copySQL: String
     /// A COPY is open.
     private var copyOpen = false
-    /// The key values of the open COPY's rows (the key's columns alone, copied: a batch's
-    /// arrays kept whole cost 12 MB more), and their bytes.
+    /// The key values of the open COPY's rows (the key's columns alone, copied: each batch's
+    /// arrays kept whole cost 10 MB more).
     private var keysInCopy = RowBatch(columns: [])
     /// The target's key (`TableSchema.preferredKey`), as indexes into `columns`; empty when the
     /// table has none (a rejected row is then named by its place).
@@ -234,7 +234,6 @@ final class PostgresWriter: BatchWriter {
     /// Sends a batch's rows in the open COPY (opened first when none is), and ends the COPY once
     /// the keys it keeps reach `keptKeyBytes`.
     private func send(_ rows: [UInt8], batch: RowBatch) throws {
-        defer { given += batch.count }
         if !copyOpen {
             copyFirst = given
             let start = try connection.exec(copySQL)
@@ -246,6 +245,8 @@ final class PostgresWriter: BatchWriter {
         }
         for (j, c) in keyColumns.enumerated() { keysInCopy.columns[j].append(contentsOf: batch.columns[c]) }
         try put(rows)
+        // Counted before the COPY may end here: a row of this batch refused is one of the COPY's.
+        given += batch.count
         if keysInCopy.byteSize >= Self.keptKeyBytes { try endCopy() }
     }
 
