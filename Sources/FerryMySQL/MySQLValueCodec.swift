@@ -51,13 +51,14 @@ enum MySQLValueCodec {
 
     static let hexDigits = Array("0123456789ABCDEF".utf8)
 
-    /// Appends bytes escaped for LOAD DATA (`\\`, tab, newline, NUL) or, for INSERT, a quoted literal.
-    @inline(__always)
     /// `appendEscaped` of the bytes of `b`.
+    @inline(__always)
     static func appendEscaped(_ b: [UInt8], insert: Bool, into out: inout [UInt8]) {
         b.withUnsafeBytes { appendEscaped($0, insert: insert, into: &out) }
     }
 
+    /// Appends bytes escaped for LOAD DATA (`\\`, tab, newline, NUL) or, for INSERT, a quoted literal.
+    @inline(__always)
     static func appendEscaped(_ b: UnsafeRawBufferPointer, insert: Bool, into out: inout [UInt8]) {
         if insert { out.append(39) }
         // Runs of bytes that need no escape are appended in one piece (byte by byte into the

@@ -314,8 +314,7 @@ final class PostgresWriter: BatchWriter {
     /// `(id=5)` for row `row` of the open COPY (its `keys`); nil where the table has no key.
     private func keyDescription(_ row: Int, of keys: RowBatch) -> String? {
         guard !keyColumns.isEmpty, row < keys.count else { return nil }
-        let parts = keyColumns.enumerated().map { j, c in "\(columns[c].name)=\(columns[c].display(keys.columns[j], row: row))" }
-        return "(" + parts.joined(separator: ", ") + ")"
+        return Column.keyText(keyColumns.enumerated().map { j, c in (columns[c], keys.columns[j]) }, row: row)
     }
 
     static func lineNumber(in context: String) -> Int? {

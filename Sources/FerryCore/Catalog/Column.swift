@@ -60,6 +60,12 @@ public struct Column: Hashable, Sendable, Codable {
     /// binary, read and written back by the same engine's driver exactly as stored.
     public var travelsNatively: Bool { readHints.contains(.nativeForm) }
 
+    /// `(id=5, code=x)`: row `row` of each key column (with the buffer holding its values), as
+    /// messages name a row by its key.
+    public static func keyText(_ key: [(column: Column, values: ColumnBuffer)], row: Int) -> String {
+        "(" + key.map { "\($0.column.name)=\($0.column.display($0.values, row: row))" }.joined(separator: ", ") + ")"
+    }
+
     /// Row `row` of `column` (laid out for this column) in one line for messages: a stored
     /// form shown as the value it holds (`'2024-01-31 12:00:00.500000'`, `12`), else as `Value`.
     public func display(_ column: ColumnBuffer, row: Int) -> String {

@@ -219,13 +219,10 @@ extension CopyEngine {
     func keyDescription(_ table: TablePlan, batch: RowBatch, row: Int) -> String {
         // A row a writer placed wrongly is never read out of its batch.
         guard row >= 0 && row < batch.count else { return "row \(row + 1) of a batch of \(batch.count)" }
-        let keyColumns = table.key?.columns ?? []
-        var parts: [String] = []
-        for name in keyColumns {
-            guard let i = table.columns.firstIndex(where: { $0.name == name }) else { continue }
-            parts.append("\(name)=\(table.columns[i].display(batch.columns[i], row: row))")
+        let key = (table.key?.columns ?? []).compactMap { name in
+            table.columns.firstIndex { $0.name == name }.map { (column: table.columns[$0], values: batch.columns[$0]) }
         }
-        return parts.isEmpty ? "row \(row + 1) of its batch (the table has no key)" : "(" + parts.joined(separator: ", ") + ")"
+        return key.isEmpty ? "row \(row + 1) of its batch (the table has no key)" : Column.keyText(key, row: row)
     }
 
     static func describe(_ error: any Error, table: TableName) -> String {
