@@ -62,18 +62,29 @@ extension RowsStreamCore {
     }
 
     /// Where a run of a cell's plain text that starts at `k` ends: the first `<`, `&`, CR or
-    /// control byte (TAB and LF are plain), or the end of the bytes. Eight bytes at a time while
-    /// none of them is below 0x20, `<` or `&` (bytes from 0x80 are plain here), then byte by byte.
-    /// Every byte it passes is OR-ed into `seen` (bit 7 set: the run holds a byte of a UTF-8
-    /// sequence, so the value's text must be checked; without it the run is ASCII).
+    /// control byte (TAB and LF are plain), or the end of the bytes. Eight bytes at a time, each
+    /// word's first byte below 0x20, `<` or `&` found at once (bytes from 0x80 are plain here);
+    /// the last few bytes one by one. Every byte it passes is OR-ed into `seen` (bit 7 set: the
+    /// run holds a byte of a UTF-8 sequence, so the value's text must be checked; without it the
+    /// run is ASCII).
     @inline(__always) static func plainRun(_ c: Cursor, from start: Int, seen: inout UInt64) -> Int {
         var k = start
         if let base = c.p.baseAddress {
             while k + 8 <= c.end {
                 let w = UnsafeRawPointer(base).loadUnaligned(fromByteOffset: k, as: UInt64.self)
-                if XMLText.hasByte(below: 0x20, w) || XMLText.hasByte(0x3C, w) || XMLText.hasByte(0x26, w) { break }
-                seen |= w
-                k += 8
+                let look = XMLText.valueLook(w)
+                if look == 0 {
+                    seen |= w
+                    k += 8
+                    continue
+                }
+                let first = look.trailingZeroBitCount >> 3
+                // The bytes before it (a shift by 64 would be no shift: first is below 8 here).
+                seen |= w & ((1 &<< (UInt64(first) &* 8)) &- 1)
+                k += first
+                let b = base[k]
+                guard b == 9 || b == 10 else { return k }
+                k += 1
             }
         }
         while k < c.end {

@@ -22,13 +22,16 @@ public enum XMLText {
         guard let base = bytes.baseAddress else { return true }
         while i < n {
             // ASCII eight bytes at a time (no byte with its high bit set, and, unless controls
-            // are allowed, none below 0x20), again after each byte that needs a look.
-            if controlsAllowed {
-                while i + 8 <= n, base.loadUnaligned(fromByteOffset: i, as: UInt64.self) & highBits == 0 { i += 8 }
-            } else {
-                while i + 8 <= n, isPrintableASCII(base.loadUnaligned(fromByteOffset: i, as: UInt64.self)) { i += 8 }
+            // are allowed, none below 0x20), straight to the first byte that needs a look.
+            if i + 8 <= n {
+                let w = base.loadUnaligned(fromByteOffset: i, as: UInt64.self)
+                let look = textLook(w, controlsAllowed: controlsAllowed)
+                if look == 0 {
+                    i += 8
+                    continue
+                }
+                i += look.trailingZeroBitCount >> 3
             }
-            guard i < n else { break }
             let b = bytes[i]
             if b < 0x20 {
                 if !controlsAllowed && b != 0x09 && b != 0x0A && b != 0x0D { return false }
@@ -93,9 +96,13 @@ public enum XMLText {
         guard let base = bytes.baseAddress else { return }
         (content ? contentClass : escapeClass).withUTF8Buffer { table in
             while i < n {
-                if content {
-                    while i + 8 <= n, isPlainContent(base.loadUnaligned(fromByteOffset: i, as: UInt64.self)) { i += 8 }
-                    guard i < n else { break }
+                if content && i + 8 <= n {
+                    let look = contentLook(base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+                    if look == 0 {
+                        i += 8
+                        continue
+                    }
+                    i += look.trailingZeroBitCount >> 3
                 }
                 let b = bytes[i]
                 i += 1
@@ -124,9 +131,16 @@ public enum XMLText {
         guard let base = bytes.baseAddress else { return true }
         let ok = contentClass.withUTF8Buffer { table -> Bool in
             while i < n {
-                // Most text is plain ASCII: eight bytes at a time until a byte needs a look.
-                while i + 8 <= n, isPlainContent(base.loadUnaligned(fromByteOffset: i, as: UInt64.self)) { i += 8 }
-                guard i < n else { break }
+                // Most text is plain ASCII: eight bytes at a time, then straight to the first
+                // byte that needs a look (the mask is exact: its lowest flag is that byte).
+                if i + 8 <= n {
+                    let look = contentLook(base.loadUnaligned(fromByteOffset: i, as: UInt64.self))
+                    if look == 0 {
+                        i += 8
+                        continue
+                    }
+                    i += look.trailingZeroBitCount >> 3
+                }
                 let b = bytes[i]
                 switch table[Int(b)] {
                 case 48:  // plain ASCII
@@ -160,30 +174,39 @@ public enum XMLText {
         return true
     }
 
-    // Eight bytes at a time, as a little-endian word (the tricks of "Bit Twiddling Hacks"):
-    // a byte below n (n <= 0x80) shows in (w - n·L) & ~w & H, a byte equal to b in w ^ b·L.
+    // Eight bytes at a time, as a little-endian word (after "Bit Twiddling Hacks"), with one
+    // flag per byte (its bit 7) that is exact: no sum below carries out of its byte, so the
+    // lowest flag is the first byte that needs a look, found with one trailing-zero count.
     static let highBits: UInt64 = 0x8080_8080_8080_8080
     static let lowBits: UInt64 = 0x0101_0101_0101_0101
+    static let low7Bits: UInt64 = 0x7F7F_7F7F_7F7F_7F7F
 
-    /// True when one of the word's bytes is below `n` (at most 0x80).
-    @inline(__always) static func hasByte(below n: UInt8, _ w: UInt64) -> Bool {
-        (w &- UInt64(n) &* lowBits) & ~w & highBits != 0
+    /// Bit 7 of each of eight bytes that needs a look in element content: below 0x20, from
+    /// 0x80 (UTF-8 sequences are checked), `&`, `<` or `>`. Zero when the eight bytes go out as
+    /// they are. Each test is on the byte without its bit 7 (`t`), so a sum never leaves its byte,
+    /// and leaves bit 7 clear where the byte matches: below 0x20 (`t + 0x60`), `&` (`t ^ 0x26`
+    /// is zero), `<` or `>` (they differ only in bit 1).
+    @inline(__always) static func contentLook(_ w: UInt64) -> UInt64 {
+        let t = w & low7Bits
+        let control = t &+ 0x6060_6060_6060_6060
+        let amp = (t ^ 0x2626_2626_2626_2626) &+ low7Bits
+        let angle = ((t | 0x0202_0202_0202_0202) ^ 0x3E3E_3E3E_3E3E_3E3E) &+ low7Bits
+        return (~(control & amp & angle) | w) & highBits
     }
 
-    /// True when one of the word's bytes is `b`.
-    @inline(__always) static func hasByte(_ b: UInt8, _ w: UInt64) -> Bool {
-        hasByte(below: 1, w ^ (UInt64(b) &* lowBits))
+    /// `contentLook` as a decoder reads a value's text: bytes below 0x20, `<` and `&` (bytes
+    /// from 0x80 are plain here).
+    @inline(__always) static func valueLook(_ w: UInt64) -> UInt64 {
+        let t = w & low7Bits
+        let control = t &+ 0x6060_6060_6060_6060
+        let lt = (t ^ 0x3C3C_3C3C_3C3C_3C3C) &+ low7Bits
+        let amp = (t ^ 0x2626_2626_2626_2626) &+ low7Bits
+        return ~(control & lt & amp | w) & highBits
     }
 
-    /// True when each of eight bytes is ASCII from 0x20 (no control, no UTF-8 sequence).
-    @inline(__always) static func isPrintableASCII(_ w: UInt64) -> Bool {
-        w & highBits == 0 && !hasByte(below: 0x20, w)
-    }
-
-    /// True when none of eight bytes needs a look in element content: no byte below 0x20,
-    /// none from 0x80 (UTF-8 sequences are checked), no `&`, `<` or `>`.
-    @inline(__always) static func isPlainContent(_ w: UInt64) -> Bool {
-        isPrintableASCII(w) && !hasByte(0x26, w) && !hasByte(0x3C, w) && !hasByte(0x3E, w)
+    /// Bytes from 0x80 and, unless `controlsAllowed`, below 0x20.
+    @inline(__always) static func textLook(_ w: UInt64, controlsAllowed: Bool) -> UInt64 {
+        controlsAllowed ? w & highBits : (~((w & low7Bits) &+ 0x6060_6060_6060_6060) | w) & highBits
     }
 
     @inline(__always) static func appendEntity<Out: ByteAppending>(_ b: UInt8, into out: inout Out) {

@@ -110,6 +110,26 @@ final class XMLWireFormatTests: XCTestCase {
                 }
             }
         }
+        // Two bytes that need a look in one word or the next: each is found after the other
+        // (the scans jump to the first one a word holds, then look again from the byte after it).
+        let pairs: [[UInt8]] = ["&", "<", ">", "\r", "\t", "\n", "é", "✓", "\u{1}"].map { Array($0.utf8) } + [[0xFF], [0x3D]]
+        for p in 0..<16 {
+            for q in (p + 1)..<17 {
+                for first in pairs {
+                    for second in pairs {
+                        var bytes = (0..<17).map { UInt8(97 + $0 % 26) }
+                        bytes.replaceSubrange(q...q, with: second)
+                        bytes.replaceSubrange(p...p, with: first)
+                        var out: [UInt8] = []
+                        let ok = bytes.withUnsafeBytes { XMLText.appendEscapedIfRepresentable($0, into: &out) }
+                        let expected = reference(bytes)
+                        XCTAssertEqual(ok, expected != nil, "\(bytes)")
+                        XCTAssertEqual(out, expected ?? [], "\(bytes)")
+                        if expected != nil { texts.append(String(decoding: bytes, as: UTF8.self)) }
+                    }
+                }
+            }
+        }
         // And back: the decoder scans plain text eight bytes at a time too.
         let rows = texts.enumerated().map { [Value.int(Int64($0.offset)), .text($0.element)] }
         _ = try roundTrip([col("id", .int64), col("t", .text)], rows, batchSize: 1000)
