@@ -66,34 +66,44 @@ struct Base64Decoder {
     /// Decodes `text` (whole groups) into `out` from `at`; nil at anything but the alphabet and
     /// the padding of the last group.
     private static func wholeGroups(_ text: UnsafeBufferPointer<UInt8>, into out: inout [UInt8], at start: Int) -> (bytes: Int, padded: Bool)? {
-        table.withUnsafeBufferPointer { t in
-            out.withUnsafeMutableBufferPointer { o -> (bytes: Int, padded: Bool)? in
-                let groups = text.count / 4
-                var w = start
-                for g in 0..<groups {
-                    let i = 4 * g
-                    let a = t[Int(text[i])], b = t[Int(text[i + 1])], c = t[Int(text[i + 2])], d = t[Int(text[i + 3])]
-                    // Alphabet values are below 64; `=` is 254, anything else 255.
-                    if a | b | c | d < 64 {
-                        let v = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
-                        o[w] = UInt8(truncatingIfNeeded: v >> 16)
-                        o[w + 1] = UInt8(truncatingIfNeeded: v >> 8)
-                        o[w + 2] = UInt8(truncatingIfNeeded: v)
-                        w += 3
-                        continue
-                    }
-                    guard g == groups - 1, a | b < 64, d == 254, c < 64 || c == 254 else { return nil }
-                    let v = UInt32(a) << 18 | UInt32(b) << 12 | (c < 64 ? UInt32(c) << 6 : 0)
+        out.withUnsafeMutableBufferPointer { o -> (bytes: Int, padded: Bool)? in
+            guard let base = o.baseAddress else { return nil }
+            return decodeWhole(text, into: base + start)
+        }
+    }
+
+    /// Decodes `text`, whole groups of the alphabet (the last one perhaps padded), into `out`,
+    /// which has room for `text.count / 4 * 3` bytes: the bytes written, or nil at anything else
+    /// (a character outside the alphabet, a group cut short), which the general path reads.
+    @inline(__always)
+    static func decodeWhole(_ text: UnsafeBufferPointer<UInt8>, into o: UnsafeMutablePointer<UInt8>) -> (bytes: Int, padded: Bool)? {
+        guard text.count % 4 == 0 else { return nil }
+        return table.withUnsafeBufferPointer { t -> (bytes: Int, padded: Bool)? in
+            let groups = text.count / 4
+            var w = 0
+            for g in 0..<groups {
+                let i = 4 * g
+                let a = t[Int(text[i])], b = t[Int(text[i + 1])], c = t[Int(text[i + 2])], d = t[Int(text[i + 3])]
+                // Alphabet values are below 64; `=` is 254, anything else 255.
+                if a | b | c | d < 64 {
+                    let v = UInt32(a) << 18 | UInt32(b) << 12 | UInt32(c) << 6 | UInt32(d)
                     o[w] = UInt8(truncatingIfNeeded: v >> 16)
-                    w += 1
-                    if c < 64 {
-                        o[w] = UInt8(truncatingIfNeeded: v >> 8)
-                        w += 1
-                    }
-                    return (w - start, true)
+                    o[w + 1] = UInt8(truncatingIfNeeded: v >> 8)
+                    o[w + 2] = UInt8(truncatingIfNeeded: v)
+                    w += 3
+                    continue
                 }
-                return (w - start, false)
+                guard g == groups - 1, a | b < 64, d == 254, c < 64 || c == 254 else { return nil }
+                let v = UInt32(a) << 18 | UInt32(b) << 12 | (c < 64 ? UInt32(c) << 6 : 0)
+                o[w] = UInt8(truncatingIfNeeded: v >> 16)
+                w += 1
+                if c < 64 {
+                    o[w] = UInt8(truncatingIfNeeded: v >> 8)
+                    w += 1
+                }
+                return (w, true)
             }
+            return (w, false)
         }
     }
 
