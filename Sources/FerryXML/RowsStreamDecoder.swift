@@ -60,7 +60,7 @@ struct RowsStreamCore {
     public let limits: XMLLimits
 
     /// Rows decoded so far (complete `<r>` elements).
-    public private(set) var rows = 0
+    public internal(set) var rows = 0
     /// The `<next>` key's cells (raw bytes: base64 cells decoded), once the page gave one.
     public private(set) var next: [[UInt8]]?
     /// True once `</rows>` (or `<rows/>`) was read.
@@ -71,14 +71,14 @@ struct RowsStreamCore {
     private var pos = 0
     /// The line of `buf[0]`, for error messages.
     var linesBefore = 1
-    private var state: State = .start
-    private var batch: RowBatch
+    var state: State = .start
+    var batch: RowBatch
     /// The cell being read: its value's decoded bytes, and how they arrive.
     /// Per column, how its cells are read.
-    private let kinds: [WireValue.CellKind]
+    let kinds: [WireValue.CellKind]
     private let value = ValueBuffer()
     /// The value's bytes while it is short (most are): a plain array, no class in between.
-    private var text = ByteArena()
+    var text = ByteArena()
     /// The value moved to `value` (longer than `ValueBuffer.largeBytes`).
     private var valueIsLarge = false
     /// Base64 decoded from one piece of text, before it joins the value.
@@ -100,7 +100,7 @@ struct RowsStreamCore {
     /// A reference's decoded bytes (reused).
     private var reference: [UInt8] = []
     /// Cells of the current row (or `<next>`) so far.
-    private var column = 0
+    var column = 0
     private var nextCells: [[UInt8]] = []
     /// Where a comment returns to.
     private var afterComment: State = .items
@@ -309,6 +309,11 @@ struct RowsStreamCore {
                     }
                 case .rowCells, .nextCells:
                     let inRow = state == .rowCells
+                    if inRow {
+                        if try fastCells(&c) == .full { return (c.i, true) }
+                        mark = c.i
+                        if state != .rowCells { continue }
+                    }
                     // Ferry writes a row's cells back to back: `<v` right here needs no look for
                     // space, comments or the end of the row.
                     if c.i + 2 < c.end && c.p[c.i] == 60 && c.p[c.i + 1] == 118 {
@@ -618,17 +623,7 @@ struct RowsStreamCore {
             if cellNull {
                 batch.columns[column].appendNull()
             } else {
-                do {
-                    if cellStored != 0 {
-                        try WireValue.append(stored: cellStored, raw: bytes, textUnchecked: !cellBase64 && !cellASCII, to: &batch.columns[column])
-                    } else if kinds[column] == .other {
-                        try WireValue.append(raw: bytes, as: types[column], to: &batch.columns[column])
-                    } else {
-                        try WireValue.append(raw: bytes, kind: kinds[column], knownUTF8: !cellBase64 && cellASCII, to: &batch.columns[column])
-                    }
-                } catch {
-                    throw XMLWireError.badValue(row: rows, column: names[column], message: "\(error)")
-                }
+                try cellValue(bytes, stored: cellStored, base64: cellBase64, ascii: cellASCII)
             }
             column += 1
             state = .rowCells
