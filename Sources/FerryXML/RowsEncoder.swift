@@ -14,6 +14,8 @@ public struct RowsEncoder {
     public let stored: [Bool]
     /// Each column's cell form (from its type and `stored`), decided once.
     let forms: [WireValue.CellForm]
+    /// The columns whose values may be long (text and binary).
+    let sliceable: [Int]
     private var batch: RowBatch?
     private var row = 0
     private var column = 0
@@ -29,7 +31,9 @@ public struct RowsEncoder {
     public init(types: [LogicalType], stored: [Bool] = []) {
         self.types = types
         self.stored = stored
-        forms = WireValue.CellForm.forms(types, stored: stored)
+        let forms = WireValue.CellForm.forms(types, stored: stored)
+        self.forms = forms
+        sliceable = forms.indices.filter { forms[$0].sliceable }
     }
 
     /// True when no batch is being written.
@@ -59,43 +63,56 @@ public struct RowsEncoder {
     /// `fill` into any `ByteAppending` (the document source's `ByteOutput`).
     mutating func encode<Out: ByteAppending>(into out: inout Out, limit: Int) -> Bool {
         guard let batch else { return true }
-        let forms = self.forms
+        let forms = self.forms, sliceable = self.sliceable
+        let rows = batch.count
         // The batch's buffers pinned for this piece: each cell reads raw pointers (a
         // ColumnBuffer read from its array was retained and released, five arrays, per cell).
         batch.withPinnedColumns { cols in
             forms.withUnsafeBufferPointer { forms in
-                while out.count < limit && row < batch.count {
-                    if let l = large {
-                        let end = min(l.next + Self.slice, l.end)
-                        let piece = cols[column].bytes(l.next..<end)
-                        if l.base64 { XMLText.base64(piece, into: &out) } else { XMLText.appendEscaped(piece, content: true, into: &out) }
-                        if end == l.end {
-                            out.appendASCII("</v>")
-                            large = nil
-                            column += 1
-                        } else {
-                            large = (end, l.end, l.base64)
+                sliceable.withUnsafeBufferPointer { sliceable in
+                    while out.count < limit && row < rows {
+                        if large == nil && !inRow && Self.isShort(row, cols, sliceable) {
+                            // The common case, a row whose values are short together: written whole,
+                            // without this loop's bookkeeping per cell (the piece then goes past
+                            // `limit` by at most a row of such values, as it did by a cell).
+                            out.appendASCII("<r>")
+                            for c in 0..<forms.count { WireValue.appendCell(cols[c], row: row, form: forms[c], into: &out) }
+                            out.appendASCII("</r>\n")
+                            row += 1
+                            continue
                         }
-                        continue
+                        if let l = large {
+                            let end = min(l.next + Self.slice, l.end)
+                            let piece = cols[column].bytes(l.next..<end)
+                            if l.base64 { XMLText.base64(piece, into: &out) } else { XMLText.appendEscaped(piece, content: true, into: &out) }
+                            if end == l.end {
+                                out.appendASCII("</v>")
+                                large = nil
+                                column += 1
+                            } else {
+                                large = (end, l.end, l.base64)
+                            }
+                            continue
+                        }
+                        if !inRow {
+                            out.appendASCII("<r>")
+                            inRow = true
+                        }
+                        if column == forms.count {
+                            out.appendASCII("</r>\n")
+                            inRow = false
+                            column = 0
+                            row += 1
+                            continue
+                        }
+                        let form = forms[column]
+                        if form.sliceable, !cols[column].isNull(row), cols[column].range(row).count > Self.largeValue {
+                            startLarge(cols[column], form: form, into: &out)
+                            continue
+                        }
+                        WireValue.appendCell(cols[column], row: row, form: form, into: &out)
+                        column += 1
                     }
-                    if !inRow {
-                        out.appendASCII("<r>")
-                        inRow = true
-                    }
-                    if column == forms.count {
-                        out.appendASCII("</r>\n")
-                        inRow = false
-                        column = 0
-                        row += 1
-                        continue
-                    }
-                    let form = forms[column]
-                    if form.sliceable, !cols[column].isNull(row), cols[column].range(row).count > Self.largeValue {
-                        startLarge(cols[column], form: form, into: &out)
-                        continue
-                    }
-                    WireValue.appendCell(cols[column], row: row, form: form, into: &out)
-                    column += 1
                 }
             }
         }
@@ -104,6 +121,13 @@ public struct RowsEncoder {
             return true
         }
         return false
+    }
+
+    /// True when the text and binary values of `row` come to at most `largeValue` bytes.
+    @inline(__always) static func isShort(_ row: Int, _ cols: UnsafeBufferPointer<PinnedColumn>, _ sliceable: UnsafeBufferPointer<Int>) -> Bool {
+        var bytes = 0
+        for c in sliceable where !cols[c].isNull(row) { bytes += cols[c].range(row).count }
+        return bytes <= largeValue
     }
 
     /// Opens the cell of a value long enough to go out in slices, and notes where it is.
