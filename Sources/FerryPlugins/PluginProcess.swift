@@ -84,6 +84,14 @@ final class PluginProcess: @unchecked Sendable {  // unchecked: mutable state on
         guard cloexecPipe(&stdinPipe), cloexecPipe(&stdoutPipe), cloexecPipe(&stderrPipe) else {
             throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "cannot make pipes for plugin \(name): \(String(cString: strerror(errno)))")
         }
+        #if os(Linux)
+        // 1 MiB pipes where the system allows it (64 KiB by default): a body fills and empties
+        // one sixteen times less often, each time a wait and a wake on each side. Best effort:
+        // a smaller pipe only costs time.
+        let setPipeSize: Int32 = 1031  // F_SETPIPE_SZ
+        _ = fcntl(stdinPipe[1], setPipeSize, Int32(1 << 20))
+        _ = fcntl(stdoutPipe[1], setPipeSize, Int32(1 << 20))
+        #endif
         input = stdinPipe[1]
         _ = fcntl(input, F_SETFL, fcntl(input, F_GETFL) | O_NONBLOCK)
         output = stdoutPipe[0]
