@@ -207,6 +207,48 @@ final class XMLStreamingTests: XCTestCase {
         }
     }
 
+    /// The decoder reads the cells Ferry writes in a fast loop and hands every other form to its
+    /// state machine at the start of that cell: each form below, at each position in a row,
+    /// between fast cells, with rows joined every way XML allows, decodes to the same values
+    /// whole and in pieces of any size (a piece can end anywhere in a fast cell too).
+    func testFastCellsAndEveryOtherFormMixInARow() throws {
+        let columns = [col("id", .int64), col("t", .text(maxLength: nil, fixed: false)), col("b", .binary(maxLength: nil))]
+        // (cell, value) of the text column: fast forms first, then those the state machine reads.
+        let texts: [(String, Value)] = [
+            ("<v>plain</v>", .text("plain")), ("<v>a &amp; b &lt;c&gt; &quot;q&quot; &apos;s&apos;</v>", .text("a & b <c> \"q\" 's'")),
+            ("<v>Zoë — ✓</v>", .text("Zoë — ✓")), ("<v></v>", .text("")), ("<v null=\"1\"/>", .null),
+            ("<v enc=\"b64\">aGk=</v>", .text("hi")), ("<v>x&#65;y</v>", .text("xAy")), ("<v>x&#x1F600;y</v>", .text("x😀y")),
+            ("<v><![CDATA[<a> & b]]></v>", .text("<a> & b")), ("<v>cr\r\nlf</v>", .text("cr\nlf")), ("<v >spaced</v>", .text("spaced")),
+            ("<v\tnull='1'/>", .null), ("<v n=\"3\">abc</v>", .text("abc")), ("<v>tab\there\nline</v>", .text("tab\there\nline")),
+        ]
+        let gaps = ["", "\n", " ", "<!-- c -->"]
+        var doc = "<?xml version=\"1.0\"?>\n<rows table=\"t\">\n"
+        var expected: [[Value]] = []
+        var id: Int64 = 0
+        for (k, (cell, value)) in texts.enumerated() {
+            for position in 0..<3 {
+                id += 1
+                // The text column's cell in the middle; the cell before or after it also in a form
+                // the state machine reads (a space in the tag, a line break inside base64).
+                var cells = ["<v>\(id)</v>", cell, "<v enc=\"b64\">dGV4dA==</v>"]
+                if position == 1 { cells[0] = "<v >\(id)</v>" }
+                if position == 2 { cells[2] = "<v enc=\"b64\">dGV4\ndA==</v>" }
+                let row: [Value] = [.int(id), value, .binary(Array("text".utf8))]
+                let gap = gaps[(k + position) % gaps.count]
+                doc += "<r>" + cells.joined(separator: gap) + "</r>" + gaps[(k + position + 1) % gaps.count]
+                expected.append(row)
+            }
+        }
+        doc += "</rows>\n"
+        let bytes = Array(doc.utf8)
+        var random = SplitMix64(seed: 15)
+        for (batchSize, split) in [(1000, { (n: Int) in n }), (2, { _ in 1 }), (3, { _ in 7 }), (5, { _ in Int(random.next() % 40) + 1 })] as [(Int, (Int) -> Int)] {
+            let got = try decodeInPieces(bytes, columns: columns, batchSize: batchSize, split: split)
+            XCTAssertEqual(got.rows.count, expected.count)
+            for (g, e) in zip(got.rows, expected) { XCTAssertEqual(g, e, "batch size \(batchSize)") }
+        }
+    }
+
     /// A stored value (`StoredValue`: a tag byte and its payload) in a column read in its stored
     /// form goes out in its own form — `<v s="i">`, `s="t"` (base64 when XML cannot hold the
     /// text), `s="b"` — and comes back byte for byte, in pieces of any size, long values in
