@@ -1,5 +1,8 @@
 import CSQLite
 import FerryCore
+#if os(Linux)
+import Glibc
+#endif
 
 /// Inserts batches with a prepared multi-row INSERT (and a one-row one for the rest of a
 /// batch), reused for every batch; the caller holds the transaction. Values are bound in
@@ -21,6 +24,16 @@ final class SQLiteWriter: BatchWriter {
     /// Per column: true when -0.0 would lose its sign (REAL, NUMERIC, INTEGER affinity).
     private let signedZeroLost: [Bool]
     private let table: TableName
+
+    #if os(Linux)
+    /// The database file opened once more (read-only), to start its writeback every
+    /// `writebackBytes` of rows loaded: the commit's `fdatasync` then finds most pages already
+    /// on their way to the disk instead of all of them (1,000,000 bench_orders rows into a file
+    /// on disk: that one call took 0.16 s of a 1.8–2.0 s copy). -1 for a file in memory.
+    private let writeback: Int32
+    private var sinceWriteback = 0
+    static let writebackBytes = 32 << 20
+    #endif
 
     /// Total rows changed by the statements run (sqlite3_changes after each step).
     private(set) var changed = 0
@@ -64,6 +77,19 @@ final class SQLiteWriter: BatchWriter {
         self.kinds = columns.map { SQLiteValueCodec.Form($0, storedIn: target.column(named: $0.name)?.logicalType) }
         self.formatted = kinds.map { SQLiteValueCodec.isFormatted($0) ? SQLiteFormattedColumn() : nil }
         self.table = table
+        #if os(Linux)
+        if let name = sqlite3_db_filename(connection.db, "main"), name.pointee != 0 {
+            writeback = open(name, O_RDONLY | O_CLOEXEC)
+        } else {
+            writeback = -1
+        }
+        #endif
+    }
+
+    deinit {
+        #if os(Linux)
+        if writeback >= 0 { close(writeback) }
+        #endif
     }
 
     func finish() throws {}
@@ -79,6 +105,15 @@ final class SQLiteWriter: BatchWriter {
 
     func write(_ batch: RowBatch) throws {
         try PinnedBatch.with(batch) { try write(pinned: $0) }
+        #if os(Linux)
+        if writeback >= 0 {
+            sinceWriteback += batch.byteSize
+            if sinceWriteback >= Self.writebackBytes {
+                sinceWriteback = 0
+                _ = ferry_start_writeback(writeback)  // best effort: the commit syncs anyway
+            }
+        }
+        #endif
     }
 
     private func write(pinned: PinnedBatch) throws {
