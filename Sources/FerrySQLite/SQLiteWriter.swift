@@ -78,7 +78,9 @@ final class SQLiteWriter: BatchWriter {
         self.formatted = kinds.map { SQLiteValueCodec.isFormatted($0) ? SQLiteFormattedColumn() : nil }
         self.table = table
         #if os(Linux)
-        if let name = sqlite3_db_filename(connection.db, "main"), name.pointee != 0 {
+        // Only for a load (the default INSERT): the writers of merges, upserts and deletes are
+        // made per batch.
+        if custom == nil, let name = sqlite3_db_filename(connection.db, "main"), name.pointee != 0 {
             writeback = open(name, O_RDONLY | O_CLOEXEC)
         } else {
             writeback = -1

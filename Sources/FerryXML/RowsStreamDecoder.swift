@@ -367,15 +367,7 @@ struct RowsStreamCore {
                         if seen & XMLText.highBits != 0 { cellASCII = false }
                         if k + 4 <= c.end && c.p[k] == 60 && c.p[k + 1] == 47 && c.p[k + 2] == 118 && c.p[k + 3] == 62 {
                             let text = UnsafeRawBufferPointer(UnsafeBufferPointer(rebasing: c.p[c.i..<k]))
-                            if cellBase64, k - c.i <= Self.shortBase64, k > c.i,
-                               try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: Self.shortBase64 / 4 * 3, { room -> Bool in
-                                   // A short value (a BLOB key, a REAL in its stored form) decoded
-                                   // on the stack, straight into its column.
-                                   guard let o = room.baseAddress, let whole = Base64Decoder.decodeWhole(UnsafeBufferPointer(rebasing: c.p[c.i..<k]), into: o) else { return false }
-                                   try finishCell(UnsafeRawBufferPointer(start: o, count: whole.bytes))
-                                   return true
-                               }) {
-                            } else if cellBase64 {
+                            if cellBase64 {
                                 decoded.removeAll(keepingCapacity: true)
                                 var b64 = Base64Decoder()
                                 guard b64.decode(UnsafeBufferPointer(rebasing: c.p[c.i..<k]), into: &decoded), b64.finish() else {
@@ -468,8 +460,6 @@ struct RowsStreamCore {
 
     enum ValueStep { case ended, cdata, needMore }
 
-    /// The longest base64 text a cell read whole is decoded from on the stack (768 bytes).
-    static let shortBase64 = 1024
 
     /// The text of a value up to `</v>`, decoded into `value` as it goes.
     private mutating func valueText(_ c: inout Cursor) throws -> ValueStep {

@@ -18,6 +18,10 @@ extension RowsStreamCore {
         case full
     }
 
+    /// The longest base64 text a cell is decoded from on the stack (768 bytes): a BLOB key, a
+    /// REAL in its stored form.
+    static let shortBase64 = 1024
+
     /// Reads cells from `c.i` (in `.rowCells`, at a cell or at the end of a row).
     mutating func fastCells(_ c: inout Cursor) throws -> FastStop {
         guard let p = c.p.baseAddress else { return .general }

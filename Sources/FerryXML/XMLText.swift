@@ -178,7 +178,6 @@ public enum XMLText {
     // flag per byte (its bit 7) that is exact: no sum below carries out of its byte, so the
     // lowest flag is the first byte that needs a look, found with one trailing-zero count.
     static let highBits: UInt64 = 0x8080_8080_8080_8080
-    static let lowBits: UInt64 = 0x0101_0101_0101_0101
     static let low7Bits: UInt64 = 0x7F7F_7F7F_7F7F_7F7F
 
     /// Bit 7 of each of eight bytes that needs a look in element content: below 0x20, from
