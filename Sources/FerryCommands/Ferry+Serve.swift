@@ -52,8 +52,13 @@ extension Ferry {
         @Option(name: .long, help: "TLS private key (PEM).")
         var tlsKey: String?
 
-        @Option(name: .long, help: "Largest request body, in MB.")
+        @Option(name: .long, help: "Largest request body the service holds whole (a change set, a push), in MB.")
         var maxBodyMb: Int = 64
+
+        @Option(name: .long, help: ArgumentHelp(
+            "Largest rows load one request may stream, in MB.",
+            discussion: "Rows are written as they arrive, never held: this bounds one transaction, not memory. Clients send longer loads in several requests of at most half of it."))
+        var maxLoadMb: Int = 1024
 
         func validate() throws {
             guard tokenFile != nil || writeTokenFile != nil || readOnlyTokenFile != nil else {
@@ -62,6 +67,7 @@ extension Ferry {
             guard (tlsCert == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
             guard parseListen() != nil else { throw ValidationError("--listen must be HOST:PORT, e.g. 127.0.0.1:8080") }
             guard maxBodyMb >= 1 else { throw ValidationError("--max-body-mb must be at least 1") }
+            guard maxLoadMb >= 1 && maxLoadMb <= 1 << 20 else { throw ValidationError("--max-load-mb must be between 1 and 1048576") }
         }
 
         func parseListen() -> (String, Int)? {
@@ -89,7 +95,8 @@ extension Ferry {
                 readOnlyTokens: try readOnlyTokenFile.map { try ServerConfiguration.tokens(fromFile: $0) } ?? [],
                 writeTokens: try writeTokenFile.map { try ServerConfiguration.tokens(fromFile: $0) } ?? [],
                 tables: tables.flatMap { $0.split(separator: ",") }.map { TableName(parsing: String($0)) },
-                host: host, port: port, tlsCertificate: tlsCert, tlsKey: tlsKey, maxBodyBytes: maxBodyMb << 20)
+                host: host, port: port, tlsCertificate: tlsCert, tlsKey: tlsKey, maxBodyBytes: maxBodyMb << 20,
+                maxLoadBytes: maxLoadMb << 20)
             if config.exposedWithoutTLS {
                 Console.error("ferry: warning: listening on \(host) without TLS: tokens and data cross the network in clear text; use --tls-cert and --tls-key")
             }

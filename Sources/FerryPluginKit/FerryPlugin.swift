@@ -162,7 +162,8 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
         handlers.startSweeping()
         let hello = XMLDocuments.capabilities(.init(
             name: handlers.configuration.name, version: handlers.configuration.version, capabilities: handlers.configuration.capabilities,
-            storedForm: handlers.configuration.storedForm, maxBody: handlers.configuration.maxBodyBytes, windows: handlers.configuration.windows))
+            storedForm: handlers.configuration.storedForm, maxBody: handlers.configuration.maxBodyBytes,
+            maxLoad: handlers.configuration.maxLoadBytes, windows: handlers.configuration.windows))
         write(PluginFrame(.hello, stream: 0, payload: Array(hello)))
         let reader = PluginFrameReader { buffer in
             while true {

@@ -34,7 +34,8 @@ public struct PluginDriver: Driver {
         let capabilities = process.report?.capabilities ?? []
         do {
             try capabilities.require(role == .source ? .source : .target, for: role == .source ? "reading from it" : "writing into it", endpoint: "plugin \(name)")
-            return try HTTPConnection(transport: transport, capabilities: capabilities, storedForm: process.report?.storedForm, maxBody: process.report?.maxBody)
+            return try HTTPConnection(transport: transport, capabilities: capabilities, storedForm: process.report?.storedForm, maxBody: process.report?.maxBody,
+                maxLoad: process.report?.maxLoad)
         } catch {
             transport.release()
             throw error

@@ -26,8 +26,10 @@ public struct ServerConfiguration: Sendable {
     public var port: Int
     public var tlsCertificate: String?
     public var tlsKey: String?
-    /// Largest request body accepted (413 beyond).
+    /// Largest request body accepted (413 beyond) — of a document the service holds whole.
     public var maxBodyBytes: Int
+    /// Largest rows load one streamed `POST …/rows` may carry (413 beyond; never held whole).
+    public var maxLoadBytes: Int
     /// Rows per page when the client does not ask, and the most it may ask for.
     public var defaultPageRows: Int
     public var maxPageRows: Int
@@ -42,7 +44,7 @@ public struct ServerConfiguration: Sendable {
     public init(
         database: Endpoint, registry: DriverRegistry, readWriteTokens: [String], readOnlyTokens: [String] = [],
         writeTokens: [String] = [], tables: [TableName] = [], host: String = "127.0.0.1", port: Int = 8080, tlsCertificate: String? = nil, tlsKey: String? = nil,
-        maxBodyBytes: Int = 64 << 20, defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000,
+        maxBodyBytes: Int = 64 << 20, maxLoadBytes: Int = 1 << 30, defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000,
         pageBytes: Int = 8 << 20
     ) {
         self.pageBytes = pageBytes
@@ -57,6 +59,7 @@ public struct ServerConfiguration: Sendable {
         self.tlsCertificate = tlsCertificate
         self.tlsKey = tlsKey
         self.maxBodyBytes = maxBodyBytes
+        self.maxLoadBytes = maxLoadBytes
         self.defaultPageRows = defaultPageRows
         self.maxPageRows = maxPageRows
     }
@@ -80,7 +83,7 @@ public struct ServerConfiguration: Sendable {
         let writable = !readWriteTokens.isEmpty || !writeTokens.isEmpty
         return ServiceConfiguration(
             database: database, registry: registry, writable: writable, tables: tables,
-            maxBodyBytes: maxBodyBytes, defaultPageRows: defaultPageRows, maxPageRows: maxPageRows, pageBytes: pageBytes,
+            maxBodyBytes: maxBodyBytes, maxLoadBytes: maxLoadBytes, defaultPageRows: defaultPageRows, maxPageRows: maxPageRows, pageBytes: pageBytes,
             maxSnapshots: maxSnapshots, snapshotIdleSeconds: snapshotIdleSeconds, snapshotLifetimeSeconds: snapshotLifetimeSeconds,
             name: "ferry serve", version: ServerConfiguration.version,
             // Served with read-only tokens only: nothing can be written through it.

@@ -11,8 +11,11 @@ public struct ServiceConfiguration: Sendable {
     public var writable: Bool
     /// Tables served (empty: every table the catalog lists).
     public var tables: [TableName]
-    /// Largest request body accepted (413 beyond).
+    /// Largest request body accepted (413 beyond) — of a document the service holds whole.
     public var maxBodyBytes: Int
+    /// Largest rows load one streamed `POST …/rows` may carry (413 beyond): decoded and
+    /// written as it arrives, never held, so this bounds one transaction rather than memory.
+    public var maxLoadBytes: Int
     /// Rows per page when the client does not ask, and the most it may ask for.
     public var defaultPageRows: Int
     public var maxPageRows: Int
@@ -40,7 +43,7 @@ public struct ServiceConfiguration: Sendable {
     public var windows = false
 
     public init(
-        database: Endpoint, registry: DriverRegistry, writable: Bool, tables: [TableName] = [], maxBodyBytes: Int = 64 << 20,
+        database: Endpoint, registry: DriverRegistry, writable: Bool, tables: [TableName] = [], maxBodyBytes: Int = 64 << 20, maxLoadBytes: Int = 1 << 30,
         defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000, pageBytes: Int = 8 << 20, maxPageBytes: Int = 1 << 30, maxSnapshots: Int = 16,
         snapshotIdleSeconds: Double = 300, snapshotLifetimeSeconds: Double = 3_600, name: String = "ferry", version: String = "",
         capabilities: Capabilities = .all
@@ -50,6 +53,7 @@ public struct ServiceConfiguration: Sendable {
         self.writable = writable
         self.tables = tables
         self.maxBodyBytes = maxBodyBytes
+        self.maxLoadBytes = max(maxLoadBytes, maxBodyBytes)
         self.defaultPageRows = defaultPageRows
         self.maxPageRows = maxPageRows
         self.pageBytes = pageBytes

@@ -105,14 +105,14 @@ extension ServiceHandlers {
             }
         }
         // Feeds the pipe; it waits while the pipe is full, so the transport is read no faster
-        // than the rows are written.
-        let maxBody = configuration.maxBodyBytes
+        // than the rows are written. Never held whole, the body is bounded by the load limit.
+        let maxLoad = configuration.maxLoadBytes
         var total = 0
         do {
             while let piece = try await r.body.next() {
                 total += piece.count
-                if total > maxBody {
-                    pipe.finish(error: ServiceError.tooLarge(maxBody))
+                if total > maxLoad {
+                    pipe.finish(error: ServiceError.tooLarge(maxLoad))
                     break
                 }
                 guard await pipe.put(piece) else { break }

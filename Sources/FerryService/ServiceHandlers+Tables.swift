@@ -6,7 +6,7 @@ import Foundation
 extension ServiceHandlers {
     func capabilities(_ r: ServiceRequest) async throws -> ServiceResponse {
         let c = configuration
-        return .xml(XMLDocuments.capabilities(.init(name: c.name, version: c.version, capabilities: c.capabilities, storedForm: c.storedForm, maxBody: c.maxBodyBytes, windows: c.windows)))
+        return .xml(XMLDocuments.capabilities(.init(name: c.name, version: c.version, capabilities: c.capabilities, storedForm: c.storedForm, maxBody: c.maxBodyBytes, maxLoad: c.maxLoadBytes, windows: c.windows)))
     }
 
     func tables(_ r: ServiceRequest) async throws -> ServiceResponse {

@@ -52,8 +52,9 @@ public final class HTTPConnection: Connection {
     /// What the service or plugin declared (`GET /v1/capabilities`, or a plugin's handshake);
     /// a service that predates the endpoint can do everything.
     public let capabilities: Capabilities
-    /// The largest request body the service takes (its `max-body`), when it says.
-    let maxBody: Int?
+    /// The largest rows load one streamed request may carry: the service's `max-load`, else
+    /// its `max-body`, when it says.
+    let loadLimit: Int?
 
     /// A connection to the service at `endpoint` (http or https).
     public convenience init(endpoint: Endpoint) throws {
@@ -62,11 +63,12 @@ public final class HTTPConnection: Connection {
 
     /// A connection over `transport`. `capabilities` when the transport knows them already
     /// (a plugin's handshake); else they are asked for.
-    public init(transport: any ProtocolTransport, capabilities declared: Capabilities? = nil, storedForm declaredForm: Engine? = nil, maxBody declaredMaxBody: Int? = nil) throws {
+    public init(transport: any ProtocolTransport, capabilities declared: Capabilities? = nil, storedForm declaredForm: Engine? = nil, maxBody declaredMaxBody: Int? = nil,
+                maxLoad declaredMaxLoad: Int? = nil) throws {
         endpoint = transport.endpoint
         client = ProtocolClient(transport: transport)
         var storedForm = declaredForm
-        var maxBody = declaredMaxBody
+        var loadLimit = declaredMaxLoad ?? declaredMaxBody
         // A service that answered its capabilities with the token has shown it is a Ferry
         // service of this protocol that takes the token; others (a plugin's handshake, a
         // service older than the endpoint) list their tables once up front instead.
@@ -88,12 +90,12 @@ public final class HTTPConnection: Connection {
                 }
                 capabilities = report.capabilities
                 storedForm = report.storedForm
-                maxBody = report.maxBody
+                loadLimit = report.maxLoad ?? report.maxBody
                 answered = true
             }
         }
         dialect = HTTPDialect(storedForm: storedForm)
-        self.maxBody = maxBody
+        self.loadLimit = loadLimit
         // Not for a service that answered: its table list counts every table's rows (1,000,000
         // of bench_orders and 5,000,000 of bench_narrow in a served SQLite file: 84 ms), and a
         // copy lists them again when it chooses its tables.
@@ -322,7 +324,7 @@ public final class HTTPConnection: Connection {
             into = staging
         }
         return HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: into) + ProtocolRoute.query(Self.columnItems(columns)),
-                          table: into, columns: columns, key: target.preferredKey?.columns ?? [], maxBody: maxBody)
+                          table: into, columns: columns, key: target.preferredKey?.columns ?? [], loadLimit: loadLimit)
     }
 
     /// Keyed writes through the service: each request is its own transaction, so rows are
@@ -366,7 +368,7 @@ public final class HTTPConnection: Connection {
             pendingApplies[table.name] = pending
         }
         let writer = HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: staging) + ProtocolRoute.query(Self.columnItems(columns)),
-                                table: staging, columns: columns, key: key, maxBody: maxBody)
+                                table: staging, columns: columns, key: key, loadLimit: loadLimit)
         try writer.write(rows)
         try writer.finish()
     }

@@ -95,12 +95,17 @@ extension XMLDocuments {
         /// The largest request body the service takes, in bytes (`--max-body-mb`); nil when it
         /// does not say (clients then keep their requests well below 64 MiB, the default).
         public var maxBody: Int?
+        /// The largest rows load one streamed `POST …/rows` may carry, in bytes
+        /// (`--max-load-mb`): such a body is decoded and written as it arrives, never held, so
+        /// its bound is the size of one transaction rather than memory. nil when the service
+        /// does not say (its `max-body` then bounds loads too).
+        public var maxLoad: Int?
         /// A driver plugin that keeps each response's body within the windows Ferry gives it
         /// (`flow-control="windows"`, docs/plugins.md): Ferry then asks it for pages of any size,
         /// since a stream it does not read holds at most its window in memory.
         public var windows: Bool
         public init(protocolVersion: Int = ProtocolRoute.version, name: String, version: String, capabilities: Capabilities, unknown: [String] = [],
-                    storedForm: Engine? = nil, maxBody: Int? = nil, windows: Bool = false) {
+                    storedForm: Engine? = nil, maxBody: Int? = nil, maxLoad: Int? = nil, windows: Bool = false) {
             self.protocolVersion = protocolVersion
             self.name = name
             self.version = version
@@ -108,11 +113,12 @@ extension XMLDocuments {
             self.unknown = unknown
             self.storedForm = storedForm
             self.maxBody = maxBody
+            self.maxLoad = maxLoad
             self.windows = windows
         }
     }
 
-    /// `<capabilities protocol="1" name version [stored-form="sqlite"] [max-body="N"]><capability name="…"/>…</capabilities>`
+    /// `<capabilities protocol="1" name version [stored-form="sqlite"] [max-body="N"] [max-load="N"]><capability name="…"/>…</capabilities>`
     public static func capabilities(_ report: CapabilitiesReport) -> Data {
         var out = declaration
         out.append(contentsOf: "<capabilities".utf8)
@@ -121,6 +127,7 @@ extension XMLDocuments {
         attr("version", report.version, into: &out)
         if let engine = report.storedForm { attr("stored-form", engine.rawValue, into: &out) }
         if let bytes = report.maxBody { attr("max-body", String(bytes), into: &out) }
+        if let bytes = report.maxLoad { attr("max-load", String(bytes), into: &out) }
         if report.windows { attr("flow-control", "windows", into: &out) }
         out.append(contentsOf: ">\n".utf8)
         for name in report.capabilities.list + report.unknown {
@@ -149,6 +156,7 @@ extension XMLDocuments {
             protocolVersion: version, name: root.attributes["name"] ?? "", version: root.attributes["version"] ?? "",
             capabilities: caps, unknown: unknown, storedForm: root.attributes["stored-form"].flatMap { $0.isEmpty ? nil : Engine($0) },
             maxBody: root.attributes["max-body"].flatMap { Int($0) }.flatMap { $0 > 0 ? $0 : nil },
+            maxLoad: root.attributes["max-load"].flatMap { Int($0) }.flatMap { $0 > 0 ? $0 : nil },
             windows: root.attributes["flow-control"] == "windows")
     }
 }

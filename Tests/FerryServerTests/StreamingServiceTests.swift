@@ -161,11 +161,12 @@ final class StreamingServiceTests: XCTestCase {
         assertSameRows(got, rows, names: ["id", "body"])
     }
 
-    /// A load of more than the service's `max-body` goes in several streamed requests, each
+    /// A load of more than the service's `max-load` goes in several streamed requests, each
     /// ending before half of it, and arrives exactly; a row refused in a later request is named
     /// by its place among all the rows written and by its key.
-    func testLoadsLargerThanTheBodyLimitGoInSeveralRequests() async throws {
-        let service = try await RunningService(database: "sqlite:" + folder.path("limited.db"), drivers: drivers, maxBodyBytes: 2 << 20)
+    func testLoadsLargerThanTheLoadLimitGoInSeveralRequests() async throws {
+        let service = try await RunningService(
+            database: "sqlite:" + folder.path("limited.db"), drivers: drivers, maxBodyBytes: 1 << 20, maxLoadBytes: 2 << 20)
         defer { service.stop() }
         let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
         let columns = [col("id", .int64, nullable: false), col("body", .text, nullable: false)]
@@ -206,6 +207,44 @@ final class StreamingServiceTests: XCTestCase {
         XCTAssertLessThanOrEqual(kept, 45_000, "nothing of the refused row's request stays")
         XCTAssertEqual(try DriverConformance.readAll(direct, TableName("refused"), keyRange: KeyRange(key: ["id"])), Array(rows[0..<Int(kept)]),
                        "the requests before it, whole")
+    }
+
+    /// A streamed load is bounded by `max-load`, not by `max-body` (the documents the service
+    /// holds whole): the capabilities say both, and a load of several times `max-body` goes in
+    /// one request, all or nothing.
+    func testALoadIsBoundedByTheLoadLimitNotTheBodyLimit() async throws {
+        let service = try await RunningService(
+            database: "sqlite:" + folder.path("one.db"), drivers: drivers, maxBodyBytes: 1 << 20, maxLoadBytes: 64 << 20)
+        defer { service.stop() }
+        let (status, body) = try service.request("GET", "v1/capabilities", token: service.readOnly)
+        XCTAssertEqual(status, 200, body)
+        XCTAssertTrue(body.contains("max-body=\"1048576\"") && body.contains("max-load=\"67108864\""), body)
+        let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
+        let columns = [col("id", .int64, nullable: false), col("body", .text, nullable: false)]
+        let types = columns.map(\.logicalType)
+        // About 4.5 MB of document: four times max-body.
+        let rows: [[Value]] = (0..<60_000).map { i in [.int(Int64(i + 1)), .text("row \(i) & <more> text to make the document long: \(i * 7919)")] }
+        var bad = rows
+        bad[59_000][1] = .null
+        for name in ["whole", "refused"] {
+            try http.createTable(TableSchema(name: TableName(name), engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: TableName(name))
+        }
+        let sw = try http.writer(into: try http.describe(TableName("refused")), columns: columns)
+        XCTAssertThrowsError(try {
+            for start in stride(from: 0, to: bad.count, by: 1_000) { try sw.write(try RowBatch(rows: Array(bad[start..<start + 1_000]), types: types)) }
+            try sw.finish()
+        }()) { e in
+            guard let rowError = e as? BatchRowError else { return XCTFail("\(e)") }
+            XCTAssertEqual((rowError.rowsBefore ?? 0) + rowError.row, 59_000, "the 59,001st row written")
+        }
+        sw.abort()
+        let direct = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path("one.db")), role: .source)
+        defer { direct.close() }
+        XCTAssertEqual(try direct.countRows(TableName("refused")), 0, "one request, rolled back whole")
+        let w = try http.writer(into: try http.describe(TableName("whole")), columns: columns)
+        for start in stride(from: 0, to: rows.count, by: 1_000) { try w.write(try RowBatch(rows: Array(rows[start..<start + 1_000]), types: types)) }
+        try w.finish()
+        assertSameRows(try DriverConformance.readAll(direct, TableName("whole"), keyRange: KeyRange(key: ["id"])), rows, names: ["id", "body"])
     }
 
     /// A SQLite file at `path` holding `rows` (id, body) in `table`.

@@ -24,12 +24,12 @@ final class RunningService {
     /// Scope `write`: rows, change sets, pushes; not creating, dropping or replacing tables.
     let write = "wr-" + UUID().uuidString
 
-    init(database: String, drivers: [any Driver], maxBodyBytes: Int = 8 << 20, tables: [TableName] = [], tls: (cert: String, key: String)? = nil,
+    init(database: String, drivers: [any Driver], maxBodyBytes: Int = 8 << 20, maxLoadBytes: Int = 1 << 30, tables: [TableName] = [], tls: (cert: String, key: String)? = nil,
          pageBytes: Int = 8 << 20) async throws {
         let config = ServerConfiguration(
             database: try Endpoint(parsing: database), registry: DriverRegistry(drivers), readWriteTokens: [readWrite],
             readOnlyTokens: [readOnly], writeTokens: [write], tables: tables, port: 0, tlsCertificate: tls?.cert, tlsKey: tls?.key,
-            maxBodyBytes: maxBodyBytes, defaultPageRows: 1000, pageBytes: pageBytes)
+            maxBodyBytes: maxBodyBytes, maxLoadBytes: maxLoadBytes, defaultPageRows: 1000, pageBytes: pageBytes)
         var logger = Logger(label: "ferry.serve.test")
         logger.logLevel = ProcessInfo.processInfo.environment["FERRY_TEST_SERVICE_LOG"] == nil ? .critical : .info
         let (stream, continuation) = AsyncStream<Int>.makeStream()
@@ -415,7 +415,7 @@ final class XMLServiceTests: XCTestCase {
         let folder = try TemporaryFolder()
         let chinook = folder.path("chinook.sqlite")
         try FileManager.default.copyItem(atPath: self.chinook, toPath: chinook)
-        let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers, maxBodyBytes: 4096)
+        let service = try await RunningService(database: "sqlite:" + chinook, drivers: drivers, maxBodyBytes: 4096, maxLoadBytes: 4096)
         defer { service.stop() }
         var (status, body) = try service.request("GET", "v1/tables", token: nil)
         XCTAssertEqual(status, 401)
