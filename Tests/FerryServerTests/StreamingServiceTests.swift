@@ -190,18 +190,7 @@ final class StreamingServiceTests: XCTestCase {
         try ww.finish()
         assertSameRows(try DriverConformance.readAll(direct, TableName("one_batch"), keyRange: KeyRange(key: ["id"])), wide, names: ["id", "body"])
 
-        var bad = rows
-        bad[45_000][1] = .null
-        let sw = try http.writer(into: try http.describe(TableName("refused")), columns: columns)
-        XCTAssertThrowsError(try {
-            for start in stride(from: 0, to: bad.count, by: 1_000) { try sw.write(try RowBatch(rows: Array(bad[start..<start + 1_000]), types: types)) }
-            try sw.finish()
-        }()) { e in
-            guard let rowError = e as? BatchRowError else { return XCTFail("\(e)") }
-            XCTAssertEqual((rowError.rowsBefore ?? 0) + rowError.row, 45_000, "the 45,001st row written")
-            XCTAssertEqual(rowError.batch.map { Value(column: $0.columns[0], row: rowError.row, type: .int64) }, .int(45_001), "its key")
-        }
-        sw.abort()
+        try loadRefused(rows, at: 45_000, into: http, columns: columns)
         let kept = try direct.countRows(TableName("refused"))
         XCTAssertGreaterThan(kept, 0, "the requests before the refused one were committed: the load went in several")
         XCTAssertLessThanOrEqual(kept, 45_000, "nothing of the refused row's request stays")
@@ -224,20 +213,10 @@ final class StreamingServiceTests: XCTestCase {
         let types = columns.map(\.logicalType)
         // About 4.5 MB of document: four times max-body.
         let rows: [[Value]] = (0..<60_000).map { i in [.int(Int64(i + 1)), .text("row \(i) & <more> text to make the document long: \(i * 7919)")] }
-        var bad = rows
-        bad[59_000][1] = .null
         for name in ["whole", "refused"] {
             try http.createTable(TableSchema(name: TableName(name), engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: TableName(name))
         }
-        let sw = try http.writer(into: try http.describe(TableName("refused")), columns: columns)
-        XCTAssertThrowsError(try {
-            for start in stride(from: 0, to: bad.count, by: 1_000) { try sw.write(try RowBatch(rows: Array(bad[start..<start + 1_000]), types: types)) }
-            try sw.finish()
-        }()) { e in
-            guard let rowError = e as? BatchRowError else { return XCTFail("\(e)") }
-            XCTAssertEqual((rowError.rowsBefore ?? 0) + rowError.row, 59_000, "the 59,001st row written")
-        }
-        sw.abort()
+        try loadRefused(rows, at: 59_000, into: http, columns: columns)
         let direct = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path("one.db")), role: .source)
         defer { direct.close() }
         XCTAssertEqual(try direct.countRows(TableName("refused")), 0, "one request, rolled back whole")
@@ -245,6 +224,26 @@ final class StreamingServiceTests: XCTestCase {
         for start in stride(from: 0, to: rows.count, by: 1_000) { try w.write(try RowBatch(rows: Array(rows[start..<start + 1_000]), types: types)) }
         try w.finish()
         assertSameRows(try DriverConformance.readAll(direct, TableName("whole"), keyRange: KeyRange(key: ["id"])), rows, names: ["id", "body"])
+    }
+
+    /// Loads `rows` into the service's table "refused" in batches of 1,000, with row `bad`'s body
+    /// NULL, which the table refuses: the load fails naming that row by its place and its key.
+    func loadRefused(_ rows: [[Value]], at bad: Int, into http: any Connection, columns: [Column]) throws {
+        var refused = rows
+        refused[bad][1] = .null
+        let types = columns.map(\.logicalType)
+        let sw = try http.writer(into: try http.describe(TableName("refused")), columns: columns)
+        XCTAssertThrowsError(try {
+            for start in stride(from: 0, to: refused.count, by: 1_000) {
+                try sw.write(try RowBatch(rows: Array(refused[start..<start + 1_000]), types: types))
+            }
+            try sw.finish()
+        }()) { e in
+            guard let rowError = e as? BatchRowError else { return XCTFail("\(e)") }
+            XCTAssertEqual((rowError.rowsBefore ?? 0) + rowError.row, bad, "the row written after \(bad) others")
+            XCTAssertEqual(rowError.batch.map { Value(column: $0.columns[0], row: rowError.row, type: .int64) }, .int(Int64(bad + 1)), "its key")
+        }
+        sw.abort()
     }
 
     /// A SQLite file at `path` holding `rows` (id, body) in `table`.
