@@ -137,7 +137,7 @@ let package = Package(
         .target(
             name: "FerryCommands",
             dependencies: [
-                "FerryCore", "FerryKit", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryServer", "FerrySync", "FerryPlugins",
+                "FerryCore", "FerryKit", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryServer", "FerryService", "FerrySync", "FerryPlugins",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),

@@ -1,6 +1,7 @@
 import ArgumentParser
 import FerryCore
 import FerryServer
+import FerryService
 import Foundation
 import Logging
 
@@ -82,6 +83,7 @@ extension Ferry {
         var passwordFile: String?
 
         func run() throws {
+            ProcessMemory.useOneArena()
             var parsed = try Endpoint(parsing: url)
             if parsed.password == nil, let passwordFile { parsed.password = try DriverSettings.password(in: passwordFile) }
             let endpoint = parsed

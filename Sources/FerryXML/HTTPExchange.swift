@@ -104,6 +104,8 @@ public final class HTTPExchange: ProtocolExchange, @unchecked Sendable {  // unc
             return nil
         }
         let piece = pieces[head]
+        // The slot lets go of it now (taken pieces wait for the compaction below).
+        pieces[head] = Data()
         head += 1
         if head == pieces.count || head > 64 {
             pieces.removeFirst(head)

@@ -97,7 +97,13 @@ final class HTTPWriter: BatchWriter {
             try close()
             throw FerryError.copyFailed(table: table, endpoint: client.transport.endpoint.redacted, reason: "the service ended the load early")
         }
-        r.keys.append((r.rows, batch.count, keyIndexes.map { batch.columns[$0] }))
+        // Copies of their own, sized to the rows: the batch's columns keep its whole capacity
+        // (a request of 500,000 bench_orders rows held 9 MB more than its keys).
+        r.keys.append((r.rows, batch.count, keyIndexes.map {
+            var key = ColumnBuffer(sizedLike: batch.columns[$0])
+            key.append(contentsOf: batch.columns[$0])
+            return key
+        }))
         r.keyBytes += keyIndexes.reduce(0) { $0 + batch.columns[$1].arena.count + 8 * batch.count }
         r.documentBytes += size
         r.recent = (r.recent.1, size)
