@@ -85,11 +85,43 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
         var cancelled = false
         /// The answer's flow control, when the request asked for it.
         let window: StreamWindow?
+        /// Body bytes handed to the handler and not taken by it yet. A request's body has no
+        /// window: the frame reader waits while they pass `bodyLimit`, so that stdin is read no
+        /// faster than the handler takes the body (a load Ferry encoded faster than the plugin
+        /// wrote it piled up here: peak RSS 60–80 MB over a 256 MiB request).
+        private let pending = NSCondition()
+        private var queued = 0
+        private var waits = true
+        static let bodyLimit = 4 << 20
         init(head: [UInt8]) {
             self.head = head
             (body, feed) = AsyncThrowingStream.makeStream()
             let asked = (try? PluginFrame.parseRequestHead(head))?.headers[PluginFrame.windowHeader.lowercased()]
             window = asked.flatMap { Int($0) }.flatMap { $0 > 0 ? StreamWindow($0) : nil }
+        }
+
+        /// The frame reader handed on `bytes` of the body: waits while too many are not taken.
+        func received(_ bytes: Int) {
+            pending.lock()
+            queued += bytes
+            while queued > Self.bodyLimit && waits { pending.wait() }
+            pending.unlock()
+        }
+
+        /// The handler took `bytes` of the body.
+        func taken(_ bytes: Int) {
+            pending.lock()
+            queued -= bytes
+            pending.broadcast()
+            pending.unlock()
+        }
+
+        /// The handler is done or the request cancelled: the rest of the body is not waited for.
+        func stopWaiting() {
+            pending.lock()
+            waits = false
+            pending.broadcast()
+            pending.unlock()
         }
     }
 
@@ -189,13 +221,17 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
                     running.leave()
                 }
             case .body:
-                lock.withLock { streams[frame.stream] }?.feed.yield(frame.payload)
+                if let incoming = lock.withLock({ streams[frame.stream] }) {
+                    incoming.feed.yield(frame.payload)
+                    incoming.received(frame.payload.count)
+                }
             case .end:
                 lock.withLock { streams[frame.stream] }?.feed.finish()
             case .cancel:
                 let window = lock.withLock { () -> StreamWindow? in
                     streams[frame.stream]?.cancelled = true
                     streams[frame.stream]?.feed.finish(throwing: CancellationError())
+                    streams[frame.stream]?.stopWaiting()
                     return streams[frame.stream]?.window
                 }
                 window?.close()
@@ -226,7 +262,10 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
 
     /// Runs the request's handler and writes its answer.
     private func answer(_ id: UInt64, _ incoming: Incoming) async {
-        defer { lock.withLock { _ = streams.removeValue(forKey: id) } }
+        defer {
+            lock.withLock { _ = streams.removeValue(forKey: id) }
+            incoming.stopWaiting()
+        }
         let response: ServiceResponse
         do {
             let (method, target, headers) = try PluginFrame.parseRequestHead(incoming.head)
@@ -238,7 +277,7 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
                 response = .error(ServiceError(
                     status: 403, code: "read_only", message: "\(handlers.configuration.name) was started as a source (FERRY_DRIVER_ROLE=source): it changes nothing"))
             } else if let (route, parameters) = ProtocolRoute.match(method: method, path: path) {
-                let iterator = BodyIterator(incoming.body.makeAsyncIterator())
+                let iterator = BodyIterator(incoming.body.makeAsyncIterator(), taken: incoming.taken)
                 let request = ServiceRequest(
                     route: route, parameters: parameters, query: query, headers: headers,
                     body: RequestBody { try await iterator.next() }, principal: .owner, logger: logger)
@@ -317,8 +356,16 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
 /// A request body's iterator, read by one handler step at a time.
 final class BodyIterator: @unchecked Sendable {  // unchecked: one request's handler reads it, one piece at a time
     private var iterator: AsyncThrowingStream<[UInt8], any Error>.AsyncIterator
-    init(_ iterator: AsyncThrowingStream<[UInt8], any Error>.AsyncIterator) { self.iterator = iterator }
-    func next() async throws -> [UInt8]? { try await iterator.next() }
+    private let taken: @Sendable (Int) -> Void
+    init(_ iterator: AsyncThrowingStream<[UInt8], any Error>.AsyncIterator, taken: @escaping @Sendable (Int) -> Void) {
+        self.iterator = iterator
+        self.taken = taken
+    }
+    func next() async throws -> [UInt8]? {
+        let piece = try await iterator.next()
+        if let piece { taken(piece.count) }
+        return piece
+    }
 }
 
 #if canImport(Glibc)

@@ -60,6 +60,27 @@ final class PluginConformanceTests: XCTestCase {
         return file
     }
 
+    /// The SQLite plugin kit started by hand on `file` (as Ferry starts it): the process, its
+    /// stdin and a reader of the frames on its stdout.
+    func startKit(file: String, role: String) throws -> (Process, Pipe, PluginFrameReader) {
+        let plugin = Process()
+        plugin.executableURL = PluginFixtures.products.appendingPathComponent("ferry-driver-sqlitekit")
+        plugin.environment = ["FERRY_DRIVER_URL": "sqlitekit:" + file, "FERRY_DRIVER_ROLE": role, "FERRY_PROTOCOL": "1"]
+        let input = Pipe(), output = Pipe()
+        plugin.standardInput = input
+        plugin.standardOutput = output
+        try plugin.run()
+        let fd = output.fileHandleForReading.fileDescriptor
+        let reader = PluginFrameReader { buffer in
+            while true {
+                let n = read(fd, buffer.baseAddress, buffer.count)
+                if n < 0 && errno == EINTR { continue }
+                return max(n, 0)
+            }
+        }
+        return (plugin, input, reader)
+    }
+
     func testWindowsKeepUnreadAnswersInThePlugin() throws {
         let folder = try TemporaryFolder()
         let rows = 60_000  // ~13 MB of <rows>: three windows and more per stream
@@ -125,21 +146,7 @@ final class PluginConformanceTests: XCTestCase {
     func testTheKitStopsAtItsWindowAndExitsWhenFerryIsDone() throws {
         let folder = try TemporaryFolder()
         let file = try windowsTable(folder, rows: 60_000)
-        let plugin = Process()
-        plugin.executableURL = PluginFixtures.products.appendingPathComponent("ferry-driver-sqlitekit")
-        plugin.environment = ["FERRY_DRIVER_URL": "sqlitekit:" + file, "FERRY_DRIVER_ROLE": "source", "FERRY_PROTOCOL": "1"]
-        let input = Pipe(), output = Pipe()
-        plugin.standardInput = input
-        plugin.standardOutput = output
-        try plugin.run()
-        let fd = output.fileHandleForReading.fileDescriptor
-        let reader = PluginFrameReader { buffer in
-            while true {
-                let n = read(fd, buffer.baseAddress, buffer.count)
-                if n < 0 && errno == EINTR { continue }
-                return max(n, 0)
-            }
-        }
+        let (plugin, input, reader) = try startKit(file: file, role: "source")
         let hello = try XCTUnwrap(try reader.next())
         XCTAssertEqual(hello.kind, .hello)
         XCTAssertTrue(try XMLDocuments.decodeCapabilities(Data(hello.payload)).windows, "the kit announces flow-control=\"windows\"")
@@ -166,6 +173,103 @@ final class PluginConformanceTests: XCTestCase {
         XCTAssertEqual(plugin.terminationReason, .exit)
         XCTAssertEqual(plugin.terminationStatus, 0)
         XCTAssertLessThan(Date().timeIntervalSince(closedAt), 4, "the waiting answer was dropped at once (the kit waits up to 5 s for answers under way)")
+    }
+
+    /// A request's body has no window: the kit reads stdin no faster than the handler takes it.
+    /// While another writer holds the target file locked, a load's handler takes about a MiB
+    /// and waits, and the writing side of the pipe blocks after a few MiB instead of the plugin
+    /// holding the body (a 256 MiB request piled up in it before). Released, the load completes
+    /// exactly. A load whose handler fails at its first row is still read to its end and
+    /// answered, and the plugin goes on serving.
+    func testTheKitReadsARequestBodyNoFasterThanItIsWritten() throws {
+        let folder = try TemporaryFolder()
+        let file = folder.path("load.sqlite")
+        let rows = 150_000  // ~30 MB of <rows>
+        // The table, then a second writer holding the file's write lock until told.
+        let locker = Process()
+        locker.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        locker.arguments = [file]
+        let lockInput = Pipe(), lockOutput = Pipe()
+        locker.standardInput = lockInput
+        locker.standardOutput = lockOutput
+        try locker.run()
+        lockInput.fileHandleForWriting.write(Data("CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT NOT NULL);\nBEGIN IMMEDIATE;\nSELECT 'locked';\n".utf8))
+        var said = Data()
+        while !String(decoding: said, as: UTF8.self).contains("locked") {
+            let more = lockOutput.fileHandleForReading.availableData
+            XCTAssertFalse(more.isEmpty, "sqlite3 took the write lock (scripts/test installs the sqlite3 tool)")
+            if more.isEmpty { return }
+            said += more
+        }
+
+        let (plugin, input, reader) = try startKit(file: file, role: "target")
+        XCTAssertEqual(try XCTUnwrap(try reader.next()).kind, .hello)
+
+        /// A load of `rows` rows on `stream` (row 1's value NULL when `refused`), written on a
+        /// thread of its own, which counts the bytes it got into the pipe.
+        let written = Locked(0)
+        func load(stream: UInt64, refused: Bool) -> Worker {
+            let sink = input.fileHandleForWriting
+            return Worker(name: "load") {
+                let head = PluginFrame.requestHead(method: "POST", target: "/v1/tables/t/rows")
+                sink.write(Data(PluginFrame(.request, stream: stream, payload: head).encoded()))
+                var document = Array("<rows>".utf8)
+                for id in 1...rows {
+                    let value = refused && id == 1 ? "<v null=\"1\"/>" : "<v>\(String(repeating: "x", count: 180))\(id)</v>"
+                    document += Array("<r><v>\(id)</v>\(value)</r>".utf8)
+                    if document.count >= PluginFrame.maxPayload - 512 || id == rows {
+                        if id == rows { document += Array("</rows>".utf8) }
+                        sink.write(Data(PluginFrame(.body, stream: stream, payload: document).encoded()))
+                        written.withLock { $0 += document.count }
+                        document = []
+                    }
+                }
+                sink.write(Data(PluginFrame(.end, stream: stream).encoded()))
+            }
+        }
+        /// The answer on `stream`: its status and body.
+        func answer(_ stream: UInt64) throws -> (Int, String) {
+            var status = 0
+            var body = Data()
+            while let frame = try reader.next() {
+                XCTAssertEqual(frame.stream, stream)
+                switch frame.kind {
+                case .response: status = try PluginFrame.parseStatus(frame.payload)
+                case .body: body += frame.payload
+                case .end: return (status, String(decoding: body, as: UTF8.self))
+                default: XCTFail("a \(frame.kind) frame")
+                }
+            }
+            XCTFail("the plugin ended before answering stream \(stream)")
+            return (0, "")
+        }
+
+        let loading = load(stream: 1, refused: false)
+        // Until the writing side stops getting anywhere: the handler waits for the lock.
+        var last = -1
+        while written.withLock({ $0 }) != last {
+            last = written.withLock { $0 }
+            Thread.sleep(forTimeInterval: 0.5)
+        }
+        XCTAssertLessThan(last, 12 << 20, "the plugin stopped reading stdin: ~1 MiB in the handler, 4 MiB waiting for it, the pipes")
+        lockInput.fileHandleForWriting.write(Data("COMMIT;\n.quit\n".utf8))
+        locker.waitUntilExit()
+        let (status, body) = try answer(1)
+        loading.join()
+        XCTAssertEqual(status, 200, body)
+        XCTAssertTrue(body.contains("inserted=\"\(rows)\""), body)
+
+        // Refused at its first row: the handler stops taking the body, which is read to its end.
+        let refusing = load(stream: 3, refused: true)
+        let (refusedStatus, refusedBody) = try answer(3)
+        refusing.join()
+        XCTAssertEqual(refusedStatus / 100, 4, refusedBody)
+        input.fileHandleForWriting.write(Data(PluginFrame(.request, stream: 5, payload: PluginFrame.requestHead(method: "GET", target: "/v1/capabilities")).encoded()))
+        input.fileHandleForWriting.write(Data(PluginFrame(.end, stream: 5).encoded()))
+        XCTAssertEqual(try answer(5).0, 200, "the plugin goes on serving")
+        try input.fileHandleForWriting.close()
+        plugin.waitUntilExit()
+        XCTAssertEqual(plugin.terminationStatus, 0)
     }
 
     func testCSVPlugin() throws {
