@@ -29,7 +29,7 @@ final class HTTPWriter: BatchWriter {
     private var rowsBefore = 0
 
     /// A request also ends once the key columns it keeps hold this much (a table whose key is
-    /// most of its row, or a narrow one: 4 MiB is 500,000 integer keys).
+    /// most of its row; integer keys in order take about a byte a row, `KeptKeys`).
     static let keyBytes = 4 << 20
 
     /// Requests end at half the service's load limit, at most 256 MiB of document (a request
@@ -49,7 +49,7 @@ final class HTTPWriter: BatchWriter {
         var source: RowsDocumentSource?
         var worker: Worker?
         /// Each batch's first row in the request, row count and key columns.
-        var keys: [(first: Int, count: Int, columns: [ColumnBuffer])] = []
+        var keys: [(first: Int, count: Int, keys: KeptKeys)] = []
         var keyBytes = 0
         var documentBytes = 0
         var rows = 0
@@ -97,14 +97,11 @@ final class HTTPWriter: BatchWriter {
             try close()
             throw FerryError.copyFailed(table: table, endpoint: client.transport.endpoint.redacted, reason: "the service ended the load early")
         }
-        // Copies of their own, sized to the rows: the batch's columns keep its whole capacity
-        // (a request of 500,000 bench_orders rows held 9 MB more than its keys).
-        r.keys.append((r.rows, batch.count, keyIndexes.map {
-            var key = ColumnBuffer(sizedLike: batch.columns[$0])
-            key.append(contentsOf: batch.columns[$0])
-            return key
-        }))
-        r.keyBytes += keyIndexes.reduce(0) { $0 + batch.columns[$1].arena.count + 8 * batch.count }
+        // Kept apart from the batch, whose columns keep its whole capacity (a request of 500,000
+        // bench_orders rows held 9 MB more than its keys).
+        let kept = KeptKeys(batch, at: keyIndexes)
+        r.keys.append((r.rows, batch.count, kept))
+        r.keyBytes += kept.bytes
         r.documentBytes += size
         r.recent = (r.recent.1, size)
         r.rows += batch.count
@@ -164,7 +161,7 @@ final class HTTPWriter: BatchWriter {
         } catch let e as BatchRowError {
             // The service counts the request's rows: a row of one batch, its key columns kept.
             guard let part = r.keys.first(where: { e.row >= $0.first && e.row < $0.first + $0.count }) else { throw e.error }
-            throw BatchRowError(row: 0, error: e.error, batch: keyRow(part.columns, row: e.row - part.first), rowsBefore: first + e.row)
+            throw BatchRowError(row: 0, error: e.error, batch: keyRow(part.keys, row: e.row - part.first), rowsBefore: first + e.row)
         }
     }
 
@@ -175,11 +172,11 @@ final class HTTPWriter: BatchWriter {
     }
 
     /// A one-row batch of the written columns holding row `row`'s key values (the others NULL).
-    private func keyRow(_ keys: [ColumnBuffer], row: Int) -> RowBatch {
+    private func keyRow(_ keys: KeptKeys, row: Int) -> RowBatch {
         var out = RowBatch(types: types, capacity: 1)
         for c in out.columns.indices {
             if let k = keyIndexes.firstIndex(of: c) {
-                out.columns[c] = RowBatch(columns: [keys[k]]).selecting([row]).columns[0]
+                out.columns[c] = keys.column(k, row: row)
             } else {
                 out.columns[c].appendNull()
             }

@@ -1,4 +1,6 @@
 import FerryCommands
+import FerryService
 import Foundation
 
+ProcessMemory.keepFreedPagesNearby()
 exit(Ferry.run(arguments: Array(CommandLine.arguments.dropFirst())))

@@ -211,6 +211,32 @@ final class XMLStreamingTests: XCTestCase {
     /// state machine at the start of that cell: each form below, at each position in a row,
     /// between fast cells, with rows joined every way XML allows, decodes to the same values
     /// whole and in pieces of any size (a piece can end anywhere in a fast cell too).
+    /// The keys a streamed load keeps to name a refused row: one integer key as varint deltas
+    /// (in order, out of order, at both ends of Int64), any other key as its columns; every
+    /// row's key read back exactly.
+    func testKeptKeysGiveBackEveryRowsKey() throws {
+        let ints: [Int64] = [1, 2, 3, 1_000_000, 5, -7, .min, .max, 0, .min, -1, 1 << 40]
+        let batch = try RowBatch(rows: ints.map { [.int($0), .text("v\($0)")] }, types: [.int64, .text])
+        let integers = KeptKeys(batch, at: [0])
+        guard case .integers(let deltas) = integers else { return XCTFail("one integer key without NULLs is kept as deltas") }
+        XCTAssertLessThan(deltas.count, 12 * 10)
+        for (row, value) in ints.enumerated() { XCTAssertEqual(integers.column(0, row: row).ints, [value], "row \(row)") }
+        let inOrder = try RowBatch(rows: (1...10_000).map { [.int(Int64($0))] }, types: [.int64])
+        XCTAssertLessThanOrEqual(KeptKeys(inOrder, at: [0]).bytes, 10_100, "about a byte a row for keys in order")
+        XCTAssertEqual(KeptKeys(inOrder, at: [0]).column(0, row: 9_999).ints, [10_000])
+
+        let composite = KeptKeys(batch, at: [1, 0])
+        guard case .columns = composite else { return XCTFail("two key columns are kept as columns") }
+        for (row, value) in ints.enumerated() {
+            XCTAssertEqual(composite.column(0, row: row).arena.count, "v\(value)".utf8.count)
+            XCTAssertEqual(Value(column: composite.column(0, row: row), row: 0, type: .text), .text("v\(value)"))
+            XCTAssertEqual(composite.column(1, row: row).ints, [value])
+        }
+        let withNull = try RowBatch(rows: [[.int(1)], [.null]], types: [.int64])
+        guard case .columns = KeptKeys(withNull, at: [0]) else { return XCTFail("a key column with a NULL is kept as a column") }
+        XCTAssertEqual(Value(column: KeptKeys(withNull, at: [0]).column(0, row: 1), row: 0, type: .int64), .null)
+    }
+
     func testFastCellsAndEveryOtherFormMixInARow() throws {
         let columns = [col("id", .int64), col("t", .text(maxLength: nil, fixed: false)), col("b", .binary(maxLength: nil))]
         // (cell, value) of the text column: fast forms first, then those the state machine reads.
