@@ -292,7 +292,7 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
         write(PluginFrame(.response, stream: id, payload: PluginFrame.responseHead(status: response.status, headers: response.headers)))
         switch response.body {
         case .bytes(let data):
-            try? await send(Array(data), stream: id, window: incoming.window)
+            try? await send(data, stream: id, window: incoming.window)
         case .stream(let produce):
             do {
                 try await produce { [self] bytes in
@@ -309,7 +309,7 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
 
     /// `bytes` as `body` frames of at most a MiB, each within the stream's window when it has
     /// one (throws when the stream was cancelled while it waited).
-    private func send(_ bytes: [UInt8], stream: UInt64, window: StreamWindow?) async throws {
+    private func send(_ bytes: Data, stream: UInt64, window: StreamWindow?) async throws {
         var offset = 0
         while offset < bytes.count {
             var end = min(offset + PluginFrame.maxPayload, bytes.count)

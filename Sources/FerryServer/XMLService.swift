@@ -78,7 +78,7 @@ public struct XMLService: Sendable {
             return Response(status: .init(code: r.status), headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: data)))
         case .stream(let produce):
             return Response(status: .init(code: r.status), headers: headers, body: ResponseBody { writer in
-                try await produce { bytes in try await writer.write(ByteBuffer(bytes: bytes)) }
+                try await produce { bytes in try await writer.write(bytes.withUnsafeBytes { ByteBuffer(bytes: $0) }) }
                 try await writer.finish(nil)
             })
         }

@@ -50,7 +50,7 @@ extension ServiceHandlers {
         // Written a piece at a time: 2^20 buckets are about 60 MB of XML.
         return ServiceResponse(body: .stream { write in
             var writer = DigestsWriter(modulus: answer, digests)
-            while let piece = writer.next() { try await write(piece) }
+            while let piece = writer.next() { try await write(Data(piece)) }
         })
     }
 }

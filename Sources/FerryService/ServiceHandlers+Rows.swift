@@ -44,18 +44,18 @@ extension ServiceHandlers {
                 stream.close()
             }
             let compressor = gzip ? try GzipStream() : nil
-            func send(_ bytes: [UInt8], last: Bool = false) async throws {
-                let out = try compressor.map { try $0.compress(bytes, finish: last) } ?? bytes
+            func send(_ bytes: Data, last: Bool = false) async throws {
+                let out = try compressor.map { Data(try $0.compress([UInt8](bytes), finish: last)) } ?? bytes
                 if !out.isEmpty {
                     do { try await write(out) } catch { throw ClientGone(error: error) }
                 }
             }
             do {
-                try await send(stream.begin())
+                try await send(Data(stream.begin()))
                 while let chunk = try await Offload.run({ try stream.nextChunk() }) {
                     try await send(chunk)
                 }
-                try await send(stream.end(), last: true)
+                try await send(Data(stream.end()), last: true)
             } catch let cancelled as CancellationError {
                 // The client stopped reading (a plugin's cancel): nothing to tell it.
                 throw cancelled
@@ -70,7 +70,7 @@ extension ServiceHandlers {
                 out += Array(" code=\"\(e.code)\">".utf8)
                 XMLText.appendEscaped(e.message, into: &out)
                 out += Array("</error></rows>\n".utf8)
-                try await send(out, last: true)
+                try await send(Data(out), last: true)
             }
         })
     }

@@ -88,8 +88,9 @@ public struct ServiceRequest: Sendable {
 public struct ServiceResponse: Sendable {
     public enum Body: Sendable {
         case bytes(Data)
-        /// Produces the body piece by piece through `write`.
-        case stream(@Sendable (_ write: ([UInt8]) async throws -> Void) async throws -> Void)
+        /// Produces the body piece by piece through `write` (a piece as `Data`: a page's pieces
+        /// are handed over in the memory they were encoded in, not copied into an array).
+        case stream(@Sendable (_ write: (Data) async throws -> Void) async throws -> Void)
     }
     public var status: Int
     /// Besides `Content-Type: application/xml; charset=utf-8`, which every answer has.

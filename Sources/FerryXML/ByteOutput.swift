@@ -94,4 +94,14 @@ public final class ByteOutput: ByteAppending {
 
     /// Empties the buffer, keeping its memory.
     public func removeAll() { count = 0 }
+
+    /// The bytes as `Data` over this buffer's own memory, which the `Data` now owns; the buffer
+    /// starts again empty in new memory of the same capacity.
+    public func take() -> Data {
+        let taken = base
+        let data = Data(bytesNoCopy: taken, count: count, deallocator: .custom { _, _ in taken.deallocate() })
+        base = .allocate(capacity: capacity)
+        count = 0
+        return data
+    }
 }
