@@ -141,7 +141,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
-        .executableTarget(name: "ferry", dependencies: ["FerryCommands", "FerryService"]),
+        .executableTarget(name: "ferry", dependencies: ["FerryCommands"]),
         // `swift package ferry …`: runs the tool with the permissions it needs declared.
         .plugin(
             name: "FerryCommand",

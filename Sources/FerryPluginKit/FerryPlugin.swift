@@ -25,7 +25,6 @@ public enum FerryPlugin {
     ) -> Never {
         // Ferry gone mid-answer is a failed write to handle, not a signal that kills.
         signal(SIGPIPE, SIG_IGN)
-        ProcessMemory.keepFreedPagesNearby()
         ProcessMemory.useOneArena()
         LoggingSystem.bootstrap { label in
             var h = StreamLogHandler.standardError(label: label)

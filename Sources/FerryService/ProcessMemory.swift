@@ -5,18 +5,6 @@ import Glibc
 /// How a Ferry process has glibc's allocator keep memory. Nothing where the allocator is not
 /// glibc's. Each setting is for the whole process: call it before the threads start.
 public enum ProcessMemory {
-    /// Large blocks from the heap rather than mappings of their own, and 4 MiB kept at the
-    /// heap's top when it shrinks. glibc maps a block of 128 KiB or more (later: of up to the
-    /// largest one freed) by itself and unmaps it when freed, and trims a heap once 128 KiB
-    /// are free at its top: a copy's batches and the HTTP client's receive buffers came back
-    /// as fresh pages, a page fault each 4 KiB. 1,000,000 bench_orders rows, `ferry copy`
-    /// from `ferry serve`: 41,000 → 6,100 page faults in the client, into it 30,000 → 6,400,
-    /// the direct SQLite copy 6,100–6,600 → 5,600; peak RSS within a MB.
-    public static func keepFreedPagesNearby() {
-        mallopt(-3, 32 << 20)  // M_MMAP_THRESHOLD (its largest value on 64 bits)
-        mallopt(-2, 4 << 20)  // M_TOP_PAD
-    }
-
     /// One malloc arena for all threads. glibc gives a thread that allocates while another
     /// holds the lock an arena of its own (up to 8 a core), and each arena keeps what its
     /// threads freed; a service's event loops, decoding and writing threads, which change
