@@ -86,9 +86,13 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
         /// The answer's flow control, when the request asked for it.
         let window: StreamWindow?
         /// Body bytes handed to the handler and not taken by it yet. A request's body has no
-        /// window: the frame reader waits while they pass `bodyLimit`, so that stdin is read no
-        /// faster than the handler takes the body (a load Ferry encoded faster than the plugin
-        /// wrote it piled up here: peak RSS 60–80 MB over a 256 MiB request).
+        /// window: while its stream is the only one open, the frame reader waits while they pass
+        /// `bodyLimit`, so that stdin is read no faster than the handler takes the body (a load
+        /// Ferry encoded faster than the plugin wrote it piled up here: peak RSS 60–80 MB over a
+        /// 256 MiB request). With other streams open it reads on: their frames may wait behind
+        /// this body in the pipe, and this handler may wait for theirs (two loads into one
+        /// SQLite file: the second waits for the first's lock, the first for the rest of its
+        /// body).
         private let pending = NSCondition()
         private var queued = 0
         private var waits = true
@@ -100,11 +104,12 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
             window = asked.flatMap { Int($0) }.flatMap { $0 > 0 ? StreamWindow($0) : nil }
         }
 
-        /// The frame reader handed on `bytes` of the body: waits while too many are not taken.
-        func received(_ bytes: Int) {
+        /// The frame reader handed on `bytes` of the body: waits while too many are not taken
+        /// and the stream is the only one open (`alone`).
+        func received(_ bytes: Int, alone: () -> Bool) {
             pending.lock()
             queued += bytes
-            while queued > Self.bodyLimit && waits { pending.wait() }
+            while queued > Self.bodyLimit && waits && alone() { pending.wait() }
             pending.unlock()
         }
 
@@ -223,18 +228,19 @@ final class PipeServer: @unchecked Sendable {  // unchecked: `streams` only unde
             case .body:
                 if let incoming = lock.withLock({ streams[frame.stream] }) {
                     incoming.feed.yield(frame.payload)
-                    incoming.received(frame.payload.count)
+                    incoming.received(frame.payload.count) { lock.withLock { streams.count == 1 } }
                 }
             case .end:
                 lock.withLock { streams[frame.stream] }?.feed.finish()
             case .cancel:
-                let window = lock.withLock { () -> StreamWindow? in
+                let incoming = lock.withLock { () -> Incoming? in
                     streams[frame.stream]?.cancelled = true
                     streams[frame.stream]?.feed.finish(throwing: CancellationError())
-                    streams[frame.stream]?.stopWaiting()
-                    return streams[frame.stream]?.window
+                    return streams[frame.stream]
                 }
-                window?.close()
+                // Outside the server's lock, which `received` takes inside the stream's.
+                incoming?.stopWaiting()
+                incoming?.window?.close()
             case .window:
                 let bytes: Int
                 do { bytes = try PluginFrame.parseWindow(frame.payload) } catch {

@@ -205,44 +205,20 @@ final class PluginConformanceTests: XCTestCase {
         let (plugin, input, reader) = try startKit(file: file, role: "target")
         XCTAssertEqual(try XCTUnwrap(try reader.next()).kind, .hello)
 
-        /// A load of `rows` rows on `stream` (row 1's value NULL when `refused`), written on a
-        /// thread of its own, which counts the bytes it got into the pipe.
+        /// A load on `stream`, written on a thread of its own, which counts the bytes it got into
+        /// the pipe.
         let written = Locked(0)
         func load(stream: UInt64, refused: Bool) -> Worker {
             let sink = input.fileHandleForWriting
+            let frames = Self.loadFrames(stream: stream, table: "t", rows: rows, refused: refused)
             return Worker(name: "load") {
-                let head = PluginFrame.requestHead(method: "POST", target: "/v1/tables/t/rows")
-                sink.write(Data(PluginFrame(.request, stream: stream, payload: head).encoded()))
-                var document = Array("<rows>".utf8)
-                for id in 1...rows {
-                    let value = refused && id == 1 ? "<v null=\"1\"/>" : "<v>\(String(repeating: "x", count: 180))\(id)</v>"
-                    document += Array("<r><v>\(id)</v>\(value)</r>".utf8)
-                    if document.count >= PluginFrame.maxPayload - 512 || id == rows {
-                        if id == rows { document += Array("</rows>".utf8) }
-                        sink.write(Data(PluginFrame(.body, stream: stream, payload: document).encoded()))
-                        written.withLock { $0 += document.count }
-                        document = []
-                    }
-                }
-                sink.write(Data(PluginFrame(.end, stream: stream).encoded()))
-            }
-        }
-        /// The answer on `stream`: its status and body.
-        func answer(_ stream: UInt64) throws -> (Int, String) {
-            var status = 0
-            var body = Data()
-            while let frame = try reader.next() {
-                XCTAssertEqual(frame.stream, stream)
-                switch frame.kind {
-                case .response: status = try PluginFrame.parseStatus(frame.payload)
-                case .body: body += frame.payload
-                case .end: return (status, String(decoding: body, as: UTF8.self))
-                default: XCTFail("a \(frame.kind) frame")
+                for frame in frames {
+                    sink.write(Data(frame))
+                    written.withLock { $0 += frame.count }
                 }
             }
-            XCTFail("the plugin ended before answering stream \(stream)")
-            return (0, "")
         }
+        func answer(_ stream: UInt64) throws -> (Int, String) { try XCTUnwrap(try Self.answers(reader, count: 1)[stream]) }
 
         let loading = load(stream: 1, refused: false)
         // Until the writing side stops getting anywhere: the handler waits for the lock.
@@ -267,6 +243,76 @@ final class PluginConformanceTests: XCTestCase {
         input.fileHandleForWriting.write(Data(PluginFrame(.request, stream: 5, payload: PluginFrame.requestHead(method: "GET", target: "/v1/capabilities")).encoded()))
         input.fileHandleForWriting.write(Data(PluginFrame(.end, stream: 5).encoded()))
         XCTAssertEqual(try answer(5).0, 200, "the plugin goes on serving")
+        try input.fileHandleForWriting.close()
+        plugin.waitUntilExit()
+        XCTAssertEqual(plugin.terminationStatus, 0)
+    }
+
+    /// The frames of a load of `rows` rows of about 200 bytes into `table` on `stream` (row 1's
+    /// value NULL when `refused`): the request, its body in frames of about a MiB, the end.
+    static func loadFrames(stream: UInt64, table: String, rows: Int, refused: Bool = false) -> [[UInt8]] {
+        var frames = [PluginFrame(.request, stream: stream, payload: PluginFrame.requestHead(method: "POST", target: "/v1/tables/\(table)/rows")).encoded()]
+        var document = Array("<rows>".utf8)
+        for id in 1...rows {
+            let value = refused && id == 1 ? "<v null=\"1\"/>" : "<v>\(String(repeating: "x", count: 180))\(id)</v>"
+            document += Array("<r><v>\(id)</v>\(value)</r>".utf8)
+            if document.count >= PluginFrame.maxPayload - 512 || id == rows {
+                if id == rows { document += Array("</rows>".utf8) }
+                frames.append(PluginFrame(.body, stream: stream, payload: document).encoded())
+                document = []
+            }
+        }
+        frames.append(PluginFrame(.end, stream: stream).encoded())
+        return frames
+    }
+
+    /// The next `count` answers from `reader`, by stream: status and body.
+    static func answers(_ reader: PluginFrameReader, count: Int) throws -> [UInt64: (Int, String)] {
+        var status: [UInt64: Int] = [:]
+        var bodies: [UInt64: Data] = [:]
+        var done: [UInt64: (Int, String)] = [:]
+        while done.count < count, let frame = try reader.next() {
+            switch frame.kind {
+            case .response: status[frame.stream] = try PluginFrame.parseStatus(frame.payload)
+            case .body: bodies[frame.stream, default: Data()] += frame.payload
+            case .end: done[frame.stream] = (status[frame.stream] ?? 0, String(decoding: bodies[frame.stream] ?? Data(), as: UTF8.self))
+            default: XCTFail("a \(frame.kind) frame")
+            }
+        }
+        XCTAssertEqual(done.count, count, "the plugin ended before answering")
+        return done
+    }
+
+    /// Two loads into one SQLite file through one plugin, interleaved as Ferry may send them:
+    /// the second's handler waits for the first's write lock, the first's for the rest of its
+    /// body, which comes after the whole second body. The kit waits for a body only while its
+    /// stream is the only one open, so it reads on, and both complete (waiting here would leave
+    /// the second load to fail on the lock after SQLite's 10 s).
+    func testTwoInterleavedLoadsIntoOneFileBothComplete() throws {
+        let folder = try TemporaryFolder()
+        let file = folder.path("two.sqlite")
+        let sqlite = Process()
+        sqlite.executableURL = URL(fileURLWithPath: "/usr/bin/sqlite3")
+        sqlite.arguments = [file, "CREATE TABLE a(id INTEGER PRIMARY KEY, v TEXT NOT NULL); CREATE TABLE b(id INTEGER PRIMARY KEY, v TEXT NOT NULL);"]
+        try sqlite.run()
+        sqlite.waitUntilExit()
+        XCTAssertEqual(sqlite.terminationStatus, 0, "sqlite3 made the tables (scripts/test installs the sqlite3 tool)")
+        let (plugin, input, reader) = try startKit(file: file, role: "target")
+        XCTAssertEqual(try XCTUnwrap(try reader.next()).kind, .hello)
+        let rows = 100_000  // ~20 MB each
+        let first = Self.loadFrames(stream: 1, table: "a", rows: rows), second = Self.loadFrames(stream: 3, table: "b", rows: rows)
+        let sink = input.fileHandleForWriting
+        let writing = Worker(name: "loads") {
+            // The first's request and 8 MiB of its body, the whole second load, the first's rest.
+            for frame in first.prefix(9) + second + first.dropFirst(9) { sink.write(Data(frame)) }
+        }
+        let answers = try Self.answers(reader, count: 2)
+        writing.join()
+        for stream: UInt64 in [1, 3] {
+            let (status, body) = try XCTUnwrap(answers[stream])
+            XCTAssertEqual(status, 200, "stream \(stream): \(body)")
+            XCTAssertTrue(body.contains("inserted=\"\(rows)\""), body)
+        }
         try input.fileHandleForWriting.close()
         plugin.waitUntilExit()
         XCTAssertEqual(plugin.terminationStatus, 0)
