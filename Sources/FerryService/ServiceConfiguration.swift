@@ -53,7 +53,7 @@ public struct ServiceConfiguration: Sendable {
         self.writable = writable
         self.tables = tables
         self.maxBodyBytes = maxBodyBytes
-        self.maxLoadBytes = max(maxLoadBytes, maxBodyBytes)
+        self.maxLoadBytes = maxLoadBytes
         self.defaultPageRows = defaultPageRows
         self.maxPageRows = maxPageRows
         self.pageBytes = pageBytes
