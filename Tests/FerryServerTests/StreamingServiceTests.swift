@@ -168,13 +168,8 @@ final class StreamingServiceTests: XCTestCase {
         let service = try await RunningService(
             database: "sqlite:" + folder.path("limited.db"), drivers: drivers, maxBodyBytes: 1 << 20, maxLoadBytes: 2 << 20)
         defer { service.stop() }
-        let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
-        let columns = [col("id", .int64, nullable: false), col("body", .text, nullable: false)]
+        let (http, columns, rows) = try loadTables(service, ["loaded", "refused"])
         let types = columns.map(\.logicalType)
-        let rows: [[Value]] = (0..<60_000).map { i in [.int(Int64(i + 1)), .text("row \(i) & <more> text to make the document long: \(i * 7919)")] }
-        for name in ["loaded", "refused"] {
-            try http.createTable(TableSchema(name: TableName(name), engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: TableName(name))
-        }
         let w = try http.writer(into: try http.describe(TableName("loaded")), columns: columns)
         for start in stride(from: 0, to: rows.count, by: 1_000) { try w.write(try RowBatch(rows: Array(rows[start..<start + 1_000]), types: types)) }
         try w.finish()
@@ -208,14 +203,9 @@ final class StreamingServiceTests: XCTestCase {
         let (status, body) = try service.request("GET", "v1/capabilities", token: service.readOnly)
         XCTAssertEqual(status, 200, body)
         XCTAssertTrue(body.contains("max-body=\"1048576\"") && body.contains("max-load=\"67108864\""), body)
-        let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
-        let columns = [col("id", .int64, nullable: false), col("body", .text, nullable: false)]
-        let types = columns.map(\.logicalType)
         // About 4.5 MB of document: four times max-body.
-        let rows: [[Value]] = (0..<60_000).map { i in [.int(Int64(i + 1)), .text("row \(i) & <more> text to make the document long: \(i * 7919)")] }
-        for name in ["whole", "refused"] {
-            try http.createTable(TableSchema(name: TableName(name), engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: TableName(name))
-        }
+        let (http, columns, rows) = try loadTables(service, ["whole", "refused"])
+        let types = columns.map(\.logicalType)
         try loadRefused(rows, at: 59_000, into: http, columns: columns)
         let direct = try SQLiteDriver().connect(Endpoint(parsing: "sqlite:" + folder.path("one.db")), role: .source)
         defer { direct.close() }
@@ -224,6 +214,18 @@ final class StreamingServiceTests: XCTestCase {
         for start in stride(from: 0, to: rows.count, by: 1_000) { try w.write(try RowBatch(rows: Array(rows[start..<start + 1_000]), types: types)) }
         try w.finish()
         assertSameRows(try DriverConformance.readAll(direct, TableName("whole"), keyRange: KeyRange(key: ["id"])), rows, names: ["id", "body"])
+    }
+
+    /// A connection to `service` and empty tables `names` of (id, body) in it, with 60,000 rows
+    /// (about 4.5 MB of document) to load into them.
+    func loadTables(_ service: RunningService, _ names: [String]) throws -> (any Connection, [Column], [[Value]]) {
+        let http = try HTTPDriver.standard.connect(Endpoint(parsing: service.url()), role: .target)
+        let columns = [col("id", .int64, nullable: false), col("body", .text, nullable: false)]
+        let rows: [[Value]] = (0..<60_000).map { i in [.int(Int64(i + 1)), .text("row \(i) & <more> text to make the document long: \(i * 7919)")] }
+        for name in names {
+            try http.createTable(TableSchema(name: TableName(name), engine: Engine("test"), columns: columns, primaryKey: ["id"]), named: TableName(name))
+        }
+        return (http, columns, rows)
     }
 
     /// Loads `rows` into the service's table "refused" in batches of 1,000, with row `bad`'s body
