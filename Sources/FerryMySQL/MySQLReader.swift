@@ -162,8 +162,9 @@ final class MySQLReader: BatchReader {
         case .decimal, .bytes:
             col.append(bytes: b)
         case .uuid:
-            guard let u = UUIDText.parse(b) else { throw problem(i, row, lengths, "'\(String(decoding: b, as: UTF8.self))' is not a UUID") }
-            col.append(bytes: u)
+            var u: UUIDText.Bytes = (0, 0)
+            guard UUIDText.parse(b, into: &u) else { throw problem(i, row, lengths, "'\(String(decoding: b, as: UTF8.self))' is not a UUID") }
+            withUnsafeBytes(of: &u) { col.append(bytes: $0) }
         case .date, .timestamp:
             if Self.isZeroDate(b) {
                 if connection.zeroDatesAsNull || zeroDatesAsNull[i] {

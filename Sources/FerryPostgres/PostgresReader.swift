@@ -232,11 +232,13 @@ final class PostgresReader: BatchReader {
             let field = UnsafeRawBufferPointer(start: f, count: n)
             if n == 16 {
                 col.append(bytes: field)
-            } else if let u = UUIDText.parse(field) {
-                // A UUID kept as text (character(36) after a trip through an engine without uuid).
-                col.append(bytes: u)
             } else {
-                throw problem(i, row, "'\(String(decoding: field.prefix(60), as: UTF8.self))' is not a UUID")
+                // A UUID kept as text (character(36) after a trip through an engine without uuid).
+                var u: UUIDText.Bytes = (0, 0)
+                guard UUIDText.parse(field, into: &u) else {
+                    throw problem(i, row, "'\(String(decoding: field.prefix(60), as: UTF8.self))' is not a UUID")
+                }
+                withUnsafeBytes(of: &u) { col.append(bytes: $0) }
             }
         case .date:
             try width(4)

@@ -187,10 +187,9 @@ final class SQLiteReader: BatchReader {
             switch storage {
             case SQLITE_BLOB where sqlite3_value_bytes(v) == 16: col.append(bytes: blob(v))
             case SQLITE_TEXT:
-                guard let bytes = UUIDText.parse(text(v)) else {
-                    throw mismatch(st, i, storage, type, hint: ": it is not a UUID")
-                }
-                col.append(bytes: bytes)
+                var u: UUIDText.Bytes = (0, 0)
+                guard UUIDText.parse(text(v), into: &u) else { throw mismatch(st, i, storage, type, hint: ": it is not a UUID") }
+                withUnsafeBytes(of: &u) { col.append(bytes: $0) }
             default: throw mismatch(st, i, storage, type)
             }
         case .date, .time, .timestamp:

@@ -295,6 +295,10 @@ public enum WireValue {
             do { column.append(try Temporal.parseTime(bytes)) } catch { throw WireValueError(message: "\(error)") }
         case .timestamp:
             do { column.append(try Temporal.parseTimestamp(bytes).micros) } catch { throw WireValueError(message: "\(error)") }
+        case .uuid:
+            var u: UUIDText.Bytes = (0, 0)
+            guard UUIDText.parse(bytes, into: &u) else { throw WireValueError(message: "'\(String(decoding: bytes.prefix(60), as: UTF8.self))' is not a UUID") }
+            withUnsafeBytes(of: &u) { column.append(bytes: $0) }
         default:
             try append(Array(bytes), as: type, to: &column)
         }

@@ -70,6 +70,73 @@ final class ValueTests: XCTestCase {
         }
     }
 
+    /// The hyphenated form read eight digits at a time against the digits read one by one:
+    /// random 36-character texts with the hyphens in place, of hex digits of either case and
+    /// the bytes next to their ranges (and bytes that only become digits with bit 5 set).
+    func testUUIDsReadAtTheirFixedPlacesAsDigitByDigit() {
+        func reference(_ text: [UInt8]) -> [UInt8]? {
+            var out: [UInt8] = []
+            var high: UInt8?
+            for c in text {
+                let v: UInt8
+                switch c {
+                case 48...57: v = c - 48
+                case 97...102: v = c - 87
+                case 65...70: v = c - 55
+                case 45, 123, 125: continue
+                default: return nil
+                }
+                if let h = high { out.append(h << 4 | v); high = nil } else { high = v }
+            }
+            return out.count == 16 && high == nil ? out : nil
+        }
+        let hex = Array("0123456789abcdefABCDEF".utf8)
+        let near: [UInt8] = [0x2F, 0x3A, 0x40, 0x47, 0x60, 0x67, 0x10, 0x19, 0x41 - 0x20, 0x80, 0xC3, 0xB0, 0xFF, 0x00, 0x7B, 0x7D]
+        var rng = SystemRandomNumberGenerator()
+        var parsed = 0
+        for round in 0..<20_000 {
+            var text = (0..<36).map { _ in hex.randomElement(using: &rng) ?? 48 }
+            for i in [8, 13, 18, 23] { text[i] = 45 }
+            // Most rounds break one or two places; a few leave every digit a digit.
+            for _ in 0..<(round % 3) { text[Int.random(in: 0..<36, using: &rng)] = near.randomElement(using: &rng) ?? 0 }
+            let got = text.withUnsafeBytes { UUIDText.parse($0) }
+            XCTAssertEqual(got, reference(text), String(decoding: text, as: UTF8.self))
+            if got != nil { parsed += 1 }
+        }
+        XCTAssertGreaterThan(parsed, 5_000)
+        XCTAssertLessThan(parsed, 20_000)
+    }
+
+    /// The fixed-place readings of `YYYY-MM-DD` and `YYYY-MM-DD HH:MM:SS[.f…]` against the
+    /// general parser, which reads the same text with a `Z` after it: equal values, and
+    /// refused together (impossible dates and times, a digit replaced, a dot without digits).
+    func testTimestampsReadAtTheirFixedPlacesAsTheGeneralParserReadsThem() {
+        var rng = SystemRandomNumberGenerator()
+        func two(_ v: Int) -> String { v < 10 ? "0\(v)" : "\(v)" }
+        var accepted = 0
+        for round in 0..<20_000 {
+            let y = Int.random(in: 0...9999, using: &rng), m = Int.random(in: 0...13, using: &rng), d = Int.random(in: 0...32, using: &rng)
+            let date = String(repeating: "0", count: 4 - String(y).count) + "\(y)-\(two(m))-\(two(d))"
+            let h = Int.random(in: 0...24, using: &rng), mi = Int.random(in: 0...60, using: &rng), s = Int.random(in: 0...60, using: &rng)
+            let digits = Int.random(in: 0...7, using: &rng)
+            let fraction = digits == 0 ? "" : "." + String((0..<digits).map { _ in Character(String(Int.random(in: 0...9, using: &rng))) })
+            var text = Array((date + (round % 2 == 0 ? " " : "T") + "\(two(h)):\(two(mi)):\(two(s))" + fraction).utf8)
+            if round % 5 == 0 { text[Int.random(in: 0..<text.count, using: &rng)] = [47, 58, 32, 65, 46].randomElement(using: &rng) ?? 47 }
+            let fast = try? text.withUnsafeBytes { try Temporal.parseTimestamp($0) }
+            let general = try? (text + Array("Z".utf8)).withUnsafeBytes { try Temporal.parseTimestamp($0) }
+            XCTAssertEqual(fast?.micros, general?.micros, String(decoding: text, as: UTF8.self))
+            XCTAssertEqual(fast?.hadOffset, general.map { _ in false })
+            if fast != nil { accepted += 1 }
+            let dateOnly = Array(text.prefix(10))
+            let fastDate = try? dateOnly.withUnsafeBytes { try Temporal.parseDate($0) }
+            let generalDate = try? (dateOnly + Array("Z".utf8)).withUnsafeBytes { try Temporal.parseTimestamp($0) }
+            XCTAssertEqual(fastDate.map { $0 * Temporal.microsPerDay }, generalDate?.micros, String(decoding: dateOnly, as: UTF8.self))
+        }
+        XCTAssertGreaterThan(accepted, 2_000)
+        XCTAssertThrowsError(try Temporal.parseTimestamp("2020-01-01 00:00:00."))
+        XCTAssertEqual(try Temporal.parseTimestamp("2020-01-01 00:00:00.1234560").micros, try Temporal.parseTimestamp("2020-01-01 00:00:00.123456").micros)
+    }
+
     /// The formatting fast paths (two-digit fields, four-digit years) against the general one.
     func testTemporalTextAtTheEdges() throws {
         XCTAssertEqual(Temporal.formatDate(Temporal.days(year: 999, month: 12, day: 31)), "0999-12-31")
