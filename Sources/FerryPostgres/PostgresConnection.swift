@@ -47,6 +47,26 @@ public final class PostgresConnection: Connection {
     public init(endpoint: Endpoint, role: ConnectionRole) throws {
         self.endpoint = endpoint
         listsRowHashesWhole = try Self.digestsByListing(endpoint)
+        let handle = try Self.connect(endpoint)
+        conn = handle
+        // Reported at connect: no query.
+        let encoding = PQparameterStatus(handle, "server_encoding").map { String(cString: $0) }
+        pgDialect = PostgresDialect(serverEncodingIsUTF8: encoding == "UTF8")
+        // libpq prints NOTICEs on stderr by default; Ferry reports what matters itself.
+        PQsetNoticeProcessor(conn, { _, _ in }, nil)
+        try execute("""
+            SET client_encoding = 'UTF8'; SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD';
+            SET standard_conforming_strings = on; SET extra_float_digits = 3; SET IntervalStyle = 'iso_8601'
+            """)
+        if role == .source {
+            try execute("SET default_transaction_read_only = on")
+        }
+    }
+
+    /// Opens a libpq connection to `endpoint` (its URL parameters that are libpq's passed on;
+    /// `extra` added, such as a replication connection's `replication=database`), or throws
+    /// one line saying why and what to do.
+    static func connect(_ endpoint: Endpoint, extra: [(String, String)] = []) throws -> OpaquePointer {
         var keys: [String] = []
         var values: [String] = []
         func add(_ k: String, _ v: String?) {
@@ -62,6 +82,7 @@ public final class PostgresConnection: Connection {
         add("application_name", "ferry")
         add("connect_timeout", "10")
         for (k, v) in endpoint.parameters where !Self.ferryParameters.contains(k) { add(k, v) }
+        for (k, v) in extra { add(k, v) }
         let handle: OpaquePointer? = withArrayOfCStrings(keys) { kp in
             withArrayOfCStrings(values) { vp in PQconnectdbParams(kp, vp, 0) }
         }
@@ -73,19 +94,7 @@ public final class PostgresConnection: Connection {
             PQfinish(handle)
             throw FerryError.connectionFailed(endpoint: endpoint.redacted, reason: Self.explain(connectError: raw, endpoint: endpoint))
         }
-        conn = handle
-        // Reported at connect: no query.
-        let encoding = PQparameterStatus(handle, "server_encoding").map { String(cString: $0) }
-        pgDialect = PostgresDialect(serverEncodingIsUTF8: encoding == "UTF8")
-        // libpq prints NOTICEs on stderr by default; Ferry reports what matters itself.
-        PQsetNoticeProcessor(conn, { _, _ in }, nil)
-        try execute("""
-            SET client_encoding = 'UTF8'; SET TimeZone = 'UTC'; SET DateStyle = 'ISO, YMD';
-            SET standard_conforming_strings = on; SET extra_float_digits = 3; SET IntervalStyle = 'iso_8601'
-            """)
-        if role == .source {
-            try execute("SET default_transaction_read_only = on")
-        }
+        return handle
     }
 
     /// One line from libpq's multi-line connection errors, with what to do.

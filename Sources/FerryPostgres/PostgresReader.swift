@@ -23,9 +23,7 @@ final class PostgresReader: BatchReader {
     private var savepoint = false
     private var whole = false
 
-    enum Kind {
-        case bool, int, float, numeric, bytes, uuid, date, time, timestamp
-    }
+    typealias Kind = PostgresBinaryField.Kind
 
     init(connection: PostgresConnection, table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int) throws {
         self.connection = connection
@@ -191,72 +189,20 @@ final class PostgresReader: BatchReader {
         return rows
     }
 
-    /// Decodes one field of `n` bytes (already checked to lie inside the message). Wire input is
-    /// untrusted: a fixed-width type whose length is not its width is a malformed stream, never
-    /// a read past the field.
+    /// Decodes one field of `n` bytes (already checked to lie inside the message).
     @inline(__always)
     private func decodeField(_ f: UnsafeRawPointer, _ n: Int, column i: Int, into col: inout ColumnBuffer, row: (UnsafeRawPointer, Int, Int)) throws {
-        // Not variadic: an array of allowed widths was built per field (callgrind).
-        @inline(__always) func width(_ a: Int, _ b: Int = -1, _ c: Int = -1) throws {
-            guard n == a || n == b || n == c else {
-                let allowed = [a, b, c].filter { $0 >= 0 }
-                // Not problem(): it decodes the key again, which may be this very field.
-                throw FerryError.copyFailed(
-                    table: table, endpoint: connection.endpoint.redacted,
-                    reason: "malformed binary COPY data from the server: column \(columns[i].name) has a \(n)-byte field where its type has \(allowed.map(String.init).joined(separator: " or ")) bytes")
-            }
-        }
-        switch kinds[i] {
-        case .bool:
-            try width(1)
-            col.append(Int64(f.load(as: UInt8.self)))
-        case .int:
-            try width(2, 4, 8)
-            switch n {
-            case 2: col.append(Int64(PostgresValueCodec.int16(f)))
-            case 4: col.append(Int64(PostgresValueCodec.int32(f)))
-            default: col.append(PostgresValueCodec.int64(f))
-            }
-        case .float:
-            try width(4, 8)
-            if n == 4 {
-                col.append(Double(Float(bitPattern: UInt32(bigEndian: f.loadUnaligned(as: UInt32.self)))))
-            } else {
-                col.append(Double(bitPattern: UInt64(bigEndian: f.loadUnaligned(as: UInt64.self))))
-            }
-        case .numeric:
-            guard PostgresValueCodec.appendNumericText(f, count: n, to: &col) else { throw malformed() }
-        case .bytes:
-            col.append(bytes: UnsafeRawBufferPointer(start: f, count: n))
-        case .uuid:
-            let field = UnsafeRawBufferPointer(start: f, count: n)
-            if n == 16 {
-                col.append(bytes: field)
-            } else {
-                // A UUID kept as text (character(36) after a trip through an engine without uuid).
-                var u: UUIDText.Bytes = (0, 0)
-                guard UUIDText.parse(field, into: &u) else {
-                    throw problem(i, row, "'\(String(decoding: field.prefix(60), as: UTF8.self))' is not a UUID")
-                }
-                withUnsafeBytes(of: &u) { col.append(bytes: $0) }
-            }
-        case .date:
-            try width(4)
-            let d = PostgresValueCodec.int32(f)
-            if d == Int32.max || d == Int32.min {
-                throw problem(i, row, "the date \(d == Int32.max ? "infinity" : "-infinity") has no value in other engines; update it or skip the column")
-            }
-            col.append(Int64(d) + PostgresValueCodec.epochDays)
-        case .time:
-            try width(8)
-            col.append(PostgresValueCodec.int64(f))
-        case .timestamp:
-            try width(8)
-            let t = PostgresValueCodec.int64(f)
-            if t == Int64.max || t == Int64.min {
-                throw problem(i, row, "the timestamp \(t == Int64.max ? "infinity" : "-infinity") has no value in other engines; update it or skip the column")
-            }
-            col.append(t + PostgresValueCodec.epochMicros)
+        do {
+            try PostgresBinaryField.decode(kinds[i], f, n, into: &col)
+        } catch .width(let allowed, let got) {
+            // Not problem(): it decodes the key again, which may be this very field.
+            throw FerryError.copyFailed(
+                table: table, endpoint: connection.endpoint.redacted,
+                reason: "malformed binary COPY data from the server: column \(columns[i].name) has a \(got)-byte field where its type has \(allowed.map(String.init).joined(separator: " or ")) bytes")
+        } catch .malformed {
+            throw malformed()
+        } catch .value(let message) {
+            throw problem(i, row, message)
         }
     }
 

@@ -56,7 +56,11 @@ final class PostgresFixture {
 
     deinit {
         guard let admin = try? PostgresConnection(endpoint: Endpoint(parsing: adminURL), role: .target) else { return }
-        for name in created { try? admin.run("DROP DATABASE IF EXISTS \(name) WITH (FORCE)") }
+        for name in created {
+            // A replication slot a failed test left behind keeps its database.
+            _ = try? admin.rows("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = $1 AND NOT active", [name])
+            try? admin.run("DROP DATABASE IF EXISTS \(name) WITH (FORCE)")
+        }
         admin.close()
     }
 }

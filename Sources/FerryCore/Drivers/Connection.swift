@@ -185,6 +185,10 @@ public protocol Connection: AnyObject {
     /// client, what the service or plugin declared. Planners refuse work that needs more.
     var capabilities: Capabilities { get }
 
+    /// This source's change capture (`ChangeCapture`: what `ferry replicate` follows), or nil
+    /// where the engine has none (the default). It opens what it needs beside this connection.
+    func changeCapture() throws -> (any ChangeCapture)?
+
     /// Text equal for two connections to the same database (a SQLite file's device and inode;
     /// a server's address, port, data directory or start, and database), so that a copy of a
     /// table onto itself is refused instead of waiting on its own lock. Nil where unknown (the
@@ -245,6 +249,7 @@ extension Connection {
 
     public var capabilities: Capabilities { .all }
     public func databaseIdentity() throws -> String? { nil }
+    public func changeCapture() throws -> (any ChangeCapture)? { nil }
     public func beginSnapshot() throws { try begin() }
     public func exportSnapshot() throws -> String? { nil }
     public func beginSnapshot(importing id: String) throws { try beginSnapshot() }

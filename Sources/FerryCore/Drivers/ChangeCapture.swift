@@ -1,0 +1,74 @@
+import Foundation
+
+/// Where a source's change stream stands, in the engine's own terms (a PostgreSQL LSN, a
+/// MariaDB GTID set, a SQLite change log's sequence number), as text: what a replica records
+/// beside the rows it applied, and hands back to resume. Only the engine that made it reads it.
+public struct ChangePosition: Hashable, Sendable, CustomStringConvertible {
+    public var text: String
+    public init(_ text: String) { self.text = text }
+    public var description: String { text }
+}
+
+/// One thing a change stream says, in source commit order. Row changes come in batches of one
+/// table and one kind, never across a transaction's end: `begin`, then any number of row
+/// changes, then `commit`.
+public enum ChangeEvent {
+    /// A source transaction starts.
+    case begin
+    /// Rows inserted, or updated with every column sent: written whole, by key (an insert
+    /// applied twice leaves the same row). The batch is laid out for the feed's columns of the
+    /// table (`ChangeFeed.columns`).
+    case upserts(TableName, RowBatch)
+    /// Rows updated where some columns were not sent because they did not change (PostgreSQL's
+    /// unchanged TOAST values): only `columns` (the key among them) are in the batch, and only
+    /// they are written; the others keep the target's values.
+    case updates(TableName, columns: [String], RowBatch)
+    /// Rows deleted: the batch holds their keys (the table's key columns, in key order), also
+    /// the old key of an update that changed it (then an `upserts` of the new row follows).
+    case deletes(TableName, RowBatch)
+    /// Every row of these tables deleted.
+    case truncate([TableName])
+    /// The transaction committed at the source; after it the stream stands at `position`.
+    case commit(ChangePosition, at: Date?)
+}
+
+/// A source's changes, as they are committed, from a position on. Used from one thread.
+public protocol ChangeFeed: AnyObject {
+    /// The columns each followed table's batches hold (its key among them), as the source
+    /// described the table when the feed was opened.
+    var columns: [TableName: [Column]] { get }
+    /// The next event, or nil when none arrived within `timeout` seconds (the source is idle).
+    func next(timeout: TimeInterval) throws -> ChangeEvent?
+    /// Everything up to `position` (a commit's) is durably applied at the target: the source
+    /// may release what it kept for it (PostgreSQL: the slot's confirmed position).
+    func confirm(_ position: ChangePosition) throws
+    func close()
+}
+
+/// What a source keeps for a replica while it follows, made once (`ChangeCapture.start`) and
+/// kept until dropped: its stream begins at `position`, and `snapshot` (imported with
+/// `Connection.beginSnapshot(importing:)` while this object is open) sees exactly the data
+/// before it — the initial copy's snapshot, so that the copy and the stream neither overlap
+/// nor leave a gap.
+public protocol CaptureStart: AnyObject {
+    var position: ChangePosition { get }
+    /// Nil where the engine's snapshot cannot be shared (the copy reads inside `freezeWrites`).
+    var snapshot: String? { get }
+    /// Starts following from `position` (ends the snapshot's export: import it first).
+    func follow() throws -> any ChangeFeed
+    /// Lets go without following (the capture stays; `ChangeCapture.drop` removes it).
+    func close()
+}
+
+/// A source engine's change capture under a name of Ferry's (`_ferry_…`), behind the driver
+/// seam: PostgreSQL logical decoding, later the MariaDB binlog and SQLite capture triggers.
+public protocol ChangeCapture: AnyObject {
+    /// Creates the capture of `tables` named `name` at the source, where its stream begins and
+    /// a snapshot of the data before it. Refuses, before anything is created, a table whose
+    /// changes could not be applied by key.
+    func start(name: String, tables: [TableSchema]) throws -> any CaptureStart
+    /// Follows the capture `name` from `position` (a commit's, as recorded at the target).
+    func follow(name: String, tables: [TableSchema], from position: ChangePosition) throws -> any ChangeFeed
+    /// Removes everything the capture `name` made at the source; says what it removed.
+    func drop(name: String) throws -> [String]
+}

@@ -1,0 +1,217 @@
+import CLibPQ
+import FerryCore
+import Foundation
+
+/// PostgreSQL's change capture: logical decoding with the built-in `pgoutput` plugin over
+/// libpq's replication protocol. A capture named N is a publication N of the followed tables and
+/// a logical replication slot N; the slot's exported snapshot is the initial copy's, and its
+/// consistent point where the stream begins. Values arrive in each type's binary form
+/// (`binary 'true'`, PostgreSQL 14 or later) and are decoded as a binary COPY's are.
+public final class PostgresLogicalCapture: ChangeCapture {
+    let endpoint: Endpoint
+    /// For the catalog and the publication (a source connection is read-only).
+    let admin: PostgresConnection
+
+    init(endpoint: Endpoint) throws {
+        self.endpoint = endpoint
+        admin = try PostgresConnection(endpoint: endpoint, role: .target)
+    }
+
+    deinit { admin.close() }
+
+    /// Slot and publication names: what the replicator gives, checked here (a slot name is
+    /// lowercase letters, digits and underscores, at most 63 of them).
+    static func check(_ name: String) throws {
+        guard !name.isEmpty, name.count <= 63, name.utf8.allSatisfy({ ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 95 }) else {
+            throw FerryError.invalidOption("'\(name)' cannot name a replication slot: use lowercase letters, digits and underscores, at most 63")
+        }
+    }
+
+    /// Refuses a server that cannot decode (version, `wal_level`), in one line saying what to set.
+    func checkServer() throws {
+        guard PQserverVersion(admin.conn) >= 140_000 else {
+            throw FerryError.invalidOption(
+                "\(endpoint.redacted): replication needs PostgreSQL 14 or later (its logical decoding sends values in binary from 14 on); this server is \(PQserverVersion(admin.conn) / 10000)")
+        }
+        let level = try admin.rows("SHOW wal_level").first?.first ?? nil
+        guard level == "logical" else {
+            throw FerryError.invalidOption(
+                "\(endpoint.redacted) has wal_level = \(level ?? "?"); replication needs wal_level = logical: set it (ALTER SYSTEM SET wal_level = logical, or postgresql.conf) and restart the server")
+        }
+    }
+
+    /// Refuses, before a publication makes them its own, tables whose changes could not be
+    /// applied by key: a table in a publication that publishes updates and deletes needs a
+    /// replica identity, or the application's own UPDATE and DELETE on it fail at the source.
+    func checkKeys(_ tables: [TableSchema]) throws {
+        for t in tables {
+            let q = admin.pgDialect.quote(t.name)
+            let r = try admin.query(
+                "SELECT c.relreplident::text, EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.oid AND i.indisprimary) FROM pg_class c WHERE c.oid = $1::regclass",
+                [q])
+            guard r.count == 1 else { throw FerryError.tableNotFound(table: t.name, endpoint: endpoint.redacted) }
+            let identity = r.string(0, 0), hasPrimaryKey = r.bool(0, 1)
+            let keyed = t.preferredKey != nil
+            switch identity {
+            case "d" where hasPrimaryKey, "i" where keyed, "f" where keyed:
+                continue
+            case "f":
+                throw FerryError.noKey(table: t.name)
+            default:
+                throw FerryError.invalidOption(
+                    "\(t.name) has no primary key: replicating it would add it to a publication, where the application's own UPDATE and DELETE on it fail "
+                        + "without a replica identity; give it a primary key (or REPLICA IDENTITY FULL and --key); nothing was created at the source")
+            }
+        }
+    }
+
+    public func start(name: String, tables: [TableSchema]) throws -> any CaptureStart {
+        try Self.check(name)
+        try checkServer()
+        try checkKeys(tables)
+        let d = admin.pgDialect
+        // The publication first: the slot decodes with the catalog as of its consistent point.
+        try admin.execute("CREATE PUBLICATION \(d.quote(name)) FOR TABLE " + tables.map { "ONLY " + d.quote($0.name) }.joined(separator: ", "))
+        do {
+            let replication = try PostgresReplicationConnection(endpoint: endpoint)
+            do {
+                let r = try replication.exec("CREATE_REPLICATION_SLOT \(d.quote(name)) LOGICAL pgoutput (SNAPSHOT 'export')")
+                guard r.status == PGRES_TUPLES_OK, r.count == 1, let lsn = PostgresLSN(r.string(0, 1)) else {
+                    throw replication.error(r.handle, sql: "CREATE_REPLICATION_SLOT")
+                }
+                return PostgresCaptureStart(
+                    replication: replication, name: name, tables: tables, position: lsn, snapshot: r.value(0, 2))
+            } catch {
+                replication.close()
+                throw error
+            }
+        } catch {
+            try? admin.execute("DROP PUBLICATION IF EXISTS \(d.quote(name))")
+            throw error
+        }
+    }
+
+    public func follow(name: String, tables: [TableSchema], from position: ChangePosition) throws -> any ChangeFeed {
+        try Self.check(name)
+        try checkServer()
+        guard let lsn = PostgresLSN(position.text) else {
+            throw FerryError.invalidOption("'\(position)' is not a PostgreSQL position (an LSN such as 0/16B3748)")
+        }
+        let replication = try PostgresReplicationConnection(endpoint: endpoint)
+        do {
+            return try PostgresLogicalFeed(replication: replication, name: name, tables: tables, from: lsn)
+        } catch {
+            replication.close()
+            throw error
+        }
+    }
+
+    public func drop(name: String) throws -> [String] {
+        try Self.check(name)
+        var removed: [String] = []
+        let slots = try admin.query("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", [name])
+        if slots.count == 1 {
+            if let pid = slots.value(0, 0) {
+                throw FerryError.invalidOption(
+                    "the replication slot \(name) is in use by the server process \(pid) (a `ferry replicate` still following?); stop it first")
+            }
+            try admin.query("SELECT pg_drop_replication_slot($1)", [name])
+            removed.append("replication slot \(name)")
+        }
+        if try admin.query("SELECT 1 FROM pg_publication WHERE pubname = $1", [name]).count == 1 {
+            try admin.execute("DROP PUBLICATION \(admin.pgDialect.quote(name))")
+            removed.append("publication \(name)")
+        }
+        return removed
+    }
+}
+
+extension PostgresConnection {
+    public func changeCapture() throws -> (any ChangeCapture)? { try PostgresLogicalCapture(endpoint: endpoint) }
+}
+
+/// A log sequence number, `X/Y` in hex as PostgreSQL writes it.
+struct PostgresLSN: Comparable, Hashable, CustomStringConvertible {
+    var value: UInt64
+    init(_ value: UInt64) { self.value = value }
+    init?(_ text: String) {
+        let parts = text.split(separator: "/")
+        guard parts.count == 2, let hi = UInt32(parts[0], radix: 16), let lo = UInt32(parts[1], radix: 16) else { return nil }
+        value = UInt64(hi) << 32 | UInt64(lo)
+    }
+    var description: String { String(value >> 32, radix: 16, uppercase: true) + "/" + String(value & 0xFFFF_FFFF, radix: 16, uppercase: true) }
+    static func < (a: Self, b: Self) -> Bool { a.value < b.value }
+}
+
+/// A replication connection (`replication=database`): simple queries and the replication
+/// commands only (no extended protocol), then a COPY BOTH stream.
+final class PostgresReplicationConnection {
+    let conn: OpaquePointer
+    let endpoint: Endpoint
+    private var closed = false
+
+    init(endpoint: Endpoint) throws {
+        self.endpoint = endpoint
+        do {
+            conn = try PostgresConnection.connect(endpoint, extra: [("replication", "database")])
+        } catch FerryError.connectionFailed(let e, let reason) where reason.contains("replication") || reason.contains("walsender") {
+            throw FerryError.connectionFailed(
+                endpoint: e, reason: "\(reason); replication needs a role with the REPLICATION attribute (ALTER ROLE … REPLICATION) and a pg_hba.conf line that allows it")
+        }
+        PQsetNoticeProcessor(conn, { _, _ in }, nil)
+    }
+
+    deinit { close() }
+
+    func close() {
+        guard !closed else { return }
+        closed = true
+        PQfinish(conn)
+    }
+
+    func exec(_ sql: String) throws -> PostgresResult {
+        guard let raw = PQexec(conn, sql) else { throw error(nil, sql: sql) }
+        return PostgresResult(raw)
+    }
+
+    func error(_ result: OpaquePointer?, sql: String?) -> PostgresError {
+        func field(_ code: UInt8) -> String? {
+            guard let result, let p = PQresultErrorField(result, Int32(code)) else { return nil }
+            return String(cString: p)
+        }
+        let primary = field(UInt8(ascii: "M")) ?? String(cString: PQerrorMessage(conn)).trimmingCharacters(in: .whitespacesAndNewlines)
+        return PostgresError(
+            sqlState: field(UInt8(ascii: "C")) ?? "", message: primary, detail: field(UInt8(ascii: "D")),
+            hint: field(UInt8(ascii: "H")), context: field(UInt8(ascii: "W")), sql: sql, endpoint: endpoint.redacted)
+    }
+}
+
+/// A slot just made: its exported snapshot stays importable until `follow` (or `close`).
+final class PostgresCaptureStart: CaptureStart {
+    let replication: PostgresReplicationConnection
+    let name: String
+    let tables: [TableSchema]
+    let lsn: PostgresLSN
+    let snapshot: String?
+    var position: ChangePosition { ChangePosition(lsn.description) }
+    private var used = false
+
+    init(replication: PostgresReplicationConnection, name: String, tables: [TableSchema], position: PostgresLSN, snapshot: String?) {
+        self.replication = replication
+        self.name = name
+        self.tables = tables
+        self.lsn = position
+        self.snapshot = snapshot
+    }
+
+    func follow() throws -> any ChangeFeed {
+        guard !used else { throw FerryError.invalidOption("a capture's start can be followed once") }
+        used = true
+        return try PostgresLogicalFeed(replication: replication, name: name, tables: tables, from: lsn)
+    }
+
+    func close() {
+        if !used { replication.close() }
+        used = true
+    }
+}
