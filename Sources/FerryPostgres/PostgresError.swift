@@ -1,3 +1,4 @@
+import CLibPQ
 import FerryCore
 
 /// A failure reported by PostgreSQL: SQLSTATE, the server's message, and where (endpoint with
@@ -39,4 +40,18 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
 extension PostgresError: DatabaseBusyError {
     /// lock_not_available, deadlock_detected, serialization_failure.
     public var isBusy: Bool { ["55P03", "40P01", "40001"].contains(sqlState) }
+}
+
+extension PostgresError {
+    /// The error of `result` (its fields), or of the connection where there is no result.
+    init(_ result: OpaquePointer?, connection: OpaquePointer, sql: String?, endpoint: Endpoint) {
+        func field(_ code: UInt8) -> String? {
+            guard let result, let p = PQresultErrorField(result, Int32(code)) else { return nil }
+            return String(cString: p)
+        }
+        let primary = field(UInt8(ascii: "M")) ?? String(cString: PQerrorMessage(connection)).trimmingCharacters(in: .whitespacesAndNewlines)
+        self.init(
+            sqlState: field(UInt8(ascii: "C")) ?? "", message: primary, detail: field(UInt8(ascii: "D")),
+            hint: field(UInt8(ascii: "H")), context: field(UInt8(ascii: "W")), sql: sql, endpoint: endpoint.redacted)
+    }
 }

@@ -175,14 +175,7 @@ final class PostgresReplicationConnection {
     }
 
     func error(_ result: OpaquePointer?, sql: String?) -> PostgresError {
-        func field(_ code: UInt8) -> String? {
-            guard let result, let p = PQresultErrorField(result, Int32(code)) else { return nil }
-            return String(cString: p)
-        }
-        let primary = field(UInt8(ascii: "M")) ?? String(cString: PQerrorMessage(conn)).trimmingCharacters(in: .whitespacesAndNewlines)
-        return PostgresError(
-            sqlState: field(UInt8(ascii: "C")) ?? "", message: primary, detail: field(UInt8(ascii: "D")),
-            hint: field(UInt8(ascii: "H")), context: field(UInt8(ascii: "W")), sql: sql, endpoint: endpoint.redacted)
+        PostgresError(result, connection: conn, sql: sql, endpoint: endpoint)
     }
 }
 
