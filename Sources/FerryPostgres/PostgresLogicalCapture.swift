@@ -106,6 +106,13 @@ public final class PostgresLogicalCapture: ChangeCapture {
         }
     }
 
+    public func currentPosition() throws -> ChangePosition {
+        guard let lsn = try admin.rows("SELECT pg_current_wal_lsn()::text").first?.first ?? nil else {
+            throw FerryError.invalidOption("\(endpoint.redacted) did not tell its WAL position")
+        }
+        return ChangePosition(lsn)
+    }
+
     public func drop(name: String) throws -> [String] {
         try Self.check(name)
         var removed: [String] = []

@@ -137,12 +137,20 @@ final class PostgresLogicalFeed: ChangeFeed {
         try sendStatus()
     }
 
+    func reached(_ position: ChangePosition) throws -> Bool {
+        guard let goal = PostgresLSN(position.text) else { throw FerryError.invalidOption("'\(position)' is not a PostgreSQL position") }
+        if delivered >= goal { return true }
+        // Idle, everything confirmed: the server's keepalive answer moves `delivered` to its end.
+        if !inTransaction && pending == nil && readyAt == ready.count && confirmed >= delivered { try sendStatus(replyRequested: true) }
+        return false
+    }
+
     /// A standby status update: written, flushed and applied all at what the replica confirmed.
-    private func sendStatus() throws {
+    private func sendStatus(replyRequested: Bool = false) throws {
         var out: [UInt8] = [UInt8(ascii: "r")]
         for v in [confirmed.value, confirmed.value, confirmed.value] { PostgresValueCodec.put64(Int64(bitPattern: v), &out) }
         PostgresValueCodec.put64(Int64(Date().timeIntervalSince1970 * 1_000_000) - PostgresValueCodec.epochMicros, &out)
-        out.append(0)
+        out.append(replyRequested ? 1 : 0)
         let sent = out.withUnsafeBufferPointer { b in
             b.withMemoryRebound(to: CChar.self) { PQputCopyData(replication.conn, $0.baseAddress, Int32($0.count)) }
         }

@@ -42,6 +42,10 @@ public protocol ChangeFeed: AnyObject {
     /// Everything up to `position` (a commit's) is durably applied at the target: the source
     /// may release what it kept for it (PostgreSQL: the slot's confirmed position).
     func confirm(_ position: ChangePosition) throws
+    /// True once every transaction the source committed up to `position`
+    /// (`ChangeCapture.currentPosition`) has been handed out. Where it is not yet and the
+    /// stream is idle, asks the source where it stands, so that a later call can tell.
+    func reached(_ position: ChangePosition) throws -> Bool
     func close()
 }
 
@@ -71,4 +75,6 @@ public protocol ChangeCapture: AnyObject {
     func follow(name: String, tables: [TableSchema], from position: ChangePosition) throws -> any ChangeFeed
     /// Removes everything the capture `name` made at the source; says what it removed.
     func drop(name: String) throws -> [String]
+    /// Where the source's changes stand now: what `--until-caught-up` waits for.
+    func currentPosition() throws -> ChangePosition
 }

@@ -33,14 +33,16 @@ extension CopyEngine {
         // One snapshot of the source for the whole copy, as pg_dump takes: job 0's connection
         // begins it, and the other jobs start theirs from it where the engine can share one.
         var snapshot: String?
-        do {
+        if let given = options.sourceSnapshot {
+            snapshot = given
+        } else { do {
             try source.beginSnapshot()
             snapshot = try source.exportSnapshot()
         } catch {
             try? source.rollback()
             snapshot = nil
             progress.note("warning: the source could not start a read snapshot (\(error)); each table is read as of its own moment")
-        }
+        } }
         // Where the engine cannot share a snapshot, the jobs' connections begin theirs while
         // writes are briefly blocked (MySQL: FLUSH TABLES WITH READ LOCK, as mydumper does), so
         // that every snapshot sees the same moment.

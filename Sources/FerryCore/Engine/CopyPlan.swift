@@ -117,6 +117,11 @@ public struct CopyOptions: Sendable {
     public var keepSourceSnapshot = false
     /// `--allow-empty-source`: let a mirror empty a target table whose source table is empty.
     public var allowEmptySource = false
+    /// The source connection is already inside this exported snapshot (the caller began it with
+    /// `Connection.beginSnapshot(importing:)`): the copy reads in it, and extra jobs import it,
+    /// instead of a snapshot of the copy's own — a replica's initial copy reads exactly the data
+    /// before its change stream begins.
+    public var sourceSnapshot: String?
 
     public init() {}
 }

@@ -1,0 +1,141 @@
+import ArgumentParser
+import FerryCore
+import Foundation
+
+extension Ferry {
+    /// `ferry replicate SOURCE TARGET`: copy, then follow the source's changes.
+    struct Replicate: ParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Copy tables, then apply the source's changes to them as they are committed.",
+            discussion: """
+                The first run copies the tables from the snapshot where the source's change
+                stream begins (no gap, no overlap), then follows the stream: each source
+                transaction is applied whole, in commit order, and every target transaction
+                also records the source's position in the target (_ferry_replication), so a
+                later run with the same source and target resumes exactly there. A run stopped
+                during the initial copy starts that copy again.
+
+                Stop a follower with Ctrl-C or SIGTERM: it finishes the transaction it is
+                applying, records the position and exits 0. --until-caught-up stops once
+                everything the source had committed when following began is applied, and moves
+                the target's serial counters past the replicated values: the cut-over step.
+
+                Sources: PostgreSQL 14 or later with wal_level = logical and a role that may
+                replicate (REPLICATION, or the owner of the tables with CREATE on the database
+                for the publication). Ferry creates a publication and a logical replication
+                slot named _ferry_r_…; --drop removes them and the target's record. A slot
+                keeps the server's WAL until Ferry confirms it: drop a replica you no longer run.
+                Every table needs a primary key (a table without one is refused before the
+                source is touched). MariaDB, SQLite and the service as sources come next.
+
+                Examples:
+                  ferry replicate postgres://dba@db/shop sqlite:shop.db --until-caught-up
+                  ferry replicate postgres://dba@db/shop mysql://app@replica/shop --tables orders,customers
+                  ferry replicate postgres://dba@db/shop sqlite:shop.db --status
+                  ferry replicate postgres://dba@db/shop sqlite:shop.db --drop
+                """)
+
+        @Argument(help: "The database to follow (URL).")
+        var source: String
+
+        @Argument(help: "The database to keep up to date (URL); a SQLite file is created when missing.")
+        var target: String
+
+        @Option(name: .long, help: "Only tables in these schemas, comma-separated.")
+        var schema: [String] = []
+
+        @Option(name: .long, help: "Tables copied at the same time by the initial copy.")
+        var jobs: Int = 2
+
+        @OptionGroup var tableOptions: TableOptions
+
+        @OptionGroup var castOptions: CastOptions
+
+        @OptionGroup var driverSettings: DriverSettings
+
+        @OptionGroup var passwordFiles: PasswordFiles
+
+        @Flag(name: .long, help: "Exit once the target holds everything the source had committed when following began.")
+        var untilCaughtUp = false
+
+        @Flag(name: .long, help: "Show where this replica stands, and change nothing.")
+        var status = false
+
+        @Flag(name: .long, help: "Remove what Ferry made at the source for this replica (slot, publication) and its record in the target.")
+        var drop = false
+
+        @Flag(name: .shortAndLong, help: "No progress on stderr.")
+        var quiet = false
+
+        @OptionGroup var output: OutputOptions
+
+        func validate() throws {
+            guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be between 1 and 64, not \(jobs)") }
+            guard !(status && drop) else { throw ValidationError("--status and --drop are separate runs: give one") }
+        }
+
+        func run() throws {
+            let registry = Ferry.registry
+            let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry, passwords: passwordFiles)
+            let name = Replicator.captureName(source: sourceEndpoint, target: targetEndpoint)
+            let targetConnection = try registry.connect(targetEndpoint, role: .target)
+            defer { targetConnection.close() }
+            if status { return try showStatus(name, targetConnection) }
+            let sourceConnection = try registry.connect(sourceEndpoint, role: .source)
+            defer { sourceConnection.close() }
+            if drop { return try dropReplica(name, sourceConnection, targetConnection) }
+
+            var options = Replicator.Options()
+            options.copy.tables = tableOptions.named
+            options.copy.exclude = tableOptions.excluded
+            options.copy.schemas = schema.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
+            options.copy.jobs = jobs
+            options.copy.keys = tableOptions.keys
+            options.copy.casts = try castOptions.rules()
+            options.untilCaughtUp = untilCaughtUp
+
+            // SIGINT and SIGTERM stop the follower between source transactions.
+            let cancellation = Cancellation()
+            let signals = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
+                signal(sig, SIG_IGN)
+                let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+                s.setEventHandler { cancellation.cancel() }
+                s.resume()
+                return s
+            }
+            defer { for s in signals { s.cancel() } }
+            let progress = ProgressReporter(quiet: quiet || output.json && isatty(2) == 0)
+            let outcome = try Replicator(registry: registry).run(
+                source: sourceConnection, target: targetConnection, options: options, progress: progress, cancellation: cancellation)
+            if output.json {
+                try Console.json(outcome)
+            } else if !quiet {
+                let how = outcome.caughtUp ? "caught up" : "stopped"
+                Console.error(
+                    "\(how): \(outcome.copied ? "copied \(outcome.copiedRows) rows, then " : "")applied \(outcome.transactions) transactions, \(outcome.rowsApplied) rows"
+                        + " in \(String(format: "%.2f", outcome.seconds))s; \(sourceEndpoint.redacted) -> \(targetEndpoint.redacted) at \(outcome.position)")
+            }
+        }
+
+        func showStatus(_ name: String, _ target: any Connection) throws {
+            guard let row = try ReplicationState.read(target, name: name) else {
+                if output.json { try Console.json(["replica": name, "state": "none"]) } else { Console.out("no replica of this source in this target (\(name))") }
+                throw ExitCode(ExitStatus.failed.rawValue)
+            }
+            if output.json { return try Console.json(row) }
+            Console.out(renderColumns(
+                ["replica", "phase", "position", "rows applied", "last applied", "source"],
+                [[row.name, row.phase, row.position, String(row.appliedRows), row.updatedAt, row.source]]))
+        }
+
+        func dropReplica(_ name: String, _ source: any Connection, _ target: any Connection) throws {
+            var removed: [String] = []
+            if let capture = try source.changeCapture() {
+                removed += try capture.drop(name: name).map { "\($0) at \(source.endpoint.redacted)" }
+            }
+            if try ReplicationState.remove(target, name: name) { removed.append("the record of \(name) in \(target.endpoint.redacted)") }
+            if output.json { return try Console.json(["removed": removed]) }
+            Console.out(removed.isEmpty ? "nothing to remove for \(name)" : "removed " + removed.joined(separator: ", "))
+        }
+    }
+}

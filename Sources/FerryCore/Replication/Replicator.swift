@@ -1,0 +1,292 @@
+import Foundation
+
+/// `ferry replicate SOURCE TARGET`: an initial copy from the snapshot where the source's change
+/// stream begins, then the stream applied in source commit order, a source transaction never
+/// split, each target transaction also recording the source position in `_ferry_replication` —
+/// so a rerun after any crash resumes where the target's last commit left it.
+public struct Replicator {
+    public let registry: DriverRegistry
+    public init(registry: DriverRegistry) { self.registry = registry }
+
+    public struct Options: Sendable {
+        /// Table choice, keys, casts and jobs of the initial copy (its mode is `replace`).
+        public var copy = CopyOptions()
+        /// Stop once everything the source had committed when following began is applied, and
+        /// move the target's serial counters past the values replicated (the cut-over step).
+        public var untilCaughtUp = false
+        /// Source transactions are grouped into one target transaction up to this many rows.
+        public var groupRows = 20_000
+        public init() {}
+    }
+
+    /// What a run did.
+    public struct Outcome: Sendable, Codable {
+        public var name: String
+        /// True when this run made the initial copy (false: resumed from a recorded position).
+        public var copied = false
+        public var copiedRows: Int64 = 0
+        /// What was dropped at the source before starting again (an unfinished initial copy's capture).
+        public var droppedFirst: [String] = []
+        public var transactions: Int64 = 0
+        public var rowsApplied: Int64 = 0
+        public var rowsByTable: [String: Int64] = [:]
+        public var position = ""
+        public var caughtUp = false
+        public var seconds = 0.0
+    }
+
+    /// The capture's name for a source and a target: the same for every run of the pair (the
+    /// endpoints with passwords masked), a slot name PostgreSQL accepts.
+    public static func captureName(source: Endpoint, target: Endpoint) -> String {
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for b in (source.redacted + "\u{0}" + target.redacted).utf8 {
+            h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01B3
+        }
+        let hex = String(h, radix: 16)
+        return "_ferry_r_" + String(repeating: "0", count: 16 - hex.count) + hex
+    }
+
+    /// Runs the replica of `source` into `target` until caught up (`untilCaughtUp`) or cancelled.
+    public func run(
+        source: any Connection, target: any Connection, options: Options, progress: ProgressReporter, cancellation: Cancellation
+    ) throws -> Outcome {
+        let started = Date()
+        guard let capture = try source.changeCapture() else {
+            throw FerryError.invalidOption(
+                "\(source.endpoint.redacted) cannot be followed yet: Ferry captures changes from PostgreSQL (MariaDB/MySQL, SQLite and the service come next)")
+        }
+        let name = Self.captureName(source: source.endpoint, target: target.endpoint)
+        var outcome = Outcome(name: name)
+        var copyOptions = options.copy
+        copyOptions.mode = .replace
+        let engine = CopyEngine(registry: registry)
+        let plan = try engine.plan(source: source, target: target, options: copyOptions)
+        guard !plan.tables.isEmpty else { throw FerryError.invalidOption("nothing to replicate: no tables matched in \(source.endpoint.redacted)") }
+        for t in plan.tables {
+            // The stream carries each column as the table has it: what a copy reads through a
+            // cast the source computes, or leaves out, cannot be followed yet.
+            if !t.skipped.isEmpty || t.columns.count != t.sourceSchema.columns.count
+                || t.columns.contains(where: { !$0.readHints.isEmpty })
+            {
+                throw FerryError.invalidOption(
+                    "\(t.source) has columns a copy skips or casts at the source (\((t.skipped.map(\.column) + t.columns.filter { !$0.readHints.isEmpty }.map(\.name)).joined(separator: ", "))); replicating those is not supported yet: --exclude the table")
+            }
+            guard t.key != nil else { throw FerryError.noKey(table: t.source) }
+        }
+        let sources = plan.tables.map(\.sourceSchema)
+        guard let stateSchema = try ReplicationState.schema(target, create: true) else {
+            throw FerryError.tableNotFound(table: ReplicationState.table, endpoint: target.endpoint.redacted)
+        }
+        func record(_ phase: String, _ position: String, applied: Int64) throws {
+            try ReplicationState.write(
+                target, stateSchema,
+                .init(name: name, phase: phase, position: position, appliedRows: applied, updatedAt: ISOTime.string(Date()), source: source.endpoint.redacted))
+        }
+
+        let recorded = try ReplicationState.read(target, name: name)
+        let feed: any ChangeFeed
+        var applied = recorded?.appliedRows ?? 0
+        if let recorded, recorded.phase == "following" {
+            progress.note("\(name): resuming from \(recorded.position) (recorded \(recorded.updatedAt))")
+            feed = try capture.follow(name: name, tables: sources, from: ChangePosition(recorded.position))
+            outcome.position = recorded.position
+        } else {
+            // New, or an initial copy that did not finish: started again from a new position.
+            outcome.droppedFirst = try capture.drop(name: name)
+            if !outcome.droppedFirst.isEmpty {
+                progress.note("\(name): an initial copy did not finish: dropped \(outcome.droppedFirst.joined(separator: " and ")) and starting it again")
+            }
+            let start = try capture.start(name: name, tables: sources)
+            var started = false
+            defer { if !started { start.close() } }
+            try record("copying", start.position.text, applied: 0)
+            if let snapshot = start.snapshot {
+                try source.beginSnapshot(importing: snapshot)
+                copyOptions.sourceSnapshot = snapshot
+            }
+            let summary = engine.run(plan, source: source, target: target, options: copyOptions, progress: progress, cancellation: cancellation)
+            try? source.rollback()
+            let failures = summary.tables.filter { $0.status != .ok }
+            if let f = failures.first {
+                if cancellation.isCancelled { throw FerryError.cancelled }
+                throw FerryError.copyFailed(
+                    table: TableName(parsing: f.source), endpoint: target.endpoint.redacted,
+                    reason: "the initial copy failed (\(f.error ?? "\(f.status)")); the next run starts it again")
+            }
+            outcome.copied = true
+            outcome.copiedRows = summary.totalRows
+            try record("following", start.position.text, applied: 0)
+            applied = 0
+            started = true
+            feed = try start.follow()
+            outcome.position = start.position.text
+            progress.note("\(name): copied \(summary.totalRows) rows; following from \(start.position)")
+        }
+        defer { feed.close() }
+        let goal = options.untilCaughtUp ? try capture.currentPosition() : nil
+
+        // Per source table: its plan, the target table as created, and its key.
+        var plans: [TableName: (plan: TablePlan, into: TableSchema, key: [Column], keyConversions: [ColumnConversion])] = [:]
+        for t in plan.tables {
+            let into = try target.describe(t.target)
+            guard let keyNames = t.key?.columns else { throw FerryError.noKey(table: t.source) }
+            let key = try keyNames.map { k in
+                guard let c = into.column(named: k) else { throw FerryError.columnNotFound(table: t.target, column: k) }
+                return c
+            }
+            // The key's conversions, renumbered for a batch of the key's columns alone.
+            var keyConversions: [ColumnConversion] = []
+            for (j, k) in keyNames.enumerated() {
+                guard let i = t.columns.firstIndex(where: { $0.name == k }), var c = t.conversions.first(where: { $0.index == i }) else { continue }
+                c.index = j
+                keyConversions.append(c)
+            }
+            plans[t.source] = (t, into, key, keyConversions)
+        }
+        func planned(_ name: TableName) throws -> (plan: TablePlan, into: TableSchema, key: [Column], keyConversions: [ColumnConversion]) {
+            guard let p = plans[name] else { throw FerryError.invalidOption("the source's stream changed \(name), which this replica does not follow") }
+            return p
+        }
+
+        var open = false, inSource = false
+        var pendingRows = 0
+        var lastCommit: ChangePosition?
+        func commitGroup() throws {
+            guard open else { return }
+            if let p = lastCommit {
+                try record("following", p.text, applied: applied)
+                outcome.position = p.text
+            }
+            try target.commit()
+            open = false
+            pendingRows = 0
+            if let p = lastCommit { try feed.confirm(p) }
+        }
+        func count(_ t: TableName, _ n: Int) {
+            pendingRows += n
+            applied += Int64(n)
+            outcome.rowsApplied += Int64(n)
+            outcome.rowsByTable[t.description, default: 0] += Int64(n)
+        }
+        do {
+            while true {
+                if cancellation.isCancelled && !inSource { break }
+                // Inside a source transaction, its rest is awaited: a target transaction ends
+                // only between source transactions.
+                guard let event = try feed.next(timeout: inSource ? 1 : open ? 0 : 0.5) else {
+                    if inSource { continue }
+                    // Idle: what is applied is committed; then, caught up?
+                    try commitGroup()
+                    if let goal, try feed.reached(goal) {
+                        outcome.caughtUp = true
+                        break
+                    }
+                    continue
+                }
+                switch event {
+                case .begin:
+                    if !open {
+                        try target.begin()
+                        open = true
+                    }
+                    inSource = true
+                case .upserts(let t, let batch):
+                    let p = try planned(t)
+                    let rows = try CopyEngine.convert(batch, p.plan.conversions, columns: p.plan.columns)
+                    _ = try target.upsertRows(into: p.into, columns: p.plan.targetSchema.columns, key: p.key.map(\.name), rows: rows)
+                    count(t, batch.count)
+                case .updates(let t, let names, let batch):
+                    let p = try planned(t)
+                    try applyUpdates(t, names, batch, p.plan, p.into, p.key, target)
+                    count(t, batch.count)
+                case .deletes(let t, let keys):
+                    let p = try planned(t)
+                    let converted = try CopyEngine.convert(keys, p.keyConversions, columns: p.key)
+                    _ = try target.deleteRows(from: p.into, key: p.key, keys: converted)
+                    count(t, keys.count)
+                case .truncate(let tables):
+                    for t in tables {
+                        let p = try planned(t)
+                        try deleteAll(p.into, key: p.key, target)
+                    }
+                case .commit(let position, _):
+                    inSource = false
+                    lastCommit = position
+                    outcome.transactions += 1
+                    if pendingRows >= options.groupRows { try commitGroup() }
+                }
+            }
+            try commitGroup()
+        } catch {
+            if open { try? target.rollback() }
+            throw error
+        }
+        if outcome.caughtUp {
+            // The cut-over: the target's next insert gets a value past every replicated one.
+            for t in plan.tables { try target.resetSerial(t.target, schema: plans[t.source]?.into ?? t.targetSchema) }
+        }
+        outcome.seconds = Date().timeIntervalSince(started)
+        return outcome
+    }
+
+    /// Updates that sent only some columns (the others unchanged at the source): the sent
+    /// columns converted as a copy converts them, the target's rows read by key, the sent
+    /// columns set in them, and the rows written whole.
+    private func applyUpdates(
+        _ t: TableName, _ names: [String], _ batch: RowBatch, _ plan: TablePlan, _ into: TableSchema, _ key: [Column], _ target: any Connection
+    ) throws {
+        // The plan's read columns and the target's columns are parallel.
+        let all = plan.targetSchema.columns.map { into.column(named: $0.name) ?? $0 }
+        let sentAt = try names.map { n in
+            guard let i = plan.columns.firstIndex(where: { $0.name == n }) else { throw FerryError.columnNotFound(table: t, column: n) }
+            return i
+        }
+        let keyAt = try key.map { k in
+            guard let i = all.firstIndex(where: { $0.name == k.name }) else { throw FerryError.columnNotFound(table: t, column: k.name) }
+            return i
+        }
+        var conversions: [ColumnConversion] = []
+        for (j, i) in sentAt.enumerated() {
+            guard var c = plan.conversions.first(where: { $0.index == i }) else { continue }
+            c.index = j
+            conversions.append(c)
+        }
+        let sent = try CopyEngine.convert(batch, conversions, columns: sentAt.map { plan.columns[$0] })
+        let targetTypes = plan.targetSchema.columns.map(\.logicalType)
+        let sentTypes = sentAt.map { targetTypes[$0] }
+        var rows: [[Value]] = []
+        var keys: [[Value]] = []
+        for r in 0..<sent.count {
+            var row = [Value](repeating: .null, count: all.count)
+            for (j, v) in sent.row(r, types: sentTypes).enumerated() { row[sentAt[j]] = v }
+            rows.append(row)
+            keys.append(keyAt.map { row[$0] })
+        }
+        let current = try RowValues.rows(target, into, columns: all, keyIndexes: keyAt, keys: keys)
+        var merged: [[Value]] = []
+        for (r, row) in rows.enumerated() {
+            guard var existing = current[keys[r]] else {
+                throw FerryError.copyFailed(
+                    table: t, endpoint: target.endpoint.redacted,
+                    reason: "an update at the source of the row (\(keys[r].map(\.description).joined(separator: ", "))) found no such row in the target: the replica differs from its source (run ferry verify)")
+            }
+            for i in sentAt { existing[i] = row[i] }
+            merged.append(existing)
+        }
+        _ = try target.upsertRows(into: into, columns: all, key: key.map(\.name), rows: try RowBatch(rows: merged, types: targetTypes))
+    }
+
+    /// Every row of `table` deleted by key (a TRUNCATE at the source), in the caller's transaction.
+    private func deleteAll(_ table: TableSchema, key: [Column], _ target: any Connection) throws {
+        let reader = try target.reader(table: table, columns: key, keyRange: nil, batchSize: 10_000)
+        var batches: [RowBatch] = []
+        do {
+            while let b = try reader.next() { batches.append(b) }
+            reader.close()
+        } catch {
+            reader.close()
+            throw error
+        }
+        for b in batches { _ = try target.deleteRows(from: table, key: key, keys: b) }
+    }
+}
