@@ -79,8 +79,8 @@ public final class PostgresLogicalCapture: ChangeCapture {
                 guard r.status == PGRES_TUPLES_OK, r.count == 1, let lsn = PostgresLSN(r.string(0, 1)) else {
                     throw replication.error(r.handle, sql: "CREATE_REPLICATION_SLOT")
                 }
-                return PostgresCaptureStart(
-                    replication: replication, name: name, tables: tables, position: lsn, snapshot: r.value(0, 2))
+                guard let snapshot = r.value(0, 2) else { throw replication.error(r.handle, sql: "CREATE_REPLICATION_SLOT (no snapshot)") }
+                return PostgresCaptureStart(replication: replication, name: name, tables: tables, position: lsn, snapshot: snapshot)
             } catch {
                 replication.close()
                 throw error
@@ -106,7 +106,7 @@ public final class PostgresLogicalCapture: ChangeCapture {
         }
     }
 
-    public func currentPosition() throws -> ChangePosition {
+    public func currentPosition(name: String) throws -> ChangePosition {
         guard let lsn = try admin.rows("SELECT pg_current_wal_lsn()::text").first?.first ?? nil else {
             throw FerryError.invalidOption("\(endpoint.redacted) did not tell its WAL position")
         }
@@ -192,16 +192,20 @@ final class PostgresCaptureStart: CaptureStart {
     let name: String
     let tables: [TableSchema]
     let lsn: PostgresLSN
-    let snapshot: String?
-    var position: ChangePosition { ChangePosition(lsn.description) }
+    let snapshot: String
     private var used = false
 
-    init(replication: PostgresReplicationConnection, name: String, tables: [TableSchema], position: PostgresLSN, snapshot: String?) {
+    init(replication: PostgresReplicationConnection, name: String, tables: [TableSchema], position: PostgresLSN, snapshot: String) {
         self.replication = replication
         self.name = name
         self.tables = tables
         self.lsn = position
         self.snapshot = snapshot
+    }
+
+    func beginSnapshot(on connection: any Connection) throws -> (position: ChangePosition, shared: String?) {
+        try connection.beginSnapshot(importing: snapshot)
+        return (ChangePosition(lsn.description), snapshot)
     }
 
     func follow() throws -> any ChangeFeed {

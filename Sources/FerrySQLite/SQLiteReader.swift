@@ -58,6 +58,22 @@ final class SQLiteReader: BatchReader {
         self.keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k }.map { (k, Int32($0)) } }
     }
 
+    /// Steps `sql` — Ferry's own statement (a replica's change query), never a request's — whose
+    /// result columns are `columns`, with `binds` (integers) bound in order.
+    init(connection: SQLiteConnection, sql: String, binds: [Int64], columns: [Column], table: TableName, batchSize: Int) throws {
+        statement = try SQLiteStatement(connection, sql)
+        for (i, v) in binds.enumerated() {
+            let rc = sqlite3_bind_int64(statement.handle, Int32(i + 1), v)
+            guard rc == SQLITE_OK else { throw connection.error(rc, sql: sql) }
+        }
+        self.columns = columns
+        self.types = columns.map(\.logicalType)
+        self.kinds = columns.map { $0.travelsNatively ? .stored : ReadKind($0.logicalType) }
+        self.table = table
+        self.batchSize = batchSize
+        self.keyIndexes = []
+    }
+
     /// Releases the statement's read lock even when the read stopped early.
     func close() { statement.reset() }
 

@@ -119,4 +119,100 @@ final class ReplicateTests: XCTestCase {
         let none = try ferry(["replicate", src, lite, "--status"])
         XCTAssertEqual(none.code, 1)
     }
+
+    /// Writes to a SQLite file by another program (the sqlite3 shell): parents with children,
+    /// a key changed, deletes, and an `INSERT OR REPLACE` that removes a row through another
+    /// UNIQUE index (which fires no delete trigger).
+    func sqliteWorkload(_ path: String, round: Int) throws {
+        let base = 100_000 * round
+        _ = try ExternalTool.run(["sqlite3", path], input: """
+            .timeout 10000
+            PRAGMA foreign_keys = ON;
+            BEGIN;
+            WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 300)
+              INSERT INTO customer (id, email, name) SELECT \(base) + n, 'r\(round)-' || n || '@x', 'round \(round)' FROM g;
+            WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 3000)
+              INSERT INTO orders (customer_id, total, placed) SELECT \(base) + 1 + n % 300, n / 4.0, '2026-01-02 03:04:05.5' FROM g;
+            COMMIT;
+            INSERT INTO customer (id, email, name) VALUES (\(base) + 500, 'lonely\(round)@x', 'no orders');
+            UPDATE customer SET id = \(base) + 999 WHERE id = \(base) + 500;
+            UPDATE orders SET total = total + 1 WHERE id % 11 = \(round);
+            DELETE FROM orders WHERE id % 97 = \(round);
+            INSERT OR REPLACE INTO customer (id, email, name) VALUES (\(base) + 601, 'spare\(round)@x', 'replaces customer \(2000 + round) by its email');
+
+            """)
+    }
+
+    func testReplicateFollowsASQLiteFileWrittenByAnotherProgram() throws {
+        let path = folder.path("source.db")
+        _ = try ExternalTool.run(["sqlite3", path], input: """
+            PRAGMA foreign_keys = ON;
+            CREATE TABLE customer (id INTEGER PRIMARY KEY, email TEXT NOT NULL UNIQUE, name TEXT);
+            CREATE TABLE orders (id INTEGER PRIMARY KEY AUTOINCREMENT, customer_id INTEGER NOT NULL REFERENCES customer (id),
+                                 total NUMERIC(12,2), placed DATETIME);
+            WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 1000)
+              INSERT INTO customer (id, email, name) SELECT n, 'c' || n || '@x', 'c' || n FROM g;
+            WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 25000)
+              INSERT INTO orders (customer_id, total, placed) SELECT 1 + n % 1000, n / 4.0, '2025-05-06 07:08:09' FROM g;
+            WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 10)
+              INSERT INTO customer (id, email, name) SELECT 2000 + n, 'spare' || n || '@x', 'no orders' FROM g;
+
+            """)
+        let src = "sqlite:" + path
+        let admin = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        guard let slash = admin.range(of: "/", options: .backwards) else { return XCTFail("no database in \(admin)") }
+        let dstName = "ferry_repl_lite_\(UUID().uuidString.prefix(8).lowercased())"
+        let pg = admin[..<slash.lowerBound] + "/" + dstName
+        try psql(admin, "CREATE DATABASE \(dstName);\n")
+        defer { _ = try? psql(admin, "DROP DATABASE IF EXISTS \(dstName) WITH (FORCE);\n") }
+        let lite = "sqlite:" + folder.path("copy.db")
+
+        for target in [lite, String(pg)] {
+            let first = try ferry(["replicate", src, target, "--until-caught-up"])
+            XCTAssertEqual(first.code, 0, first.err)
+            XCTAssertTrue(first.err.contains("copied 26010 rows"), first.err)
+        }
+        try sqliteWorkload(path, round: 1)
+        for target in [lite, String(pg)] {
+            let again = try ferry(["replicate", src, target, "--until-caught-up"])
+            XCTAssertEqual(again.code, 0, again.err)
+            XCTAssertTrue(again.err.contains("resuming from"), again.err)
+            let verify = try ferry(["verify", src, target])
+            XCTAssertEqual(verify.code, 0, verify.out + verify.err)
+        }
+        // The row INSERT OR REPLACE removed through the email index (copied before) is gone at the target too.
+        XCTAssertEqual(try psql(String(pg), "SELECT count(*) FROM customer WHERE id = 2001;").trimmingCharacters(in: .whitespacesAndNewlines), "0")
+
+        // A follower stopped by SIGTERM while the file is written.
+        let follower = Process()
+        follower.executableURL = CLITests.binaryURL
+        follower.arguments = ["replicate", src, String(pg), "-q"]
+        let err = Pipe()
+        follower.standardError = err
+        try follower.run()
+        try sqliteWorkload(path, round: 2)
+        Thread.sleep(forTimeInterval: 1)
+        try sqliteWorkload(path, round: 3)
+        follower.terminate()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        follower.waitUntilExit()
+        XCTAssertEqual(follower.terminationStatus, 0, String(decoding: stderr, as: UTF8.self))
+        let caughtUp = try ferry(["replicate", src, String(pg), "--until-caught-up"])
+        XCTAssertEqual(caughtUp.code, 0, caughtUp.err)
+        XCTAssertEqual(try ferry(["verify", src, String(pg)]).code, 0)
+        // The cut-over: the target's next identity value is past the source's rows.
+        let sourceMax = Int(try ExternalTool.run(["sqlite3", path], input: "SELECT max(id) FROM orders;\n").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        let next = try psql(String(pg), "INSERT INTO orders (customer_id) VALUES (1) RETURNING id;").trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(Int(next), sourceMax + 1)
+
+        // Dropped: no trigger and no log left in the file, which the application still writes.
+        for target in [lite, String(pg)] {
+            let dropped = try ferry(["replicate", src, target, "--drop"])
+            XCTAssertEqual(dropped.code, 0, dropped.err)
+            XCTAssertTrue(dropped.out.contains("capture triggers"), dropped.out)
+        }
+        let left = try ExternalTool.run(["sqlite3", path], input: "SELECT count(*) FROM sqlite_schema WHERE name LIKE '%ferry%';\n")
+        XCTAssertEqual(left.trimmingCharacters(in: .whitespacesAndNewlines), "0")
+        try sqliteWorkload(path, round: 4)
+    }
 }

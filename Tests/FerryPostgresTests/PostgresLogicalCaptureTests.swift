@@ -88,8 +88,8 @@ final class PostgresLogicalCaptureTests: XCTestCase {
         try db.run("INSERT INTO parent (id, name, amount) VALUES (100001, 'after', 1.25)")
         let reader = try pg.connect(url, role: .source)
         defer { reader.close() }
-        guard let snapshot = start.snapshot else { return XCTFail("PostgreSQL exports the slot's snapshot") }
-        try reader.beginSnapshot(importing: snapshot)
+        let (startPosition, shared) = try start.beginSnapshot(on: reader)
+        XCTAssertNotNil(shared, "PostgreSQL exports the slot's snapshot")
         XCTAssertEqual(try reader.countRows(TableName("parent")), 3000)
         try reader.commit()
 
@@ -120,7 +120,7 @@ final class PostgresLogicalCaptureTests: XCTestCase {
         let positions = got.compactMap { PostgresPosition($0.position.text) }
         XCTAssertEqual(positions.count, 6)
         XCTAssertEqual(positions, positions.sorted())
-        XCTAssertTrue(positions[0] > PostgresPosition(start.position.text) ?? .max)
+        XCTAssertTrue(positions[0] > PostgresPosition(startPosition.text) ?? .max)
 
         // Values as a copy reads them: the rows now at the source, through the table's reader.
         func current(_ id: Int64) throws -> [Value] {

@@ -50,15 +50,15 @@ public protocol ChangeFeed: AnyObject {
 }
 
 /// What a source keeps for a replica while it follows, made once (`ChangeCapture.start`) and
-/// kept until dropped: its stream begins at `position`, and `snapshot` (imported with
-/// `Connection.beginSnapshot(importing:)` while this object is open) sees exactly the data
-/// before it — the initial copy's snapshot, so that the copy and the stream neither overlap
-/// nor leave a gap.
+/// kept until dropped. Its stream begins where the initial copy's snapshot ends, so that the
+/// copy and the stream neither overlap nor leave a gap.
 public protocol CaptureStart: AnyObject {
-    var position: ChangePosition { get }
-    /// Nil where the engine's snapshot cannot be shared (the copy reads inside `freezeWrites`).
-    var snapshot: String? { get }
-    /// Starts following from `position` (ends the snapshot's export: import it first).
+    /// Begins, on `connection` (the initial copy's source connection, while this object is
+    /// open), a read snapshot that sees exactly the data before the stream's start. Returns
+    /// that start, and an id other connections import the snapshot with
+    /// (`Connection.beginSnapshot(importing:)`), nil where they cannot (one connection reads).
+    func beginSnapshot(on connection: any Connection) throws -> (position: ChangePosition, shared: String?)
+    /// Starts following from the start (ends the snapshot's export: begin it first).
     func follow() throws -> any ChangeFeed
     /// Lets go without following (the capture stays; `ChangeCapture.drop` removes it).
     func close()
@@ -75,6 +75,6 @@ public protocol ChangeCapture: AnyObject {
     func follow(name: String, tables: [TableSchema], from position: ChangePosition) throws -> any ChangeFeed
     /// Removes everything the capture `name` made at the source; says what it removed.
     func drop(name: String) throws -> [String]
-    /// Where the source's changes stand now: what `--until-caught-up` waits for.
-    func currentPosition() throws -> ChangePosition
+    /// Where the source's changes for capture `name` stand now: what `--until-caught-up` waits for.
+    func currentPosition(name: String) throws -> ChangePosition
 }

@@ -65,15 +65,19 @@ public struct Replicator {
         for t in plan.tables {
             // The stream carries each column as the table has it: what a copy reads through a
             // cast the source computes, or leaves out, cannot be followed yet.
-            if !t.skipped.isEmpty || t.columns.count != t.sourceSchema.columns.count
-                || t.columns.contains(where: { !$0.readHints.isEmpty })
-            {
+            let castAtSource = t.columns.filter { !$0.readHints.subtracting([.nativeForm, .storedForm]).isEmpty }
+            if !t.skipped.isEmpty || t.columns.count != t.sourceSchema.columns.count || !castAtSource.isEmpty {
                 throw FerryError.invalidOption(
-                    "\(t.source) has columns a copy skips or casts at the source (\((t.skipped.map(\.column) + t.columns.filter { !$0.readHints.isEmpty }.map(\.name)).joined(separator: ", "))); replicating those is not supported yet: --exclude the table")
+                    "\(t.source) has columns a copy skips or casts at the source (\((t.skipped.map(\.column) + castAtSource.map(\.name)).joined(separator: ", "))); replicating those is not supported yet: --exclude the table")
             }
             guard t.key != nil else { throw FerryError.noKey(table: t.source) }
         }
-        let sources = plan.tables.map(\.sourceSchema)
+        // Each table as the copy reads it (a column in its stored form between two SQLite files).
+        let sources = plan.tables.map { t in
+            var s = t.sourceSchema
+            s.columns = t.columns
+            return s
+        }
         guard let stateSchema = try ReplicationState.schema(target, create: true) else {
             throw FerryError.tableNotFound(table: ReplicationState.table, endpoint: target.endpoint.redacted)
         }
@@ -99,11 +103,11 @@ public struct Replicator {
             let start = try capture.start(name: name, tables: sources)
             var started = false
             defer { if !started { start.close() } }
-            try record("copying", start.position.text, applied: 0)
-            if let snapshot = start.snapshot {
-                try source.beginSnapshot(importing: snapshot)
-                copyOptions.sourceSnapshot = snapshot
-            }
+            let (position, shared) = try start.beginSnapshot(on: source)
+            // Where other connections cannot share the snapshot, the copy reads with this one.
+            copyOptions.sourceSnapshot = shared ?? ""
+            if shared == nil { copyOptions.jobs = 1 }
+            try record("copying", position.text, applied: 0)
             let summary = engine.run(plan, source: source, target: target, options: copyOptions, progress: progress, cancellation: cancellation)
             try? source.rollback()
             let failures = summary.tables.filter { $0.status != .ok }
@@ -115,23 +119,24 @@ public struct Replicator {
             }
             outcome.copied = true
             outcome.copiedRows = summary.totalRows
-            try record("following", start.position.text, applied: 0)
+            try record("following", position.text, applied: 0)
             applied = 0
             started = true
             feed = try start.follow()
-            outcome.position = start.position.text
-            progress.note("\(name): copied \(summary.totalRows) rows; following from \(start.position)")
+            outcome.position = position.text
+            progress.note("\(name): copied \(summary.totalRows) rows; following from \(position)")
         }
         defer { feed.close() }
-        let goal = options.untilCaughtUp ? try capture.currentPosition() : nil
+        let goal = options.untilCaughtUp ? try capture.currentPosition(name: name) : nil
 
         // Per source table: its plan, the target table as created, and its key.
         var plans: [TableName: (plan: TablePlan, into: TableSchema, key: [Column], keyConversions: [ColumnConversion])] = [:]
         for t in plan.tables {
             let into = try target.describe(t.target)
             guard let keyNames = t.key?.columns else { throw FerryError.noKey(table: t.source) }
+            // As the upserts lay them out: the planned target columns (a stored form kept).
             let key = try keyNames.map { k in
-                guard let c = into.column(named: k) else { throw FerryError.columnNotFound(table: t.target, column: k) }
+                guard let c = t.targetSchema.column(named: k) ?? into.column(named: k) else { throw FerryError.columnNotFound(table: t.target, column: k) }
                 return c
             }
             // The key's conversions, renumbered for a batch of the key's columns alone.
@@ -192,17 +197,23 @@ public struct Replicator {
                     inSource = true
                 case .upserts(let t, let batch):
                     let p = try planned(t)
-                    let rows = try CopyEngine.convert(batch, p.plan.conversions, columns: p.plan.columns)
-                    _ = try target.upsertRows(into: p.into, columns: p.plan.targetSchema.columns, key: p.key.map(\.name), rows: rows)
+                    do {
+                        let rows = try CopyEngine.convert(batch, p.plan.conversions, columns: p.plan.columns)
+                        _ = try target.upsertRows(into: p.into, columns: p.plan.targetSchema.columns, key: p.key.map(\.name), rows: rows)
+                    } catch { throw refusal(error, t, p.plan.columns, p.key.map(\.name), batch, target) }
                     count(t, batch.count)
                 case .updates(let t, let names, let batch):
                     let p = try planned(t)
-                    try applyUpdates(t, names, batch, p.plan, p.into, p.key, target)
+                    do {
+                        try applyUpdates(t, names, batch, p.plan, p.into, p.key, target)
+                    } catch { throw refusal(error, t, names.compactMap { p.plan.sourceSchema.column(named: $0) }, p.key.map(\.name), batch, target) }
                     count(t, batch.count)
                 case .deletes(let t, let keys):
                     let p = try planned(t)
-                    let converted = try CopyEngine.convert(keys, p.keyConversions, columns: p.key)
-                    _ = try target.deleteRows(from: p.into, key: p.key, keys: converted)
+                    do {
+                        let converted = try CopyEngine.convert(keys, p.keyConversions, columns: p.key)
+                        _ = try target.deleteRows(from: p.into, key: p.key, keys: converted)
+                    } catch { throw refusal(error, t, p.key, p.key.map(\.name), keys, target) }
                     count(t, keys.count)
                 case .truncate(let tables):
                     for t in tables {
@@ -227,6 +238,18 @@ public struct Replicator {
         }
         outcome.seconds = Date().timeIntervalSince(started)
         return outcome
+    }
+
+    /// A change the target refused, as one line naming the table, the row's key and the reason
+    /// (nothing after it is applied; the next run resumes before it).
+    private func refusal(_ error: any Error, _ t: TableName, _ columns: [Column], _ key: [String], _ batch: RowBatch, _ target: any Connection) -> any Error {
+        guard let e = error as? BatchRowError else { return error }
+        let b = e.batch ?? batch
+        let parts = key.compactMap { n in columns.firstIndex { $0.name == n }.map { (column: columns[$0], values: b.columns[$0]) } }
+        let row = e.row >= 0 && e.row < b.count && parts.count == key.count ? " " + Column.keyText(parts, row: e.row) : ""
+        return FerryError.copyFailed(
+            table: t, endpoint: target.endpoint.redacted,
+            reason: "the target refused the change of the row\(row) made at the source (\(e.error)); replication stopped before it, and the next run starts there")
     }
 
     /// Updates that sent only some columns (the others unchanged at the source): the sent

@@ -1,0 +1,297 @@
+import CSQLite
+import FerryCore
+import Foundation
+
+/// SQLite's change capture: capture triggers of their own names write the key of every row
+/// inserted, updated or deleted — by any program that writes the file — into an ordered change
+/// log (`_ferry_log_…`, an AUTOINCREMENT sequence, which the catalogs hide). SQLite has no
+/// transaction id: each poll reads a window of the log and, in the same read transaction, the
+/// rows its keys now have, and hands them out as one transaction (rows present: upserts; keys
+/// gone: deletes), ordered by each key's first entry so that a parent comes before the children
+/// that reference it. The target then holds the source's state as of that read, committed in
+/// one target transaction; the window is pruned from the log only after that commit (`confirm`).
+public final class SQLiteChangeCapture: ChangeCapture {
+    let endpoint: Endpoint
+    /// Creates and drops the triggers and the log.
+    let db: SQLiteConnection
+    /// Key columns a log entry holds at most.
+    static let maxKeyColumns = 4
+
+    init(endpoint: Endpoint) throws {
+        self.endpoint = endpoint
+        db = try SQLiteConnection(endpoint: endpoint, role: .target)
+    }
+
+    deinit { db.close() }
+
+    /// The log table and the trigger prefix of capture `name` (`_ferry_r_…`).
+    static func names(_ name: String) throws -> (log: String, trigger: String) {
+        guard name.hasPrefix("_ferry_"), name.count <= 60,
+            name.utf8.allSatisfy({ ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 95 })
+        else { throw FerryError.invalidOption("'\(name)' cannot name a change capture") }
+        let rest = name.dropFirst("_ferry_".count)
+        return ("_ferry_log_" + rest, "_ferry_t_" + rest + "_")
+    }
+
+    func key(_ t: TableSchema) throws -> [String] {
+        guard t.name.schema == nil || t.name.schema == "main" else {
+            throw FerryError.invalidOption("\(t.name) is in an attached database; replication follows the tables of the main database")
+        }
+        guard let key = t.preferredKey?.columns else { throw FerryError.noKey(table: t.name) }
+        guard key.count <= Self.maxKeyColumns else {
+            throw FerryError.invalidOption("\(t.name)'s key has \(key.count) columns; replication follows keys of at most \(Self.maxKeyColumns)")
+        }
+        return key
+    }
+
+    public func start(name: String, tables: [TableSchema]) throws -> any CaptureStart {
+        let (log, prefix) = try Self.names(name)
+        let keys = try tables.map(key)
+        let d = db.dialect
+        let q = { (s: String) in d.quote(s) }
+        let k = (1...Self.maxKeyColumns).map { "k\($0)" }
+        var sql = ["CREATE TABLE \(q(log)) (seq INTEGER PRIMARY KEY AUTOINCREMENT, tbl TEXT NOT NULL, " + k.joined(separator: ", ") + ")"]
+        for (i, (t, key)) in zip(tables, keys).enumerated() {
+            let table = q(t.name.name), name = d.literal(t.name.name)
+            let into = "INSERT INTO \(q(log)) (tbl, " + k.prefix(key.count).joined(separator: ", ") + ") "
+            func values(_ row: String) -> String { "VALUES (\(name), " + key.map { "\(row).\(q($0))" }.joined(separator: ", ") + ")" }
+            let trigger = { (kind: String) in q(prefix + "\(i)_" + kind) }
+            sql.append("CREATE TRIGGER \(trigger("ai")) AFTER INSERT ON \(table) BEGIN \(into)\(values("NEW")); END")
+            sql.append("CREATE TRIGGER \(trigger("ad")) AFTER DELETE ON \(table) BEGIN \(into)\(values("OLD")); END")
+            let changed = key.map { "NEW.\(q($0)) IS NOT OLD.\(q($0))" }.joined(separator: " OR ")
+            sql.append(
+                "CREATE TRIGGER \(trigger("au")) AFTER UPDATE ON \(table) BEGIN \(into)\(values("OLD")); "
+                    + "\(into)SELECT \(name), " + key.map { "NEW.\(q($0))" }.joined(separator: ", ") + " WHERE \(changed); END")
+            // INSERT OR REPLACE (and UPDATE OR REPLACE) deleting rows through another UNIQUE
+            // index fires no delete trigger (without recursive_triggers): log those rows first.
+            let others = t.uniqueKeys.filter { $0 != key }
+            if !others.isEmpty {
+                let conflict = others.map { u in "(" + u.map { "\(q($0)) = NEW.\(q($0))" }.joined(separator: " AND ") + ")" }.joined(separator: " OR ")
+                let select = "\(into)SELECT \(name), " + key.map(q).joined(separator: ", ") + " FROM \(table) WHERE \(conflict)"
+                sql.append("CREATE TRIGGER \(trigger("bi")) BEFORE INSERT ON \(table) BEGIN \(select); END")
+                sql.append("CREATE TRIGGER \(trigger("bu")) BEFORE UPDATE ON \(table) BEGIN \(select); END")
+            }
+        }
+        try db.begin()
+        do {
+            for s in sql { try db.run(s) }
+            try db.commit()
+        } catch {
+            try? db.rollback()
+            throw error
+        }
+        return SQLiteCaptureStart(capture: self, name: name, log: log, tables: tables)
+    }
+
+    public func follow(name: String, tables: [TableSchema], from position: ChangePosition) throws -> any ChangeFeed {
+        let (log, _) = try Self.names(name)
+        guard let seq = Int64(position.text) else {
+            throw FerryError.invalidOption("'\(position)' is not a SQLite change log position (a sequence number)")
+        }
+        guard try db.tableExists(TableName(log)) else {
+            throw FerryError.invalidOption("\(endpoint.redacted) has no change log \(log) any more: the position Ferry recorded cannot be followed; start again with --resync")
+        }
+        return try SQLiteChangeFeed(endpoint: endpoint, log: log, tables: tables, keys: tables.map(key), from: seq)
+    }
+
+    public func drop(name: String) throws -> [String] {
+        let (log, prefix) = try Self.names(name)
+        var removed: [String] = []
+        let triggers = try db.query("SELECT name FROM sqlite_schema WHERE type = 'trigger' AND substr(name, 1, ?1) = ?2", [.int(Int64(prefix.utf8.count)), .text(prefix)])
+        try db.begin()
+        do {
+            for case let .text(t) in triggers.compactMap(\.first) { try db.run("DROP TRIGGER \(db.dialect.quote(t))") }
+            if try db.tableExists(TableName(log)) {
+                try db.run("DROP TABLE \(db.dialect.quote(log))")
+                removed.append("change log \(log)")
+            }
+            try db.commit()
+        } catch {
+            try? db.rollback()
+            throw error
+        }
+        if !triggers.isEmpty { removed.insert("\(triggers.count) capture triggers \(prefix)…", at: 0) }
+        return removed
+    }
+
+    public func currentPosition(name: String) throws -> ChangePosition {
+        ChangePosition(String(try Self.last(db, log: try Self.names(name).log)))
+    }
+
+    /// The last entry's sequence number in `log`, read by `connection` (in its transaction).
+    static func last(_ connection: SQLiteConnection, log: String) throws -> Int64 {
+        if case .int(let n) = try connection.query("SELECT seq FROM sqlite_sequence WHERE name = ?1", [.text(log)]).first?.first { return n }
+        return 0
+    }
+}
+
+extension SQLiteConnection {
+    public func changeCapture() throws -> (any ChangeCapture)? { try SQLiteChangeCapture(endpoint: endpoint) }
+}
+
+/// A capture just made: the copy's snapshot is a read transaction, its position the log's end then.
+final class SQLiteCaptureStart: CaptureStart {
+    let capture: SQLiteChangeCapture
+    let name: String
+    let log: String
+    let tables: [TableSchema]
+    private var position: Int64?
+
+    init(capture: SQLiteChangeCapture, name: String, log: String, tables: [TableSchema]) {
+        self.capture = capture
+        self.name = name
+        self.log = log
+        self.tables = tables
+    }
+
+    func beginSnapshot(on connection: any Connection) throws -> (position: ChangePosition, shared: String?) {
+        guard let c = connection as? SQLiteConnection else {
+            throw FerryError.invalidOption("a SQLite capture's snapshot is read through a SQLite connection")
+        }
+        try c.beginSnapshot()
+        let seq = try SQLiteChangeCapture.last(c, log: log)
+        position = seq
+        return (ChangePosition(String(seq)), nil)
+    }
+
+    func follow() throws -> any ChangeFeed {
+        guard let position else { throw FerryError.invalidOption("a capture is followed after its snapshot began") }
+        return try SQLiteChangeFeed(endpoint: capture.endpoint, log: log, tables: tables, keys: tables.map(capture.key), from: position)
+    }
+
+    func close() {}
+}
+
+/// Polls a change log (see `SQLiteChangeCapture`).
+final class SQLiteChangeFeed: ChangeFeed {
+    let db: SQLiteConnection
+    let log: String
+    let columns: [TableName: [Column]]
+    private let tables: [TableSchema]
+    private let keys: [[String]]
+    private var ready: [ChangeEvent] = []
+    private var readyAt = 0
+    /// The log's last entry handed out, and the last one confirmed (and pruned).
+    private var delivered: Int64
+    private var confirmed: Int64
+    /// Log entries one poll reads at most.
+    static let window = 20_000
+
+    init(endpoint: Endpoint, log: String, tables: [TableSchema], keys: [[String]], from seq: Int64) throws {
+        db = try SQLiteConnection(endpoint: endpoint, role: .target)
+        self.log = log
+        self.tables = tables
+        self.keys = keys
+        var cols: [TableName: [Column]] = [:]
+        for t in tables { cols[t.name] = t.columns }
+        columns = cols
+        delivered = seq
+        confirmed = seq
+    }
+
+    deinit { close() }
+    func close() { db.close() }
+
+    func next(timeout: TimeInterval) throws -> ChangeEvent? {
+        let deadline = Date().addingTimeInterval(max(0, timeout))
+        while true {
+            if readyAt < ready.count {
+                let e = ready[readyAt]
+                readyAt += 1
+                if readyAt == ready.count {
+                    ready.removeAll(keepingCapacity: true)
+                    readyAt = 0
+                }
+                if case .commit(let p, _) = e, let n = Int64(p.text) { delivered = n }
+                return e
+            }
+            if try poll() { continue }
+            let left = deadline.timeIntervalSinceNow
+            if left <= 0 { return nil }
+            Thread.sleep(forTimeInterval: min(left, 0.05))
+        }
+    }
+
+    /// Reads the next window of the log and the rows its keys now have, in one read
+    /// transaction; false when the log holds nothing new.
+    private func poll() throws -> Bool {
+        try db.beginSnapshot()
+        defer { try? db.rollback() }
+        let q = { (s: String) in self.db.dialect.quote(s) }
+        guard case .int(let end) = try db.query(
+            "SELECT max(seq) FROM (SELECT seq FROM \(q(log)) WHERE seq > ?1 ORDER BY seq LIMIT \(Self.window))", [.int(delivered)]).first?.first ?? .null
+        else { return false }
+        // Per table: each key's first entry in the window, whether its row is there, the key,
+        // and the row.
+        struct Part { let table: Int; let batch: RowBatch; let seqs: [Int64]; let present: [Bool] }
+        var parts: [Part] = []
+        for (i, t) in tables.enumerated() {
+            let key = keys[i]
+            let keyColumns = try key.map { k in
+                guard let c = t.column(named: k) else { throw FerryError.columnNotFound(table: t.name, column: k) }
+                return c
+            }
+            let k = (1...key.count).map { "k\($0)" }
+            let join = zip(key, k).map { "t.\(q($0)) = l.\($1)" }.joined(separator: " AND ")
+            let sql = "SELECT l.seq, t.\(q(key[0])) IS NOT NULL, " + k.map { "l." + $0 }.joined(separator: ", ") + ", "
+                + t.columns.map { "t." + q($0.name) }.joined(separator: ", ")
+                + " FROM (SELECT min(seq) AS seq, " + k.joined(separator: ", ") + " FROM \(q(log)) WHERE seq > ?1 AND seq <= ?2 AND tbl = "
+                + db.dialect.literal(t.name.name) + " GROUP BY " + k.joined(separator: ", ") + ") l LEFT JOIN \(q(t.name.name)) t ON \(join) ORDER BY l.seq"
+            let head = [Column(name: "seq", nativeType: "", logicalType: .int64), Column(name: "present", nativeType: "", logicalType: .int64)]
+            let reader = try SQLiteReader(connection: db, sql: sql, binds: [delivered, end], columns: head + keyColumns + t.columns, table: t.name, batchSize: Self.window)
+            defer { reader.close() }
+            while let b = try reader.next() {
+                parts.append(Part(table: i, batch: b, seqs: b.columns[0].ints, present: b.columns[1].ints.map { $0 != 0 }))
+            }
+        }
+        // Every key in the order of its first entry: runs of one table and one kind.
+        var order: [(seq: Int64, part: Int, row: Int)] = []
+        for (p, part) in parts.enumerated() { for r in 0..<part.seqs.count { order.append((part.seqs[r], p, r)) } }
+        order.sort { $0.seq < $1.seq }
+        ready.append(.begin)
+        var run: (part: Int, present: Bool, rows: [Int])?
+        func flush() {
+            guard let r = run else { return }
+            run = nil
+            let part = parts[r.part], t = tables[part.table], n = keys[part.table].count
+            let picked = part.batch.selecting(r.rows)
+            if r.present {
+                ready.append(.upserts(t.name, RowBatch(columns: Array(picked.columns[(2 + n)...]))))
+            } else {
+                ready.append(.deletes(t.name, RowBatch(columns: Array(picked.columns[2..<(2 + n)]))))
+            }
+        }
+        for o in order {
+            let present = parts[o.part].present[o.row]
+            if let r = run, r.part == o.part, r.present == present, r.rows.count < 4096 {
+                run?.rows.append(o.row)
+            } else {
+                flush()
+                run = (o.part, present, [o.row])
+            }
+        }
+        flush()
+        ready.append(.commit(ChangePosition(String(end)), at: nil))
+        return true
+    }
+
+    func confirm(_ position: ChangePosition) throws {
+        guard let n = Int64(position.text) else { throw FerryError.invalidOption("'\(position)' is not a SQLite change log position") }
+        guard n > confirmed else { return }
+        // Pruned only once the target committed what it held.
+        try db.query("DELETE FROM \(db.dialect.quote(log)) WHERE seq <= ?1", [.int(n)])
+        confirmed = n
+    }
+
+    func reached(_ position: ChangePosition) throws -> Bool {
+        guard let n = Int64(position.text) else { throw FerryError.invalidOption("'\(position)' is not a SQLite change log position") }
+        if delivered >= n { return true }
+        // Entries of other captures in the same file may lie before it: what this log holds
+        // past `delivered` is what is still to come.
+        try db.beginSnapshot()
+        defer { try? db.rollback() }
+        let pending = try db.query("SELECT count(*) FROM \(db.dialect.quote(log)) WHERE seq > ?1 AND seq <= ?2", [.int(delivered), .int(n)]).first?.first
+        if case .int(0) = pending ?? .null { delivered = max(delivered, n) }
+        return delivered >= n
+    }
+}
