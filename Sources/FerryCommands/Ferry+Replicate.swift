@@ -26,13 +26,19 @@ extension Ferry {
                 slot named _ferry_r_…; --drop removes them and the target's record. A slot
                 keeps the server's WAL until Ferry confirms it: drop a replica you no longer run.
                 Every table needs a primary key (a table without one is refused before the
-                source is touched). MariaDB, SQLite and the service as sources come next.
+                source is touched).
+
+                SQLite sources: Ferry adds capture triggers (_ferry_t_…) and a change log
+                (_ferry_log_…) to the file; they record the keys every program's writes change,
+                and Ferry applies the rows those keys have when it reads the log. MariaDB and the
+                service as sources come next.
 
                 Examples:
                   ferry replicate postgres://dba@db/shop sqlite:shop.db --until-caught-up
                   ferry replicate postgres://dba@db/shop mysql://app@replica/shop --tables orders,customers
                   ferry replicate postgres://dba@db/shop sqlite:shop.db --status
                   ferry replicate postgres://dba@db/shop sqlite:shop.db --drop
+                  ferry replicate sqlite:app.db postgres://dba@db/app --until-caught-up
                 """)
 
         @Argument(help: "The database to follow (URL).")

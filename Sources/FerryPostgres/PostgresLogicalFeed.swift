@@ -13,8 +13,7 @@ final class PostgresLogicalFeed: ChangeFeed {
     private let tables: [String: TableSchema]
     private var relations: [UInt32: Relation] = [:]
     /// Events decoded and not yet handed out, oldest first.
-    private var ready: [ChangeEvent] = []
-    private var readyAt = 0
+    private var ready = ChangeQueue()
     private var pending: Pending?
     /// Inside a transaction (between Begin and Commit).
     private var inTransaction = false
@@ -87,13 +86,7 @@ final class PostgresLogicalFeed: ChangeFeed {
     func next(timeout: TimeInterval) throws -> ChangeEvent? {
         let deadline = Date().addingTimeInterval(max(0, timeout))
         while true {
-            if readyAt < ready.count {
-                let e = ready[readyAt]
-                readyAt += 1
-                if readyAt == ready.count {
-                    ready.removeAll(keepingCapacity: true)
-                    readyAt = 0
-                }
+            if let e = ready.pop() {
                 if case .commit(let p, _) = e, let lsn = PostgresLSN(p.text) { delivered = lsn }
                 return e
             }
@@ -141,7 +134,7 @@ final class PostgresLogicalFeed: ChangeFeed {
         guard let goal = PostgresLSN(position.text) else { throw FerryError.invalidOption("'\(position)' is not a PostgreSQL position") }
         if delivered >= goal { return true }
         // Idle, everything confirmed: the server's keepalive answer moves `delivered` to its end.
-        if !inTransaction && pending == nil && readyAt == ready.count && confirmed >= delivered { try sendStatus(replyRequested: true) }
+        if !inTransaction && pending == nil && ready.isEmpty && confirmed >= delivered { try sendStatus(replyRequested: true) }
         return false
     }
 
@@ -176,7 +169,7 @@ final class PostgresLogicalFeed: ChangeFeed {
             let walEnd = PostgresLSN(UInt64(bitPattern: PostgresValueCodec.int64(p + 1)))
             // Idle, and everything handed out confirmed: nothing of the followed tables lies
             // before the server's end, so the slot may let go of the WAL up to it.
-            if !inTransaction && pending == nil && readyAt == ready.count && confirmed >= delivered && walEnd > confirmed {
+            if !inTransaction && pending == nil && ready.isEmpty && confirmed >= delivered && walEnd > confirmed {
                 confirmed = walEnd
                 delivered = walEnd
             }

@@ -169,8 +169,7 @@ final class SQLiteChangeFeed: ChangeFeed {
     let columns: [TableName: [Column]]
     private let tables: [TableSchema]
     private let keys: [[String]]
-    private var ready: [ChangeEvent] = []
-    private var readyAt = 0
+    private var ready = ChangeQueue()
     /// The log's last entry handed out, and the last one confirmed (and pruned).
     private var delivered: Int64
     private var confirmed: Int64
@@ -195,13 +194,7 @@ final class SQLiteChangeFeed: ChangeFeed {
     func next(timeout: TimeInterval) throws -> ChangeEvent? {
         let deadline = Date().addingTimeInterval(max(0, timeout))
         while true {
-            if readyAt < ready.count {
-                let e = ready[readyAt]
-                readyAt += 1
-                if readyAt == ready.count {
-                    ready.removeAll(keepingCapacity: true)
-                    readyAt = 0
-                }
+            if let e = ready.pop() {
                 if case .commit(let p, _) = e, let n = Int64(p.text) { delivered = n }
                 return e
             }

@@ -16,6 +16,22 @@ final class ReplicateTests: XCTestCase {
         try ExternalTool.run(["psql", "-X", "-q", "-A", "-t", "-v", "ON_ERROR_STOP=1", url], input: sql)
     }
 
+    /// Runs `ferry ARGS` (a follower) while `work` writes at the source, then stops it with
+    /// SIGTERM: it must exit 0.
+    func stopFollower(_ args: [String], file: StaticString = #filePath, line: UInt = #line, during work: () throws -> Void) throws {
+        let follower = Process()
+        follower.executableURL = CLITests.binaryURL
+        follower.arguments = args
+        let err = Pipe()
+        follower.standardError = err
+        try follower.run()
+        try work()
+        follower.terminate()
+        let stderr = err.fileHandleForReading.readDataToEndOfFile()
+        follower.waitUntilExit()
+        XCTAssertEqual(follower.terminationStatus, 0, String(decoding: stderr, as: UTF8.self), file: file, line: line)
+    }
+
     /// A few source transactions of every kind: parents with their children, a key changed, rows
     /// deleted, a large TOASTed value written and then left unchanged by an update.
     func workload(_ url: String, round: Int) throws {
@@ -78,19 +94,11 @@ final class ReplicateTests: XCTestCase {
 
         // A follower stopped by SIGTERM while the source writes: it exits 0 between source
         // transactions, and the next run resumes where it stopped.
-        let follower = Process()
-        follower.executableURL = CLITests.binaryURL
-        follower.arguments = ["replicate", src, lite, "--exclude", "nokey", "-q"]
-        let err = Pipe()
-        follower.standardError = err
-        try follower.run()
-        try workload(src, round: 2)
-        Thread.sleep(forTimeInterval: 1)
-        try workload(src, round: 3)
-        follower.terminate()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        follower.waitUntilExit()
-        XCTAssertEqual(follower.terminationStatus, 0, String(decoding: stderr, as: UTF8.self))
+        try stopFollower(["replicate", src, lite, "--exclude", "nokey", "-q"]) {
+            try workload(src, round: 2)
+            Thread.sleep(forTimeInterval: 1)
+            try workload(src, round: 3)
+        }
         let caughtUp = try ferry(["replicate", src, lite, "--exclude", "nokey", "--until-caught-up"])
         XCTAssertEqual(caughtUp.code, 0, caughtUp.err)
         let verify = try ferry(["verify", src, lite, "--exclude", "nokey"])
@@ -184,19 +192,11 @@ final class ReplicateTests: XCTestCase {
         XCTAssertEqual(try psql(String(pg), "SELECT count(*) FROM customer WHERE id = 2001;").trimmingCharacters(in: .whitespacesAndNewlines), "0")
 
         // A follower stopped by SIGTERM while the file is written.
-        let follower = Process()
-        follower.executableURL = CLITests.binaryURL
-        follower.arguments = ["replicate", src, String(pg), "-q"]
-        let err = Pipe()
-        follower.standardError = err
-        try follower.run()
-        try sqliteWorkload(path, round: 2)
-        Thread.sleep(forTimeInterval: 1)
-        try sqliteWorkload(path, round: 3)
-        follower.terminate()
-        let stderr = err.fileHandleForReading.readDataToEndOfFile()
-        follower.waitUntilExit()
-        XCTAssertEqual(follower.terminationStatus, 0, String(decoding: stderr, as: UTF8.self))
+        try stopFollower(["replicate", src, String(pg), "-q"]) {
+            try sqliteWorkload(path, round: 2)
+            Thread.sleep(forTimeInterval: 1)
+            try sqliteWorkload(path, round: 3)
+        }
         let caughtUp = try ferry(["replicate", src, String(pg), "--until-caught-up"])
         XCTAssertEqual(caughtUp.code, 0, caughtUp.err)
         XCTAssertEqual(try ferry(["verify", src, String(pg)]).code, 0)

@@ -78,3 +78,26 @@ public protocol ChangeCapture: AnyObject {
     /// Where the source's changes for capture `name` stand now: what `--until-caught-up` waits for.
     func currentPosition(name: String) throws -> ChangePosition
 }
+
+/// Events a feed decoded and has not handed out yet, oldest first (a feed's buffer).
+public struct ChangeQueue {
+    private var events: [ChangeEvent] = []
+    private var at = 0
+    public init() {}
+
+    public var isEmpty: Bool { at == events.count }
+
+    public mutating func append(_ e: ChangeEvent) { events.append(e) }
+
+    /// The oldest event, or nil.
+    public mutating func pop() -> ChangeEvent? {
+        guard at < events.count else { return nil }
+        let e = events[at]
+        at += 1
+        if at == events.count {
+            events.removeAll(keepingCapacity: true)
+            at = 0
+        }
+        return e
+    }
+}

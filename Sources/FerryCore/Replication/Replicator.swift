@@ -53,7 +53,7 @@ public struct Replicator {
         let started = Date()
         guard let capture = try source.changeCapture() else {
             throw FerryError.invalidOption(
-                "\(source.endpoint.redacted) cannot be followed yet: Ferry captures changes from PostgreSQL (MariaDB/MySQL, SQLite and the service come next)")
+                "\(source.endpoint.redacted) cannot be followed yet: Ferry captures changes from PostgreSQL and SQLite (MariaDB/MySQL and the service come next)")
         }
         let name = Self.captureName(source: source.endpoint, target: target.endpoint)
         var outcome = Outcome(name: name)
