@@ -81,6 +81,17 @@ extension Ferry {
         }
 
         func run() throws {
+            // SIGINT and SIGTERM stop the follower between source transactions (taken from the
+            // start: a signal while connecting stops it the same way).
+            let cancellation = Cancellation()
+            let signals = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
+                signal(sig, SIG_IGN)
+                let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+                s.setEventHandler { cancellation.cancel() }
+                s.resume()
+                return s
+            }
+            defer { for s in signals { s.cancel() } }
             let registry = Ferry.registry
             let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry, passwords: passwordFiles)
             let name = Replicator.captureName(source: sourceEndpoint, target: targetEndpoint)
@@ -100,16 +111,6 @@ extension Ferry {
             options.copy.casts = try castOptions.rules()
             options.untilCaughtUp = untilCaughtUp
 
-            // SIGINT and SIGTERM stop the follower between source transactions.
-            let cancellation = Cancellation()
-            let signals = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
-                signal(sig, SIG_IGN)
-                let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-                s.setEventHandler { cancellation.cancel() }
-                s.resume()
-                return s
-            }
-            defer { for s in signals { s.cancel() } }
             let progress = ProgressReporter(quiet: quiet || output.json && isatty(2) == 0)
             let outcome = try Replicator(registry: registry).run(
                 source: sourceConnection, target: targetConnection, options: options, progress: progress, cancellation: cancellation)
