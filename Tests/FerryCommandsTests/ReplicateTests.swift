@@ -25,7 +25,14 @@ final class ReplicateTests: XCTestCase {
         let err = Pipe()
         follower.standardError = err
         try follower.run()
-        try work()
+        do {
+            try work()
+        } catch {
+            // Never left running behind a failed test.
+            follower.terminate()
+            follower.waitUntilExit()
+            throw error
+        }
         follower.terminate()
         let stderr = err.fileHandleForReading.readDataToEndOfFile()
         follower.waitUntilExit()
