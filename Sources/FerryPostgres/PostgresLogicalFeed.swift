@@ -58,7 +58,7 @@ final class PostgresLogicalFeed: ChangeFeed {
         self.columns = cols
         delivered = lsn
         confirmed = lsn
-        let q = { (s: String) in "\"" + s.replacingOccurrences(of: "\"", with: "\"\"") + "\"" }
+        let q = { (s: String) in PostgresDialect(serverEncodingIsUTF8: true).quote(s) }
         let sql = "START_REPLICATION SLOT \(q(name)) LOGICAL \(lsn) (proto_version '1', publication_names '\(q(name))', binary 'true')"
         let r = try replication.exec(sql)
         guard r.status == PGRES_COPY_BOTH else {

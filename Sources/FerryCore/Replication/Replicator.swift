@@ -139,14 +139,8 @@ public struct Replicator {
                 guard let c = t.targetSchema.column(named: k) ?? into.column(named: k) else { throw FerryError.columnNotFound(table: t.target, column: k) }
                 return c
             }
-            // The key's conversions, renumbered for a batch of the key's columns alone.
-            var keyConversions: [ColumnConversion] = []
-            for (j, k) in keyNames.enumerated() {
-                guard let i = t.columns.firstIndex(where: { $0.name == k }), var c = t.conversions.first(where: { $0.index == i }) else { continue }
-                c.index = j
-                keyConversions.append(c)
-            }
-            plans[t.source] = (t, into, key, keyConversions)
+            let keyAt = keyNames.compactMap { k in t.columns.firstIndex { $0.name == k } }
+            plans[t.source] = (t, into, key, Self.conversions(t, of: keyAt))
         }
         func planned(_ name: TableName) throws -> (plan: TablePlan, into: TableSchema, key: [Column], keyConversions: [ColumnConversion]) {
             guard let p = plans[name] else { throw FerryError.invalidOption("the source's stream changed \(name), which this replica does not follow") }
@@ -240,6 +234,16 @@ public struct Replicator {
         return outcome
     }
 
+    /// `plan`'s conversions of the read columns at `indexes`, renumbered for a batch of those
+    /// columns alone (a key, the columns an update sent).
+    static func conversions(_ plan: TablePlan, of indexes: [Int]) -> [ColumnConversion] {
+        indexes.enumerated().compactMap { j, i in
+            guard var c = plan.conversions.first(where: { $0.index == i }) else { return nil }
+            c.index = j
+            return c
+        }
+    }
+
     /// A change the target refused, as one line naming the table, the row's key and the reason
     /// (nothing after it is applied; the next run resumes before it).
     private func refusal(_ error: any Error, _ t: TableName, _ columns: [Column], _ key: [String], _ batch: RowBatch, _ target: any Connection) -> any Error {
@@ -268,13 +272,7 @@ public struct Replicator {
             guard let i = all.firstIndex(where: { $0.name == k.name }) else { throw FerryError.columnNotFound(table: t, column: k.name) }
             return i
         }
-        var conversions: [ColumnConversion] = []
-        for (j, i) in sentAt.enumerated() {
-            guard var c = plan.conversions.first(where: { $0.index == i }) else { continue }
-            c.index = j
-            conversions.append(c)
-        }
-        let sent = try CopyEngine.convert(batch, conversions, columns: sentAt.map { plan.columns[$0] })
+        let sent = try CopyEngine.convert(batch, Self.conversions(plan, of: sentAt), columns: sentAt.map { plan.columns[$0] })
         let targetTypes = plan.targetSchema.columns.map(\.logicalType)
         let sentTypes = sentAt.map { targetTypes[$0] }
         var rows: [[Value]] = []
