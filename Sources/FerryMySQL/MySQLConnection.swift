@@ -68,7 +68,8 @@ public final class MySQLConnection: Connection {
         "SET SESSION sql_mode = 'STRICT_ALL_TABLES,NO_ZERO_IN_DATE,NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_AUTO_VALUE_ON_ZERO,NO_ENGINE_SUBSTITUTION'",
     ]
 
-    public init(endpoint: Endpoint, role: ConnectionRole) throws {
+    /// `readTimeout`: seconds a read from the server may wait (a binlog stream's connection).
+    public init(endpoint: Endpoint, role: ConnectionRole, readTimeout: UInt32? = nil) throws {
         self.endpoint = endpoint
         let shown = endpoint.redacted
         guard !endpoint.path.isEmpty else {
@@ -92,6 +93,7 @@ public final class MySQLConnection: Connection {
         var timeout: UInt32 = 10
         mysql_options(m, MYSQL_OPT_LOCAL_INFILE, &on)
         mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &timeout)
+        if var readTimeout { mysql_options(m, MYSQL_OPT_READ_TIMEOUT, &readTimeout) }
         mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4")
         let sslMode = (endpoint.parameter("ssl-mode") ?? endpoint.parameter("sslmode"))?.uppercased()
         if sslMode == "REQUIRED" || sslMode == "VERIFY_CA" || sslMode == "VERIFY_IDENTITY" || sslMode == "REQUIRE" {
@@ -227,6 +229,8 @@ public final class MySQLConnection: Connection {
         }
     }
     public func unfreezeWrites() throws { try execute("UNLOCK TABLES") }
+    /// InnoDB checks each statement at once (it cannot defer).
+    public func enforceForeignKeys() throws { try execute("SET SESSION foreign_key_checks = 1") }
     /// The dialect for digest SQL over `table`: which of its columns already hold UTF-8.
     private func digestDialect(_ table: TableSchema) throws -> MySQLDialect {
         var d = myDialect

@@ -12,9 +12,8 @@ final class PostgresLogicalFeed: ChangeFeed {
     let columns: [TableName: [Column]]
     private let tables: [String: TableSchema]
     private var relations: [UInt32: Relation] = [:]
-    /// Events decoded and not yet handed out, oldest first.
-    private var ready = ChangeQueue()
-    private var pending: Pending?
+    /// Events decoded and not yet handed out, oldest first, and the rows being gathered.
+    private var batcher = ChangeBatcher(limit: 4096)
     /// Inside a transaction (between Begin and Commit).
     private var inTransaction = false
     /// The end of the last commit handed out, and of the last one the replica confirmed.
@@ -22,9 +21,6 @@ final class PostgresLogicalFeed: ChangeFeed {
     private var confirmed: PostgresLSN
     private var lastStatus = Date()
     private var closed = false
-    /// Rows a batch holds at most (then it is handed out and another begun).
-    static let batchRows = 4096
-
     /// A relation as the stream described it, mapped onto the followed table.
     struct Relation {
         let table: TableSchema
@@ -34,15 +30,6 @@ final class PostgresLogicalFeed: ChangeFeed {
         let kinds: [PostgresBinaryField.Kind]
         /// The relation's positions of the key's columns, in key order.
         let keyAt: [Int]
-    }
-
-    /// Rows being gathered into one event.
-    struct Pending {
-        enum Kind: Equatable { case upserts, deletes, updates([String]) }
-        let kind: Kind
-        let relation: UInt32
-        var batch: RowBatch
-        var rows = 0
     }
 
     init(replication: PostgresReplicationConnection, name: String, tables: [TableSchema], from lsn: PostgresLSN) throws {
@@ -86,7 +73,7 @@ final class PostgresLogicalFeed: ChangeFeed {
     func next(timeout: TimeInterval) throws -> ChangeEvent? {
         let deadline = Date().addingTimeInterval(max(0, timeout))
         while true {
-            if let e = ready.pop() {
+            if let e = batcher.pop() {
                 if case .commit(let p, _) = e, let lsn = PostgresLSN(p.text) { delivered = lsn }
                 return e
             }
@@ -134,7 +121,7 @@ final class PostgresLogicalFeed: ChangeFeed {
         guard let goal = PostgresLSN(position.text) else { throw FerryError.invalidOption("'\(position)' is not a PostgreSQL position") }
         if delivered >= goal { return true }
         // Idle, everything confirmed: the server's keepalive answer moves `delivered` to its end.
-        if !inTransaction && pending == nil && ready.isEmpty && confirmed >= delivered { try sendStatus(replyRequested: true) }
+        if !inTransaction && batcher.isIdle && confirmed >= delivered { try sendStatus(replyRequested: true) }
         return false
     }
 
@@ -169,7 +156,7 @@ final class PostgresLogicalFeed: ChangeFeed {
             let walEnd = PostgresLSN(UInt64(bitPattern: PostgresValueCodec.int64(p + 1)))
             // Idle, and everything handed out confirmed: nothing of the followed tables lies
             // before the server's end, so the slot may let go of the WAL up to it.
-            if !inTransaction && pending == nil && ready.isEmpty && confirmed >= delivered && walEnd > confirmed {
+            if !inTransaction && batcher.isIdle && confirmed >= delivered && walEnd > confirmed {
                 confirmed = walEnd
                 delivered = walEnd
             }
@@ -250,18 +237,16 @@ final class PostgresLogicalFeed: ChangeFeed {
         let type = try r.byte()
         switch type {
         case UInt8(ascii: "B"):
-            flush()
             inTransaction = true
-            ready.append(.begin)
+            batcher.append(.begin)
         case UInt8(ascii: "C"):
             _ = try r.byte()
             _ = try r.int64()
             let end = PostgresLSN(UInt64(bitPattern: try r.int64()))
             let time = try r.int64()
-            flush()
             inTransaction = false
             let at = Date(timeIntervalSince1970: Double(time + PostgresValueCodec.epochMicros) / 1_000_000)
-            ready.append(.commit(ChangePosition(end.description), at: at))
+            batcher.append(.commit(ChangePosition(end.description), at: at))
         case UInt8(ascii: "R"):
             try describe(&r)
         case UInt8(ascii: "I"):
@@ -297,8 +282,7 @@ final class PostgresLogicalFeed: ChangeFeed {
             _ = try r.byte()
             var names: [TableName] = []
             for _ in 0..<max(0, count) { names.append(try relation(UInt32(bitPattern: try r.int32())).table.name) }
-            flush()
-            ready.append(.truncate(names))
+            batcher.append(.truncate(names))
         case UInt8(ascii: "Y"), UInt8(ascii: "O"), UInt8(ascii: "M"):
             break  // types, origins, logical messages: nothing to apply
         default:
@@ -342,7 +326,7 @@ final class PostgresLogicalFeed: ChangeFeed {
             guard let at = names.firstIndex(of: k) else { throw FerryError.noKey(table: t.name) }
             return at
         }
-        flush()
+        batcher.flush()
         relations[id] = Relation(table: t, slots: slots, kinds: kinds, keyAt: keyAt)
     }
 
@@ -356,40 +340,6 @@ final class PostgresLogicalFeed: ChangeFeed {
             guard x.kind == y.kind, x.count == y.count, memcmp(r.p + x.at, r.p + y.at, x.count) == 0 else { return false }
         }
         return true
-    }
-
-    /// The pending batch of `kind` for relation `id`, taken out of `pending` (one owner while
-    /// a row is appended; `add` puts it back): continued, or a new one after the last is handed out.
-    private func batch(_ kind: Pending.Kind, id: UInt32, columns: [Column]) -> Pending {
-        if let p = pending, p.kind == kind, p.relation == id {
-            pending = nil
-            return p
-        }
-        flush()
-        return Pending(kind: kind, relation: id, batch: RowBatch(types: columns.map(\.logicalType), capacity: 64))
-    }
-
-    /// Puts `p` back with one more row, handed out once full.
-    private func add(_ p: Pending) {
-        var p = p
-        p.rows += 1
-        pending = p
-        if p.batch.isFull(rows: p.rows, limit: Self.batchRows) { flush() }
-    }
-
-    /// Hands the pending batch out.
-    private func flush() {
-        guard let p = pending, let rel = relations[p.relation] else {
-            pending = nil
-            return
-        }
-        pending = nil
-        guard p.rows > 0 else { return }
-        switch p.kind {
-        case .upserts: ready.append(.upserts(rel.table.name, p.batch))
-        case .deletes: ready.append(.deletes(rel.table.name, p.batch))
-        case .updates(let names): ready.append(.updates(rel.table.name, columns: names, p.batch))
-        }
     }
 
     private func decodeValue(_ c: (kind: UInt8, at: Int, count: Int), _ kind: PostgresBinaryField.Kind, _ r: Cursor, into col: inout ColumnBuffer, table: TableName, column: String) throws {
@@ -422,17 +372,17 @@ final class PostgresLogicalFeed: ChangeFeed {
                     message: "an update left this key column out of the stream (an unchanged TOASTed key); give the table REPLICA IDENTITY FULL")
             }
             let sentColumns = sent.map { columns[rel.slots[$0]] }
-            var p = batch(.updates(sentColumns.map(\.name)), id: id, columns: sentColumns)
+            var b = batcher.take(.updates(sentColumns.map(\.name)), rel.table.name, columns: sentColumns)
             for (j, i) in sent.enumerated() {
-                try decodeValue(t[i], rel.kinds[i], r, into: &p.batch.columns[j], table: rel.table.name, column: columns[rel.slots[i]].name)
+                try decodeValue(t[i], rel.kinds[i], r, into: &b.columns[j], table: rel.table.name, column: columns[rel.slots[i]].name)
             }
-            add(p)
+            batcher.put(b)
         } else {
-            var p = batch(.upserts, id: id, columns: columns)
+            var b = batcher.take(.upserts, rel.table.name, columns: columns)
             for i in t.indices {
-                try decodeValue(t[i], rel.kinds[i], r, into: &p.batch.columns[rel.slots[i]], table: rel.table.name, column: columns[rel.slots[i]].name)
+                try decodeValue(t[i], rel.kinds[i], r, into: &b.columns[rel.slots[i]], table: rel.table.name, column: columns[rel.slots[i]].name)
             }
-            add(p)
+            batcher.put(b)
         }
     }
 
@@ -440,13 +390,13 @@ final class PostgresLogicalFeed: ChangeFeed {
     private func key(_ t: [(kind: UInt8, at: Int, count: Int)], of rel: Relation, id: UInt32, _ r: Cursor) throws {
         guard t.count == rel.slots.count else { throw malformed("a key tuple of \(t.count) columns for \(rel.slots.count)") }
         let keyColumns = rel.keyAt.map { rel.table.columns[rel.slots[$0]] }
-        var p = batch(.deletes, id: id, columns: keyColumns)
+        var b = batcher.take(.deletes, rel.table.name, columns: keyColumns)
         for (j, i) in rel.keyAt.enumerated() {
             guard t[i].kind == UInt8(ascii: "b") else {
                 throw FerryError.invalidValue(table: rel.table.name, column: keyColumns[j].name, key: nil, message: "the stream sent no old value of this key column")
             }
-            try decodeValue(t[i], rel.kinds[i], r, into: &p.batch.columns[j], table: rel.table.name, column: keyColumns[j].name)
+            try decodeValue(t[i], rel.kinds[i], r, into: &b.columns[j], table: rel.table.name, column: keyColumns[j].name)
         }
-        add(p)
+        batcher.put(b)
     }
 }

@@ -200,7 +200,17 @@ public final class SQLiteConnection: Connection {
 
     // MARK: Transactions
 
-    public func begin() throws { try execute("BEGIN IMMEDIATE") }
+    public func begin() throws {
+        try execute("BEGIN IMMEDIATE")
+        // Checked at commit: a replica's batches keep each source transaction whole, not the
+        // order of its statements.
+        if enforcingForeignKeys { try execute("PRAGMA defer_foreign_keys = ON") }
+    }
+    private var enforcingForeignKeys = false
+    public func enforceForeignKeys() throws {
+        try execute("PRAGMA foreign_keys = ON")
+        enforcingForeignKeys = true
+    }
     /// A deferred transaction: its first read takes the snapshot that every later read sees
     /// (in WAL mode; in rollback-journal mode its shared lock keeps writers out meanwhile).
     /// Another handle on the file holding `BEGIN IMMEDIATE` (the write lock) while `--jobs`

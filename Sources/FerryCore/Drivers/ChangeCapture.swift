@@ -101,3 +101,79 @@ public struct ChangeQueue {
         return e
     }
 }
+
+/// Row changes gathered into `ChangeEvent`s as a feed decodes them: consecutive rows of one
+/// table and one kind in one batch, handed out (into `ready`) at a full batch, when the kind or
+/// the table changes and before any other event, so that the order of the source's writes is
+/// kept. A feed takes the batch for a row (`take`), appends the row's values and puts it back
+/// (`put`).
+public struct ChangeBatcher {
+    public enum Kind: Equatable {
+        case upserts, deletes
+        case updates([String])
+    }
+
+    private struct Pending {
+        let kind: Kind
+        let table: TableName
+        var rows = 0
+    }
+
+    /// Events handed out and not yet taken by the feed's reader, oldest first.
+    public private(set) var ready = ChangeQueue()
+    private var pending: Pending?
+    /// The pending rows' batch; nil while a feed holds it (one owner: no copy on append).
+    private var batch: RowBatch?
+    /// Rows a batch holds at most (then it is handed out and another begun).
+    public let limit: Int
+
+    public init(limit: Int = 4096) { self.limit = limit }
+
+    /// True when no rows are being gathered and nothing waits to be taken.
+    public var isIdle: Bool { pending == nil && ready.isEmpty }
+
+    /// The batch of `kind` for `table`, taken out of the batcher (its one owner while a row is
+    /// appended): the one being gathered, or a new one laid out for `columns`.
+    public mutating func take(_ kind: Kind, _ table: TableName, columns: [Column]) -> RowBatch {
+        if let p = pending, p.kind == kind, p.table == table, let b = batch {
+            batch = nil
+            return b
+        }
+        flush()
+        pending = Pending(kind: kind, table: table)
+        return RowBatch(types: columns.map(\.logicalType), capacity: 64)
+    }
+
+    /// Puts the batch `take` gave back with one more row; hands it out once full.
+    public mutating func put(_ b: RowBatch) {
+        guard pending != nil else { return }
+        pending!.rows += 1
+        batch = b
+        if b.isFull(rows: pending!.rows, limit: limit) { flush() }
+    }
+
+    /// Hands out the rows being gathered.
+    public mutating func flush() {
+        guard let p = pending else { return }
+        pending = nil
+        guard let b = batch, p.rows > 0 else {
+            batch = nil
+            return
+        }
+        batch = nil
+        switch p.kind {
+        case .upserts: ready.append(.upserts(p.table, b))
+        case .deletes: ready.append(.deletes(p.table, b))
+        case .updates(let names): ready.append(.updates(p.table, columns: names, b))
+        }
+    }
+
+    /// Hands out `event` after the rows gathered before it.
+    public mutating func append(_ event: ChangeEvent) {
+        flush()
+        ready.append(event)
+    }
+
+    /// The oldest event handed out, or nil.
+    public mutating func pop() -> ChangeEvent? { ready.pop() }
+}

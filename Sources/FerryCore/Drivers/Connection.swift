@@ -185,6 +185,13 @@ public protocol Connection: AnyObject {
     /// client, what the service or plugin declared. Planners refuse work that needs more.
     var capabilities: Capabilities { get }
 
+    /// From now on, this connection's writes are checked against the database's foreign keys
+    /// and run their actions (ON DELETE CASCADE, SET NULL) as an application's writes do, the
+    /// checks at each commit where the engine can defer them: what a replica applies, where the
+    /// source's stream leaves cascaded changes out (MariaDB's binlog). Default: nothing (the
+    /// engine always enforces them).
+    func enforceForeignKeys() throws
+
     /// This source's change capture (`ChangeCapture`: what `ferry replicate` follows), or nil
     /// where the engine has none (the default). It opens what it needs beside this connection.
     func changeCapture() throws -> (any ChangeCapture)?
@@ -250,6 +257,7 @@ extension Connection {
     public var capabilities: Capabilities { .all }
     public func databaseIdentity() throws -> String? { nil }
     public func changeCapture() throws -> (any ChangeCapture)? { nil }
+    public func enforceForeignKeys() throws {}
     public func beginSnapshot() throws { try begin() }
     public func exportSnapshot() throws -> String? { nil }
     public func beginSnapshot(importing id: String) throws { try beginSnapshot() }

@@ -53,14 +53,22 @@ public struct Replicator {
         let started = Date()
         guard let capture = try source.changeCapture() else {
             throw FerryError.invalidOption(
-                "\(source.endpoint.redacted) cannot be followed yet: Ferry captures changes from PostgreSQL and SQLite (MariaDB/MySQL and the service come next)")
+                "\(source.endpoint.redacted) cannot be followed yet: Ferry captures changes from PostgreSQL, MariaDB and SQLite (the service and plugins come next)")
         }
         let name = Self.captureName(source: source.endpoint, target: target.endpoint)
         var outcome = Outcome(name: name)
         var copyOptions = options.copy
         copyOptions.mode = .replace
         let engine = CopyEngine(registry: registry)
-        let plan = try engine.plan(source: source, target: target, options: copyOptions)
+        var plan = try engine.plan(source: source, target: target, options: copyOptions)
+        let recorded = try ReplicationState.read(target, name: name)
+        if recorded?.phase == "following" {
+            // A table made at the source since the initial copy is not in the stream: it is
+            // left out, and said (a new replica of it starts with its own initial copy).
+            let added = try plan.tables.filter { !(try target.tableExists($0.target)) }
+            for t in added { progress.note("\(t.source) is not replicated: it was not at the source when the initial copy ran (--exclude it, or replicate it on its own)") }
+            plan.tables.removeAll { t in added.contains { $0.source == t.source } }
+        }
         guard !plan.tables.isEmpty else { throw FerryError.invalidOption("nothing to replicate: no tables matched in \(source.endpoint.redacted)") }
         for t in plan.tables {
             // The stream carries each column as the table has it: what a copy reads through a
@@ -87,7 +95,6 @@ public struct Replicator {
                 .init(name: name, phase: phase, position: position, appliedRows: applied, updatedAt: ISOTime.string(Date()), source: source.endpoint.redacted))
         }
 
-        let recorded = try ReplicationState.read(target, name: name)
         let feed: any ChangeFeed
         var applied = recorded?.appliedRows ?? 0
         if let recorded, recorded.phase == "following" {
@@ -127,6 +134,9 @@ public struct Replicator {
             progress.note("\(name): copied \(summary.totalRows) rows; following from \(position)")
         }
         defer { feed.close() }
+        // The target's foreign keys hold at each commit and run their actions: a MariaDB
+        // source's cascades are not in its binlog, only the target's own keys repeat them.
+        try target.enforceForeignKeys()
         let goal = options.untilCaughtUp ? try capture.currentPosition(name: name) : nil
 
         // Per source table: its plan, the target table as created, and its key.
