@@ -30,8 +30,17 @@ extension Ferry {
 
                 SQLite sources: Ferry adds capture triggers (_ferry_t_…) and a change log
                 (_ferry_log_…) to the file; they record the keys every program's writes change,
-                and Ferry applies the rows those keys have when it reads the log. MariaDB and the
-                service as sources come next.
+                and Ferry applies the rows those keys have when it reads the log.
+
+                MariaDB sources: the row binlog (log-bin, binlog_format = ROW, binlog_row_image =
+                FULL) read as a replica reads it, from GTIDs, by a user with REPLICATION SLAVE and
+                BINLOG MONITOR. Nothing is created at the source. Cascading foreign-key actions are
+                not in the binlog: the target's own keys (created by the initial copy with their
+                actions) repeat them. The service and plugins as sources come next.
+
+                A source that no longer holds the recorded position (binlog purged, slot dropped)
+                stops with one line: --resync mirrors the target to a new snapshot of the source,
+                moving only what differs, and follows on from there.
 
                 Examples:
                   ferry replicate postgres://dba@db/shop sqlite:shop.db --until-caught-up
@@ -39,6 +48,8 @@ extension Ferry {
                   ferry replicate postgres://dba@db/shop sqlite:shop.db --status
                   ferry replicate postgres://dba@db/shop sqlite:shop.db --drop
                   ferry replicate sqlite:app.db postgres://dba@db/app --until-caught-up
+                  ferry replicate mysql://repl@db/shop postgres://dba@pg/shop --until-caught-up
+                  ferry replicate mysql://repl@db/shop postgres://dba@pg/shop --resync
                 """)
 
         @Argument(help: "The database to follow (URL).")
@@ -64,6 +75,9 @@ extension Ferry {
         @Flag(name: .long, help: "Exit once the target holds everything the source had committed when following began.")
         var untilCaughtUp = false
 
+        @Flag(name: .long, help: "Follow again from a new source position after the source lost the recorded one (binlog purged, slot dropped): the target is mirrored to the new snapshot (only what differs moves), then followed.")
+        var resync = false
+
         @Flag(name: .long, help: "Show where this replica stands, and change nothing.")
         var status = false
 
@@ -78,6 +92,7 @@ extension Ferry {
         func validate() throws {
             guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be between 1 and 64, not \(jobs)") }
             guard !(status && drop) else { throw ValidationError("--status and --drop are separate runs: give one") }
+            guard !(resync && (status || drop)) else { throw ValidationError("--resync follows again: it goes without --status and --drop") }
         }
 
         func run() throws {
@@ -110,6 +125,7 @@ extension Ferry {
             options.copy.keys = tableOptions.keys
             options.copy.casts = try castOptions.rules()
             options.untilCaughtUp = untilCaughtUp
+            options.resync = resync
 
             let progress = ProgressReporter(quiet: quiet || output.json && isatty(2) == 0)
             let outcome = try Replicator(registry: registry).run(

@@ -65,9 +65,13 @@ final class ReplicateTests: XCTestCase {
         let src = admin[..<slash.lowerBound] + "/" + srcName, dst = admin[..<slash.lowerBound] + "/" + dstName
         try psql(admin, "CREATE DATABASE \(srcName);\nCREATE DATABASE \(dstName);\n")
         let lite = "sqlite:" + folder.path("replica.db")
+        let myAdmin = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        let my = try mariadbURL(myAdmin, database: "ferry_repl_from_pg_\(tag)")
+        try mariadb(myAdmin, "CREATE DATABASE ferry_repl_from_pg_\(tag) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;")
         defer {
-            for t in [lite, dst] { _ = try? ferry(["replicate", src, t, "--drop"]) }
+            for t in [lite, dst, my] { _ = try? ferry(["replicate", src, t, "--drop"]) }
             _ = try? psql(admin, "DROP DATABASE IF EXISTS \(srcName) WITH (FORCE);\nDROP DATABASE IF EXISTS \(dstName) WITH (FORCE);\n")
+            _ = try? mariadb(myAdmin, "DROP DATABASE IF EXISTS ferry_repl_from_pg_\(tag);")
         }
         try psql(src, """
             CREATE TABLE customer (id serial PRIMARY KEY, name text NOT NULL, bio text);
@@ -84,13 +88,13 @@ final class ReplicateTests: XCTestCase {
         XCTAssertTrue(refused.err.contains("no primary key"), refused.err)
         XCTAssertEqual(try psql(src, "SELECT count(*) FROM pg_publication;").trimmingCharacters(in: .whitespacesAndNewlines), "0")
 
-        for target in [lite, dst] {
+        for target in [lite, dst, my] {
             let first = try ferry(["replicate", src, target, "--exclude", "nokey", "--until-caught-up"])
             XCTAssertEqual(first.code, 0, first.err)
             XCTAssertTrue(first.err.contains("copied 26000 rows"), first.err)
         }
         try workload(src, round: 1)
-        for target in [lite, dst] {
+        for target in [lite, dst, my] {
             let again = try ferry(["replicate", src, target, "--exclude", "nokey", "--until-caught-up"])
             XCTAssertEqual(again.code, 0, again.err)
             XCTAssertTrue(again.err.contains("resuming from"), again.err)
@@ -118,13 +122,20 @@ final class ReplicateTests: XCTestCase {
         let sourceMax = Int(try psql(src, "SELECT max(id) FROM orders;").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
         let next = try psql(String(dst), "INSERT INTO orders (customer_id) VALUES (1) RETURNING id;").trimmingCharacters(in: .whitespacesAndNewlines)
         XCTAssertEqual(Int(next), sourceMax + 1)
+        // Into MariaDB, whose foreign keys are checked at each statement while it follows.
+        let myCaughtUp = try ferry(["replicate", src, my, "--exclude", "nokey", "--until-caught-up", "-q"])
+        XCTAssertEqual(myCaughtUp.code, 0, myCaughtUp.err)
+        let myVerify = try ferry(["verify", src, my, "--exclude", "nokey"])
+        XCTAssertEqual(myVerify.code, 0, myVerify.out + myVerify.err)
+        let myNext = try mariadb(my, "INSERT INTO orders (customer_id) VALUES (1); SELECT LAST_INSERT_ID();").trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(Int(myNext), sourceMax + 1)
 
         let status = try ferry(["replicate", src, lite, "--status"])
         XCTAssertEqual(status.code, 0, status.err)
         XCTAssertTrue(status.out.contains("following"), status.out)
         XCTAssertFalse(status.out.contains(try Endpoint(parsing: String(src)).password ?? "no password"), "a password in the status")
 
-        for target in [lite, dst] {
+        for target in [lite, dst, my] {
             let dropped = try ferry(["replicate", src, target, "--drop"])
             XCTAssertEqual(dropped.code, 0, dropped.err)
             XCTAssertTrue(dropped.out.contains("removed replication slot"), dropped.out)
@@ -221,5 +232,152 @@ final class ReplicateTests: XCTestCase {
         let left = try ExternalTool.run(["sqlite3", path], input: "SELECT count(*) FROM sqlite_schema WHERE name LIKE '%ferry%';\n")
         XCTAssertEqual(left.trimmingCharacters(in: .whitespacesAndNewlines), "0")
         try sqliteWorkload(path, round: 4)
+    }
+
+    @discardableResult
+    func mariadb(_ url: String, _ sql: String) throws -> String {
+        let e = try Endpoint(parsing: url)
+        return try ExternalTool.run(
+            ["mariadb", "--no-defaults", "--default-character-set=utf8mb4", "-N", "-B", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path],
+            input: sql, environment: ["MYSQL_PWD": e.password ?? ""])
+    }
+
+    /// A MariaDB URL for another database on the test server.
+    func mariadbURL(_ admin: String, database: String) throws -> String {
+        guard let slash = admin.range(of: "/", options: .backwards) else { throw FerryError.invalidOption("no database in \(admin)") }
+        return admin[..<slash.lowerBound] + "/" + database
+    }
+
+    /// One row of every MariaDB type the binlog carries, and edge values.
+    static let mariadbKinds = """
+        CREATE TABLE kinds (id INT PRIMARY KEY, b TINYINT(1), ti TINYINT UNSIGNED, si SMALLINT, mi MEDIUMINT, bi BIGINT, bu BIGINT UNSIGNED,
+          d DECIMAL(38,10), d2 DECIMAL(5,2), f FLOAT, db DOUBLE, bt BIT(5), b1 BIT(1), b64 BIT(64), y YEAR, c CHAR(5), vc VARCHAR(40), tx TEXT,
+          bn BINARY(3), vb VARBINARY(10), bl BLOB, dt DATE, tm TIME(6), t0 TIME, dtm DATETIME(6), dt0 DATETIME, ts TIMESTAMP(6) NULL,
+          js JSON, e ENUM('sad','ok','happy'), st SET('a','b','c'), lc CHAR(100));
+        """
+
+    static func mariadbKindsRows(_ id: Int) -> String {
+        """
+        INSERT INTO kinds VALUES (\(id), 1, 255, -32768, -8388608, -9223372036854775808, 18446744073709551615,
+          '1234567890123456789012345678.0123456789', -1.5, 1.5, 1.7976931348623157e308, b'10101', b'1',
+          b'1000000000000000000000000000000000000000000000000000000000000001', 2024, 'abc', 'Ünïcödé 😀 𝄞', 'text',
+          X'0100', X'00FF00', X'00', '2024-02-29', '23:59:59.999999', '12:34:56', '1899-12-31 23:59:59.999999', '9999-12-31 23:59:59',
+          '2038-01-19 03:14:07.999999', '{"a": [1, {"b": "ü😀"}]}', 'happy', 'a,c', REPEAT('é', 100));
+        INSERT INTO kinds VALUES (\(id + 1), 0, 0, 32767, 8388607, 9223372036854775807, 0, '-0.0000000001', 0.05, -0.25,
+          -2.2250738585072014e-308, b'0', b'0', b'0', 1901, 'abcde', 'quote '' and \\\\ backslash', '', X'000000', X'', X'',
+          '1000-01-01', '00:00:00.000001', '00:00:00', '1970-01-01 00:00:00.5', '2000-01-01 00:00:00', '1970-01-01 00:00:01.000001', '[]', 'sad', '', '');
+        INSERT INTO kinds (id) VALUES (\(id + 2));
+        UPDATE kinds SET vc = CONCAT(vc, ' changed'), d2 = 999.99, ts = ts - INTERVAL 1 SECOND WHERE id = \(id);
+        UPDATE kinds SET id = \(id + 3) WHERE id = \(id + 2);
+        """
+    }
+
+    /// Source transactions on MariaDB: parents with their children in one transaction, a key
+    /// changed, deletes, a parent deleted with its children by ON DELETE CASCADE (which the
+    /// binlog leaves out), a large value, every type.
+    func mariadbWorkload(_ url: String, round: Int) throws {
+        let base = 100_000 * round
+        try mariadb(url, """
+            BEGIN;
+            INSERT INTO customer (id, name) SELECT \(base) + seq, CONCAT('round \(round) ', seq) FROM seq_1_to_300;
+            INSERT INTO orders (customer_id, total, note) SELECT \(base) + 1 + seq % 300, seq / 4, 'new' FROM seq_1_to_3000;
+            COMMIT;
+            INSERT INTO customer (id, name) VALUES (\(base) + 500, 'no orders');
+            UPDATE customer SET id = \(base) + 999 WHERE id = \(base) + 500;
+            UPDATE orders SET total = total + 1 WHERE id % 11 = \(round);
+            DELETE FROM orders WHERE id % 97 = \(round);
+            DELETE FROM customer WHERE id IN (\(base) + 7, \(round) + 20);
+            UPDATE customer SET bio = REPEAT('long text ', 20000) WHERE id = \(round);
+            \(Self.mariadbKindsRows(10 * round))
+            """)
+    }
+
+    func testReplicateFollowsMariaDBsBinlogIntoPostgreSQLAndSQLite() throws {
+        let admin = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        let pgAdmin = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        let srcName = "ferry_repl_my_\(tag)", pgName = "ferry_repl_from_my_\(tag)"
+        let src = try mariadbURL(admin, database: srcName), pg = try mariadbURL(pgAdmin, database: pgName)
+        try mariadb(admin, "CREATE DATABASE \(srcName) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;")
+        try psql(pgAdmin, "CREATE DATABASE \(pgName);\n")
+        let lite = "sqlite:" + folder.path("from-mariadb.db")
+        defer {
+            for t in [lite, pg] { _ = try? ferry(["replicate", src, t, "--drop"]) }
+            _ = try? mariadb(admin, "DROP DATABASE IF EXISTS \(srcName);")
+            _ = try? psql(pgAdmin, "DROP DATABASE IF EXISTS \(pgName) WITH (FORCE);\n")
+        }
+        try mariadb(src, """
+            CREATE TABLE customer (id INT AUTO_INCREMENT PRIMARY KEY, name VARCHAR(100) NOT NULL, bio MEDIUMTEXT);
+            CREATE TABLE orders (id BIGINT AUTO_INCREMENT PRIMARY KEY, customer_id INT NOT NULL, total DECIMAL(12,2), note TEXT,
+              placed DATETIME(6) DEFAULT '2026-01-02 03:04:05.678901', FOREIGN KEY (customer_id) REFERENCES customer (id) ON DELETE CASCADE);
+            CREATE TABLE nokey (a INT);
+            \(Self.mariadbKinds)
+            INSERT INTO customer (name) SELECT CONCAT('c', seq) FROM seq_1_to_1000;
+            INSERT INTO orders (customer_id, total, note) SELECT 1 + seq % 1000, seq / 7, REPEAT('n', seq % 40) FROM seq_1_to_25000;
+            \(Self.mariadbKindsRows(0))
+            """)
+
+        // A table without a key is refused (nothing is made at a MariaDB source).
+        let refused = try ferry(["replicate", src, "sqlite:" + folder.path("nokey.db"), "--tables", "nokey", "--until-caught-up"])
+        XCTAssertNotEqual(refused.code, 0)
+        XCTAssertTrue(refused.err.contains("primary key"), refused.err)
+
+        for target in [lite, pg] {
+            let first = try ferry(["replicate", src, target, "--exclude", "nokey", "--until-caught-up"])
+            XCTAssertEqual(first.code, 0, first.err)
+            XCTAssertTrue(first.err.contains("copied 26003 rows"), first.err)
+        }
+        try mariadbWorkload(src, round: 1)
+        for target in [lite, pg] {
+            let again = try ferry(["replicate", src, target, "--exclude", "nokey", "--until-caught-up"])
+            XCTAssertEqual(again.code, 0, again.err)
+            XCTAssertTrue(again.err.contains("resuming from"), again.err)
+            XCTAssertFalse(again.err.contains("copied"), again.err)
+            let verify = try ferry(["verify", src, target, "--exclude", "nokey"])
+            XCTAssertEqual(verify.code, 0, verify.out + verify.err)
+        }
+        // The cascade the binlog left out was repeated by the target's own foreign key.
+        XCTAssertEqual(try psql(pg, "SELECT count(*) FROM orders WHERE customer_id = 21;").trimmingCharacters(in: .whitespacesAndNewlines), "0")
+
+        // A follower stopped by SIGTERM while the source writes.
+        try stopFollower(["replicate", src, pg, "--exclude", "nokey", "-q"]) {
+            try mariadbWorkload(src, round: 2)
+            Thread.sleep(forTimeInterval: 1)
+            try mariadbWorkload(src, round: 3)
+        }
+        let caughtUp = try ferry(["replicate", src, pg, "--exclude", "nokey", "--until-caught-up"])
+        XCTAssertEqual(caughtUp.code, 0, caughtUp.err)
+        let verify = try ferry(["verify", src, pg, "--exclude", "nokey"])
+        XCTAssertEqual(verify.code, 0, verify.out + verify.err)
+        // The cut-over: the target's next serial value is past every replicated one.
+        let sourceMax = Int(try mariadb(src, "SELECT max(id) FROM orders;").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
+        let next = try psql(pg, "INSERT INTO orders (customer_id) VALUES (1) RETURNING id;").trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(Int(next), sourceMax + 1)
+
+        // The binlog reset under the recorded position: one line; --resync mirrors and follows on.
+        try mariadbWorkload(src, round: 4)
+        try mariadb(src, "RESET MASTER;")
+        try mariadb(src, "UPDATE customer SET name = 'after the reset' WHERE id = 3;")
+        let lost = try ferry(["replicate", src, lite, "--exclude", "nokey", "--until-caught-up"])
+        XCTAssertNotEqual(lost.code, 0)
+        XCTAssertTrue(lost.err.contains("--resync"), lost.err)
+        XCTAssertEqual(lost.err.split(separator: "\n").filter { $0.hasPrefix("ferry: error") }.count, 1, lost.err)
+        let resynced = try ferry(["replicate", src, lite, "--exclude", "nokey", "--until-caught-up", "--resync"])
+        XCTAssertEqual(resynced.code, 0, resynced.err)
+        XCTAssertTrue(resynced.err.contains("mirrored"), resynced.err)
+        try mariadbWorkload(src, round: 5)
+        let after = try ferry(["replicate", src, lite, "--exclude", "nokey", "--until-caught-up"])
+        XCTAssertEqual(after.code, 0, after.err)
+        let verifyLite = try ferry(["verify", src, lite, "--exclude", "nokey"])
+        XCTAssertEqual(verifyLite.code, 0, verifyLite.out + verifyLite.err)
+
+        let status = try ferry(["replicate", src, lite, "--status"])
+        XCTAssertEqual(status.code, 0, status.err)
+        XCTAssertFalse(status.out.contains(try Endpoint(parsing: src).password ?? "no password"), "a password in the status")
+        for target in [lite, pg] {
+            let dropped = try ferry(["replicate", src, target, "--drop"])
+            XCTAssertEqual(dropped.code, 0, dropped.err)
+            XCTAssertTrue(dropped.out.contains("the record of"), dropped.out)
+        }
     }
 }

@@ -16,6 +16,10 @@ public struct Replicator {
         public var untilCaughtUp = false
         /// Source transactions are grouped into one target transaction up to this many rows.
         public var groupRows = 20_000
+        /// Start following again from a new position, the target brought to the source's
+        /// snapshot there by a mirror (moving only what differs) instead of a full copy: after
+        /// the source lost the recorded position (binlog purged, slot dropped).
+        public var resync = false
         public init() {}
     }
 
@@ -58,11 +62,11 @@ public struct Replicator {
         let name = Self.captureName(source: source.endpoint, target: target.endpoint)
         var outcome = Outcome(name: name)
         var copyOptions = options.copy
-        copyOptions.mode = .replace
+        copyOptions.mode = options.resync ? .mirror : .replace
         let engine = CopyEngine(registry: registry)
         var plan = try engine.plan(source: source, target: target, options: copyOptions)
         let recorded = try ReplicationState.read(target, name: name)
-        if recorded?.phase == "following" {
+        if recorded?.phase == "following" && !options.resync {
             // A table made at the source since the initial copy is not in the stream: it is
             // left out, and said (a new replica of it starts with its own initial copy).
             let added = try plan.tables.filter { !(try target.tableExists($0.target)) }
@@ -97,15 +101,18 @@ public struct Replicator {
 
         let feed: any ChangeFeed
         var applied = recorded?.appliedRows ?? 0
-        if let recorded, recorded.phase == "following" {
+        if let recorded, recorded.phase == "following", !options.resync {
             progress.note("\(name): resuming from \(recorded.position) (recorded \(recorded.updatedAt))")
             feed = try capture.follow(name: name, tables: sources, from: ChangePosition(recorded.position))
             outcome.position = recorded.position
         } else {
             // New, or an initial copy that did not finish: started again from a new position.
             outcome.droppedFirst = try capture.drop(name: name)
-            if !outcome.droppedFirst.isEmpty {
-                progress.note("\(name): an initial copy did not finish: dropped \(outcome.droppedFirst.joined(separator: " and ")) and starting it again")
+            let dropped = outcome.droppedFirst.isEmpty ? "" : "dropped \(outcome.droppedFirst.joined(separator: " and ")) and "
+            if options.resync {
+                progress.note("\(name): resynchronizing: \(dropped)mirroring the target to a new snapshot of the source, then following from there")
+            } else if recorded?.phase == "copying" || !dropped.isEmpty {
+                progress.note("\(name): an initial copy did not finish: \(dropped)starting it again")
             }
             let start = try capture.start(name: name, tables: sources)
             var started = false
@@ -131,7 +138,7 @@ public struct Replicator {
             started = true
             feed = try start.follow()
             outcome.position = position.text
-            progress.note("\(name): copied \(summary.totalRows) rows; following from \(position)")
+            progress.note("\(name): \(options.resync ? "mirrored: \(summary.totalRows) rows written" : "copied \(summary.totalRows) rows"); following from \(position)")
         }
         defer { feed.close() }
         // The target's foreign keys hold at each commit and run their actions: a MariaDB
