@@ -75,6 +75,13 @@ extension Ferry {
         @Flag(name: .long, help: "Exit once the target holds everything the source had committed when following began.")
         var untilCaughtUp = false
 
+        enum SchemaChange: String, ExpressibleByArgument, CaseIterable {
+            case add, fail
+        }
+
+        @Option(name: .long, help: "A column added to a followed table at the source: add it at the target and report it (add, the default), or stop with one line (fail). A dropped or retyped column always stops.")
+        var onSchemaChange: SchemaChange = .add
+
         @Flag(name: .long, help: "Follow again from a new source position after the source lost the recorded one (binlog purged, slot dropped): the target is mirrored to the new snapshot (only what differs moves), then followed.")
         var resync = false
 
@@ -126,6 +133,7 @@ extension Ferry {
             options.copy.casts = try castOptions.rules()
             options.untilCaughtUp = untilCaughtUp
             options.resync = resync
+            options.addColumns = onSchemaChange == .add
 
             let progress = ProgressReporter(quiet: quiet || output.json && isatty(2) == 0)
             let outcome = try Replicator(registry: registry).run(

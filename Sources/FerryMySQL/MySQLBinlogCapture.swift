@@ -89,8 +89,11 @@ public final class MySQLBinlogCapture: ChangeCapture {
         guard let p = BinlogPosition(position.text) else {
             throw FerryError.invalidOption("'\(position)' is not a MariaDB binlog position (GTIDs@file:offset, such as 0-1-42@binlog.000001:1234)")
         }
-        return try MySQLBinlogFeed(endpoint: endpoint, name: name, tables: tables, from: p)
+        return try MySQLBinlogFeed(endpoint: endpoint, name: name, tables: tables, from: p, columnsNow: columnsNow)
     }
+
+    /// The names of `table`'s columns in the catalog now.
+    func columnsNow(_ table: TableName) throws -> [String] { try admin.describe(table).columns.map(\.name) }
 
     public func currentPosition(name: String) throws -> ChangePosition {
         let gtid = try admin.query("SELECT @@gtid_binlog_pos").first?.first ?? nil
@@ -197,7 +200,7 @@ final class MySQLCaptureStart: CaptureStart {
 
     func follow() throws -> any ChangeFeed {
         guard let position else { throw FerryError.invalidOption("a capture's stream starts after its snapshot began") }
-        return try MySQLBinlogFeed(endpoint: capture.endpoint, name: name, tables: tables, from: position)
+        return try MySQLBinlogFeed(endpoint: capture.endpoint, name: name, tables: tables, from: position, columnsNow: capture.columnsNow)
     }
 
     func close() {}

@@ -42,8 +42,12 @@ final class MySQLBinlogFeed: ChangeFeed {
         let keyColumns: [Column]
     }
 
-    init(endpoint: Endpoint, name: String, tables: [TableSchema], from position: BinlogPosition) throws {
+    /// The names of a table's columns in the catalog now.
+    let columnsNow: (TableName) throws -> [String]
+
+    init(endpoint: Endpoint, name: String, tables: [TableSchema], from position: BinlogPosition, columnsNow: @escaping (TableName) throws -> [String]) throws {
         self.endpoint = endpoint
+        self.columnsNow = columnsNow
         self.name = name
         self.position = position
         var own: UInt32 = 0
@@ -291,14 +295,20 @@ final class MySQLBinlogFeed: ChangeFeed {
         guard let map = BinlogTableMap(database: database, table: table, types: types, metadata: metadata) else {
             throw malformed("table map of \(table) with short metadata")
         }
-        guard count == t.columns.count else {
-            throw FerryError.invalidOption(
-                "the columns of \(t.name) changed at the source while Ferry followed it (\(count) in the binlog, \(t.columns.count) when replication began): "
-                    + "a changed table is not replicated yet; stop, and replicate it again (--drop, then a new initial copy)")
+        // More columns than the feed knows: added at the source since it opened. Fewer: the
+        // table as it was before columns were added at its end (its rows sent as partial),
+        // unless the table lacks them now too (dropped).
+        if count > t.columns.count { throw ColumnsAdded(table: t.name) }
+        if count < t.columns.count {
+            let now = try columnsNow(t.name)
+            if let gone = t.columns.first(where: { !now.contains($0.name) }) {
+                throw FerryError.invalidOption(
+                    "the column \(gone.name) of \(t.name) was dropped or renamed at the source while Ferry followed it: replication stops here; change \(t.name) at the target alike, then run again with --resync")
+            }
         }
         guard let key = t.preferredKey?.columns else { throw FerryError.noKey(table: t.name) }
         let keyAt = try key.map { k in
-            guard let at = t.columns.firstIndex(where: { $0.name == k }) else { throw FerryError.noKey(table: t.name) }
+            guard let at = t.columns.firstIndex(where: { $0.name == k }), at < count else { throw FerryError.noKey(table: t.name) }
             return at
         }
         maps[m.table_id] = Mapped(
@@ -363,8 +373,10 @@ final class MySQLBinlogFeed: ChangeFeed {
 
     private func upsert(_ fields: [BinlogTableMap.Field], _ data: UnsafeRawBufferPointer, _ m: Mapped) throws {
         let t = m.decoder.table
-        var b = batcher.take(.upserts, t.name, columns: t.columns)
-        for i in 0..<t.columns.count { try m.decoder.decode(i, fields[i], data, into: &b.columns[i]) }
+        let n = m.decoder.map.types.count
+        let kind: ChangeBatcher.Kind = n == t.columns.count ? .upserts : .partialUpserts(t.columns[..<n].map(\.name))
+        var b = batcher.take(kind, t.name, columns: Array(t.columns[..<n]))
+        for i in 0..<n { try m.decoder.decode(i, fields[i], data, into: &b.columns[i]) }
         batcher.put(b)
     }
 

@@ -567,6 +567,9 @@ public final class MySQLConnection: Connection {
 extension MySQLConnection {
     /// Runs SQL text from Ferry's own code or tests (never from a user request).
     public func run(_ sql: String) throws { try execute(sql) }
+    public func addColumn(_ column: Column, default value: ColumnDefault?, to table: TableName) throws {
+        try execute(SchemaObjectSQL.addColumn(column, default: value, to: table, dialect: dialect))
+    }
     /// Runs a query and returns its rows as text: for tests and tools.
     public func rows(_ sql: String) throws -> [[String?]] { try query(sql) }
 }

@@ -507,6 +507,9 @@ func withArrayOfOptionalCStrings<R>(_ strings: [String?], _ body: (UnsafePointer
 extension PostgresConnection {
     /// Runs SQL text from Ferry's own code or tests (never from a user request).
     public func run(_ sql: String) throws { try execute(sql) }
+    public func addColumn(_ column: Column, default value: ColumnDefault?, to table: TableName) throws {
+        try execute(SchemaObjectSQL.addColumn(column, default: value, to: table, dialect: dialect))
+    }
 
     /// Runs a query and returns its rows as text (NULL as nil): for tests and tools.
     public func rows(_ sql: String, _ params: [String?] = []) throws -> [[String?]] {

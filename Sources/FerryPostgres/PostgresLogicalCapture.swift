@@ -80,7 +80,7 @@ public final class PostgresLogicalCapture: ChangeCapture {
                     throw replication.error(r.handle, sql: "CREATE_REPLICATION_SLOT")
                 }
                 guard let snapshot = r.value(0, 2) else { throw replication.error(r.handle, sql: "CREATE_REPLICATION_SLOT (no snapshot)") }
-                return PostgresCaptureStart(replication: replication, name: name, tables: tables, position: lsn, snapshot: snapshot)
+                return PostgresCaptureStart(capture: self, replication: replication, name: name, tables: tables, position: lsn, snapshot: snapshot)
             } catch {
                 replication.close()
                 throw error
@@ -99,12 +99,15 @@ public final class PostgresLogicalCapture: ChangeCapture {
         }
         let replication = try PostgresReplicationConnection(endpoint: endpoint)
         do {
-            return try PostgresLogicalFeed(replication: replication, name: name, tables: tables, from: lsn)
+            return try PostgresLogicalFeed(replication: replication, name: name, tables: tables, from: lsn, columnsNow: columnsNow)
         } catch {
             replication.close()
             throw error
         }
     }
+
+    /// The names of `table`'s columns in the catalog now.
+    func columnsNow(_ table: TableName) throws -> [String] { try admin.describe(table).columns.map(\.name) }
 
     public func currentPosition(name: String) throws -> ChangePosition {
         guard let lsn = try admin.rows("SELECT pg_current_wal_lsn()::text").first?.first ?? nil else {
@@ -188,6 +191,7 @@ final class PostgresReplicationConnection {
 
 /// A slot just made: its exported snapshot stays importable until `follow` (or `close`).
 final class PostgresCaptureStart: CaptureStart {
+    let capture: PostgresLogicalCapture
     let replication: PostgresReplicationConnection
     let name: String
     let tables: [TableSchema]
@@ -195,7 +199,8 @@ final class PostgresCaptureStart: CaptureStart {
     let snapshot: String
     private var used = false
 
-    init(replication: PostgresReplicationConnection, name: String, tables: [TableSchema], position: PostgresLSN, snapshot: String) {
+    init(capture: PostgresLogicalCapture, replication: PostgresReplicationConnection, name: String, tables: [TableSchema], position: PostgresLSN, snapshot: String) {
+        self.capture = capture
         self.replication = replication
         self.name = name
         self.tables = tables
@@ -211,7 +216,7 @@ final class PostgresCaptureStart: CaptureStart {
     func follow() throws -> any ChangeFeed {
         guard !used else { throw FerryError.invalidOption("a capture's start can be followed once") }
         used = true
-        return try PostgresLogicalFeed(replication: replication, name: name, tables: tables, from: lsn)
+        return try PostgresLogicalFeed(replication: replication, name: name, tables: tables, from: lsn, columnsNow: capture.columnsNow)
     }
 
     func close() {

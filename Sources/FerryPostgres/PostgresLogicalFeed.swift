@@ -32,8 +32,15 @@ final class PostgresLogicalFeed: ChangeFeed {
         let keyAt: [Int]
     }
 
-    init(replication: PostgresReplicationConnection, name: String, tables: [TableSchema], from lsn: PostgresLSN) throws {
+    /// The names of a table's columns in the catalog now.
+    let columnsNow: (TableName) throws -> [String]
+
+    init(
+        replication: PostgresReplicationConnection, name: String, tables: [TableSchema], from lsn: PostgresLSN,
+        columnsNow: @escaping (TableName) throws -> [String]
+    ) throws {
         self.replication = replication
+        self.columnsNow = columnsNow
         self.name = name
         var byName: [String: TableSchema] = [:]
         var cols: [TableName: [Column]] = [:]
@@ -308,18 +315,25 @@ final class PostgresLogicalFeed: ChangeFeed {
         }
         var slots: [Int] = []
         var kinds: [PostgresBinaryField.Kind] = []
-        for n in names {
-            guard let i = t.columns.firstIndex(where: { $0.name == n }) else {
-                throw FerryError.invalidOption("the column \(n) was added to \(t.name) at the source while Ferry followed it; it is not replicated yet (stop, and replicate again with the new column)")
+        // Columns the feed does not know: added at the source since it opened.
+        if names.contains(where: { n in !t.columns.contains { $0.name == n } }) { throw ColumnsAdded(table: t.name) }
+        // Columns the feed knows and the relation lacks: the table as it was before they were
+        // added (rows sent as partial), unless the table lacks them now too (dropped).
+        let missing = t.columns.filter { !names.contains($0.name) }
+        if !missing.isEmpty {
+            let now = try columnsNow(t.name)
+            if let gone = missing.first(where: { !now.contains($0.name) }) {
+                throw FerryError.invalidOption(
+                    "the column \(gone.name) of \(t.name) was dropped or renamed at the source while Ferry followed it: replication stops here; change \(t.name) at the target alike, then run again with --resync")
             }
+        }
+        for n in names {
+            guard let i = t.columns.firstIndex(where: { $0.name == n }) else { throw ColumnsAdded(table: t.name) }
             guard let kind = PostgresBinaryField.Kind(sent: t.columns[i]) else {
                 throw FerryError.invalidValue(table: t.name, column: n, key: nil, message: "type \(t.columns[i].nativeType) cannot be read")
             }
             slots.append(i)
             kinds.append(kind)
-        }
-        for c in t.columns where !names.contains(c.name) {
-            throw FerryError.invalidOption("the column \(c.name) of \(t.name) was dropped at the source while Ferry followed it; stop, and replicate again")
         }
         guard let key = t.preferredKey?.columns else { throw FerryError.noKey(table: t.name) }
         let keyAt = try key.map { k in
@@ -363,8 +377,9 @@ final class PostgresLogicalFeed: ChangeFeed {
     private func row(_ t: [(kind: UInt8, at: Int, count: Int)], of rel: Relation, id: UInt32, _ r: Cursor) throws {
         guard t.count == rel.slots.count else { throw malformed("a tuple of \(t.count) columns for \(rel.slots.count)") }
         let columns = rel.table.columns
-        if t.contains(where: { $0.kind == UInt8(ascii: "u") }) {
-            // In the table's column order, the unchanged left out.
+        let unchanged = t.contains(where: { $0.kind == UInt8(ascii: "u") })
+        if unchanged || rel.slots.count < columns.count {
+            // In the table's column order, the unchanged (and those the table gained since) left out.
             let sent = rel.slots.indices.filter { t[$0].kind != UInt8(ascii: "u") }.sorted { rel.slots[$0] < rel.slots[$1] }
             for k in rel.keyAt where t[k].kind == UInt8(ascii: "u") {
                 throw FerryError.invalidValue(
@@ -372,7 +387,8 @@ final class PostgresLogicalFeed: ChangeFeed {
                     message: "an update left this key column out of the stream (an unchanged TOASTed key); give the table REPLICA IDENTITY FULL")
             }
             let sentColumns = sent.map { columns[rel.slots[$0]] }
-            var b = batcher.take(.updates(sentColumns.map(\.name)), rel.table.name, columns: sentColumns)
+            let names = sentColumns.map(\.name)
+            var b = batcher.take(unchanged ? .updates(names) : .partialUpserts(names), rel.table.name, columns: sentColumns)
             for (j, i) in sent.enumerated() {
                 try decodeValue(t[i], rel.kinds[i], r, into: &b.columns[j], table: rel.table.name, column: columns[rel.slots[i]].name)
             }

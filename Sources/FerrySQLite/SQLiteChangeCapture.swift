@@ -175,6 +175,8 @@ final class SQLiteChangeFeed: ChangeFeed {
     private var confirmed: Int64
     /// Log entries one poll reads at most.
     static let window = 20_000
+    /// The file's schema version when its followed tables were last compared with the feed's.
+    private var schemaVersion: Int64?
 
     init(endpoint: Endpoint, log: String, tables: [TableSchema], keys: [[String]], from seq: Int64) throws {
         db = try SQLiteConnection(endpoint: endpoint, role: .target)
@@ -210,6 +212,7 @@ final class SQLiteChangeFeed: ChangeFeed {
     private func poll() throws -> Bool {
         try db.beginSnapshot()
         defer { try? db.rollback() }
+        try checkColumns()
         let q = { (s: String) in self.db.dialect.quote(s) }
         guard case .int(let end) = try db.query(
             "SELECT max(seq) FROM (SELECT seq FROM \(q(log)) WHERE seq > ?1 ORDER BY seq LIMIT \(Self.window))", [.int(delivered)]).first?.first ?? .null
@@ -266,6 +269,27 @@ final class SQLiteChangeFeed: ChangeFeed {
         flush()
         ready.append(.commit(ChangePosition(String(end)), at: nil))
         return true
+    }
+
+    /// Where the file's schema changed since the last look: a followed table that gained
+    /// columns is `ColumnsAdded`; one that lost a column stops replication in one line.
+    private func checkColumns() throws {
+        guard case .int(let version) = try db.query("PRAGMA schema_version").first?.first ?? .null else { return }
+        guard version != schemaVersion else { return }
+        do {
+            for t in tables {
+                let now = try db.query("SELECT name FROM pragma_table_info(?1)", [.text(t.name.name)]).compactMap { row -> String? in
+                    if case .text(let n) = row.first ?? .null { return n }
+                    return nil
+                }
+                if let gone = t.columns.first(where: { !now.contains($0.name) }) {
+                    throw FerryError.invalidOption(
+                        "the column \(gone.name) of \(t.name) was dropped or renamed at the source while Ferry followed it: replication stops here; change \(t.name) at the target alike, then run again with --resync")
+                }
+                if now.count > t.columns.count { throw ColumnsAdded(table: t.name) }
+            }
+        }
+        schemaVersion = version
     }
 
     func confirm(_ position: ChangePosition) throws {

@@ -147,6 +147,9 @@ public final class SQLiteConnection: Connection {
     /// Runs statements without results.
     /// Runs SQL text written by the caller (tests, tools); never text from a request.
     public func run(_ sql: String) throws { try execute(sql) }
+    public func addColumn(_ column: Column, default value: ColumnDefault?, to table: TableName) throws {
+        try execute(SchemaObjectSQL.addColumn(column, default: value, to: table, dialect: dialect))
+    }
 
     /// Runs one statement written by the caller (FerrySync's bookkeeping, tests; never text
     /// from a request) with `parameters` bound to `?1…`, and returns its rows, each value as

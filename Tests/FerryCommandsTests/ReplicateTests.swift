@@ -17,8 +17,9 @@ final class ReplicateTests: XCTestCase {
     }
 
     /// Runs `ferry ARGS` (a follower) while `work` writes at the source, then stops it with
-    /// SIGTERM: it must exit 0.
-    func stopFollower(_ args: [String], file: StaticString = #filePath, line: UInt = #line, during work: () throws -> Void) throws {
+    /// SIGTERM: it must exit 0. Returns what it wrote on stderr.
+    @discardableResult
+    func stopFollower(_ args: [String], file: StaticString = #filePath, line: UInt = #line, during work: () throws -> Void) throws -> String {
         let follower = Process()
         follower.executableURL = CLITests.binaryURL
         follower.arguments = args
@@ -37,6 +38,7 @@ final class ReplicateTests: XCTestCase {
         let stderr = err.fileHandleForReading.readDataToEndOfFile()
         follower.waitUntilExit()
         XCTAssertEqual(follower.terminationStatus, 0, String(decoding: stderr, as: UTF8.self), file: file, line: line)
+        return String(decoding: stderr, as: UTF8.self)
     }
 
     /// A few source transactions of every kind: parents with their children, a key changed, rows
@@ -379,5 +381,74 @@ final class ReplicateTests: XCTestCase {
             XCTAssertEqual(dropped.code, 0, dropped.err)
             XCTAssertTrue(dropped.out.contains("the record of"), dropped.out)
         }
+    }
+
+    /// A column added at the source while Ferry follows (rows written before and after it in
+    /// one stream) arrives at the target, with its default in the rows the target held;
+    /// `--on-schema-change fail` stops in one line instead. PostgreSQL -> MariaDB, MariaDB ->
+    /// PostgreSQL, SQLite -> SQLite.
+    func testAColumnAddedAtTheSourceArrivesAtTheTarget() throws {
+        let pgAdmin = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let myAdmin = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        let (pgName, myName) = ("ferry_repl_add_\(tag)", "ferry_repl_add_\(tag)")
+        let pg = try mariadbURL(pgAdmin, database: pgName), my = try mariadbURL(myAdmin, database: myName)
+        try psql(pgAdmin, "CREATE DATABASE \(pgName);\n")
+        try mariadb(myAdmin, "CREATE DATABASE \(myName) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;")
+        let lite = folder.path("add.db"), liteCopy = "sqlite:" + folder.path("add-copy.db")
+        defer {
+            _ = try? ferry(["replicate", pg, my, "--drop"])
+            _ = try? ferry(["replicate", my, pg, "--drop"])
+            _ = try? psql(pgAdmin, "DROP DATABASE IF EXISTS \(pgName) WITH (FORCE);\n")
+            _ = try? mariadb(myAdmin, "DROP DATABASE IF EXISTS \(myName);")
+        }
+        // Each source: a table of its own (pg_items, my_items, items), followed into the next.
+        try psql(pg, "CREATE TABLE pg_items (id int PRIMARY KEY, name text);\nINSERT INTO pg_items SELECT g, 'i' || g FROM generate_series(1, 5000) g;\n")
+        try mariadb(my, "CREATE TABLE my_items (id INT PRIMARY KEY, name TEXT); INSERT INTO my_items SELECT seq, CONCAT('i', seq) FROM seq_1_to_5000;")
+        _ = try ExternalTool.run(["sqlite3", lite], input: """
+            CREATE TABLE items (id INTEGER PRIMARY KEY, name TEXT);
+            WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 5000) INSERT INTO items SELECT n, 'i' || n FROM g;
+
+            """)
+        let pairs: [(source: String, target: String, table: String, write: (String) throws -> Void)] = [
+            (pg, my, "pg_items", { try self.psql(pg, $0) }),
+            (my, pg, "my_items", { try self.mariadb(my, $0) }),
+            ("sqlite:" + lite, liteCopy, "items", { _ = try ExternalTool.run(["sqlite3", lite], input: $0 + "\n") }),
+        ]
+        for p in pairs {
+            let first = try ferry(["replicate", p.source, p.target, "--tables", p.table, "--until-caught-up", "-q"])
+            XCTAssertEqual(first.code, 0, first.err)
+            // While a follower runs: rows before the column, the column added with a default,
+            // rows after it (the follower meets the change in its stream).
+            let followed = try stopFollower(["replicate", p.source, p.target, "--tables", p.table]) {
+                try p.write("INSERT INTO \(p.table) (id, name) VALUES (6001, 'before');\nUPDATE \(p.table) SET name = 'changed before' WHERE id = 2;")
+                Thread.sleep(forTimeInterval: 1.5)
+                try p.write("""
+                    INSERT INTO \(p.table) (id, name) VALUES (6003, 'just before');
+                    ALTER TABLE \(p.table) ADD COLUMN grade INT DEFAULT 7;
+                    INSERT INTO \(p.table) (id, name, grade) VALUES (6002, 'after', 9);
+                    UPDATE \(p.table) SET grade = 1 WHERE id = 3;
+                    """)
+                Thread.sleep(forTimeInterval: 2)
+            }
+            XCTAssertTrue(followed.contains("changed at the source") && followed.contains("added it to"), followed)
+            let caughtUp = try ferry(["replicate", p.source, p.target, "--tables", p.table, "--until-caught-up"])
+            XCTAssertEqual(caughtUp.code, 0, caughtUp.err)
+            let verify = try ferry(["verify", p.source, p.target, "--tables", p.table])
+            XCTAssertEqual(verify.code, 0, verify.out + verify.err)
+            // Added while no follower ran, and refused by --on-schema-change fail.
+            try p.write("ALTER TABLE \(p.table) ADD COLUMN remark TEXT;\nUPDATE \(p.table) SET remark = 'r' WHERE id = 5;")
+            let refused = try ferry(["replicate", p.source, p.target, "--tables", p.table, "--until-caught-up", "--on-schema-change", "fail"])
+            XCTAssertNotEqual(refused.code, 0, refused.err)
+            XCTAssertTrue(refused.err.contains("remark"), refused.err)
+            let again = try ferry(["replicate", p.source, p.target, "--tables", p.table, "--until-caught-up"])
+            XCTAssertEqual(again.code, 0, again.err)
+            XCTAssertTrue(again.err.contains("added it to"), again.err)
+            let verifyAgain = try ferry(["verify", p.source, p.target, "--tables", p.table])
+            XCTAssertEqual(verifyAgain.code, 0, verifyAgain.out + verifyAgain.err)
+        }
+        // The default reached the rows the target held before the column.
+        XCTAssertEqual(try mariadb(my, "SELECT grade FROM pg_items WHERE id = 4;").trimmingCharacters(in: .whitespacesAndNewlines), "7")
+        XCTAssertEqual(try psql(pg, "SELECT grade FROM my_items WHERE id = 4;").trimmingCharacters(in: .whitespacesAndNewlines), "7")
     }
 }

@@ -24,6 +24,7 @@ final class PostgresLogicalCaptureTests: XCTestCase {
                 case .begin, .commit: return ""
                 case .upserts(let t, let b): return "upserts \(t.name) \(b.count)"
                 case .updates(let t, let c, let b): return "updates \(t.name) \(c.joined(separator: ",")) \(b.count)"
+                case .partialUpserts(let t, let c, let b): return "partial upserts \(t.name) \(c.joined(separator: ",")) \(b.count)"
                 case .deletes(let t, let b): return "deletes \(t.name) \(b.count)"
                 case .truncate(let ts): return "truncate " + ts.map(\.name).joined(separator: ",")
                 }

@@ -23,6 +23,10 @@ public enum ChangeEvent {
     /// unchanged TOAST values): only `columns` (the key among them) are in the batch, and only
     /// they are written; the others keep the target's values.
     case updates(TableName, columns: [String], RowBatch)
+    /// Rows inserted or updated as the table was when they were written, before columns the
+    /// feed's table has were added at the source: only `columns` are in the batch and written;
+    /// the others keep the target's value, or its default for a new row.
+    case partialUpserts(TableName, columns: [String], RowBatch)
     /// Rows deleted: the batch holds their keys (the table's key columns, in key order), also
     /// the old key of an update that changed it (then an `upserts` of the new row follows).
     case deletes(TableName, RowBatch)
@@ -79,6 +83,15 @@ public protocol ChangeCapture: AnyObject {
     func currentPosition(name: String) throws -> ChangePosition
 }
 
+/// Thrown by a feed when a followed table gained columns at the source since the feed was
+/// opened: the replicator adds them at the target and reads the stream again, from the last
+/// position it recorded, with the table as it is now.
+public struct ColumnsAdded: Error, CustomStringConvertible {
+    public let table: TableName
+    public init(table: TableName) { self.table = table }
+    public var description: String { "columns were added to \(table) at the source" }
+}
+
 /// Events a feed decoded and has not handed out yet, oldest first (a feed's buffer).
 public struct ChangeQueue {
     private var events: [ChangeEvent] = []
@@ -111,6 +124,7 @@ public struct ChangeBatcher {
     public enum Kind: Equatable {
         case upserts, deletes
         case updates([String])
+        case partialUpserts([String])
     }
 
     private struct Pending {
@@ -165,6 +179,7 @@ public struct ChangeBatcher {
         case .upserts: ready.append(.upserts(p.table, b))
         case .deletes: ready.append(.deletes(p.table, b))
         case .updates(let names): ready.append(.updates(p.table, columns: names, b))
+        case .partialUpserts(let names): ready.append(.partialUpserts(p.table, columns: names, b))
         }
     }
 

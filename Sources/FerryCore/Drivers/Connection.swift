@@ -185,6 +185,11 @@ public protocol Connection: AnyObject {
     /// client, what the service or plugin declared. Planners refuse work that needs more.
     var capabilities: Capabilities { get }
 
+    /// Adds `column` (its type the target's, as a plan gives it) to `table`, nullable, with
+    /// `default` where the engine can express it: a column the source added while it was
+    /// followed. Default: refused (the engine cannot).
+    func addColumn(_ column: Column, default: ColumnDefault?, to table: TableName) throws
+
     /// From now on, this connection's writes are checked against the database's foreign keys
     /// and run their actions (ON DELETE CASCADE, SET NULL) as an application's writes do, the
     /// checks at each commit where the engine can defer them: what a replica applies, where the
@@ -258,6 +263,9 @@ extension Connection {
     public func databaseIdentity() throws -> String? { nil }
     public func changeCapture() throws -> (any ChangeCapture)? { nil }
     public func enforceForeignKeys() throws {}
+    public func addColumn(_ column: Column, default: ColumnDefault?, to table: TableName) throws {
+        throw FerryError.invalidOption("\(endpoint.redacted) cannot add the column \(column.name) to \(table): add it yourself and run again")
+    }
     public func beginSnapshot() throws { try begin() }
     public func exportSnapshot() throws -> String? { nil }
     public func beginSnapshot(importing id: String) throws { try beginSnapshot() }

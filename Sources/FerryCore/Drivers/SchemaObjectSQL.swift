@@ -2,6 +2,14 @@
 /// dialect's quoting. Drivers plan with it (choosing names and what they can express) in
 /// their `<Engine>DDL` files.
 public enum SchemaObjectSQL {
+    /// `ALTER TABLE … ADD COLUMN …` of a nullable column of the target's type, with `default`
+    /// where the dialect can express it for the column's type.
+    public static func addColumn(_ column: Column, default value: ColumnDefault?, to table: TableName, dialect d: any Dialect) -> String {
+        var sql = "ALTER TABLE \(d.quote(table)) ADD COLUMN \(d.quote(column.name)) \(column.nativeType)"
+        if let value, let expr = d.defaultSQL(value, for: column.logicalType) { sql += " DEFAULT \(expr)" }
+        return sql
+    }
+
     /// `CREATE [UNIQUE] INDEX name ON table (a, b DESC)`.
     public static func createIndex(_ index: IndexInfo, on table: TableName, dialect d: any Dialect, indexName: String? = nil) -> String {
         let cols = index.columns.map { d.quote($0.name) + ($0.descending ? " DESC" : "") }.joined(separator: ", ")

@@ -20,6 +20,9 @@ public struct Replicator {
         /// snapshot there by a mirror (moving only what differs) instead of a full copy: after
         /// the source lost the recorded position (binlog purged, slot dropped).
         public var resync = false
+        /// A column added to a followed table at the source is added at the target (the
+        /// default); false: replication stops there with one line (`--on-schema-change fail`).
+        public var addColumns = true
         public init() {}
     }
 
@@ -36,6 +39,8 @@ public struct Replicator {
         public var rowsByTable: [String: Int64] = [:]
         public var position = ""
         public var caughtUp = false
+        /// Columns added at the target as the source added them (`table.column`).
+        public var addedColumns: [String] = []
         public var seconds = 0.0
     }
 
@@ -64,32 +69,40 @@ public struct Replicator {
         var copyOptions = options.copy
         copyOptions.mode = options.resync ? .mirror : .replace
         let engine = CopyEngine(registry: registry)
-        var plan = try engine.plan(source: source, target: target, options: copyOptions)
         let recorded = try ReplicationState.read(target, name: name)
-        if recorded?.phase == "following" && !options.resync {
-            // A table made at the source since the initial copy is not in the stream: it is
-            // left out, and said (a new replica of it starts with its own initial copy).
-            let added = try plan.tables.filter { !(try target.tableExists($0.target)) }
-            for t in added { progress.note("\(t.source) is not replicated: it was not at the source when the initial copy ran (--exclude it, or replicate it on its own)") }
-            plan.tables.removeAll { t in added.contains { $0.source == t.source } }
-        }
-        guard !plan.tables.isEmpty else { throw FerryError.invalidOption("nothing to replicate: no tables matched in \(source.endpoint.redacted)") }
-        for t in plan.tables {
-            // The stream carries each column as the table has it: what a copy reads through a
-            // cast the source computes, or leaves out, cannot be followed yet.
-            let castAtSource = t.columns.filter { !$0.readHints.subtracting([.nativeForm, .storedForm]).isEmpty }
-            if !t.skipped.isEmpty || t.columns.count != t.sourceSchema.columns.count || !castAtSource.isEmpty {
-                throw FerryError.invalidOption(
-                    "\(t.source) has columns a copy skips or casts at the source (\((t.skipped.map(\.column) + castAtSource.map(\.name)).joined(separator: ", "))); replicating those is not supported yet: --exclude the table")
+        let resuming = recorded?.phase == "following" && !options.resync
+        /// The plan of the tables followed, checked; on resume only those the target holds.
+        func makePlan() throws -> CopyPlan {
+            var plan = try engine.plan(source: source, target: target, options: copyOptions)
+            if resuming {
+                // A table made at the source since the initial copy is not in the stream: it is
+                // left out, and said (a new replica of it starts with its own initial copy).
+                let added = try plan.tables.filter { !(try target.tableExists($0.target)) }
+                for t in added { progress.note("\(t.source) is not replicated: it was not at the source when the initial copy ran (--exclude it, or replicate it on its own)") }
+                plan.tables.removeAll { t in added.contains { $0.source == t.source } }
             }
-            guard t.key != nil else { throw FerryError.noKey(table: t.source) }
+            guard !plan.tables.isEmpty else { throw FerryError.invalidOption("nothing to replicate: no tables matched in \(source.endpoint.redacted)") }
+            for t in plan.tables {
+                // The stream carries each column as the table has it: what a copy reads through a
+                // cast the source computes, or leaves out, cannot be followed yet.
+                let castAtSource = t.columns.filter { !$0.readHints.subtracting([.nativeForm, .storedForm]).isEmpty }
+                if !t.skipped.isEmpty || t.columns.count != t.sourceSchema.columns.count || !castAtSource.isEmpty {
+                    throw FerryError.invalidOption(
+                        "\(t.source) has columns a copy skips or casts at the source (\((t.skipped.map(\.column) + castAtSource.map(\.name)).joined(separator: ", "))); replicating those is not supported yet: --exclude the table")
+                }
+                guard t.key != nil else { throw FerryError.noKey(table: t.source) }
+            }
+            return plan
         }
-        // Each table as the copy reads it (a column in its stored form between two SQLite files).
-        let sources = plan.tables.map { t in
-            var s = t.sourceSchema
-            s.columns = t.columns
-            return s
+        /// Each table as the copy reads it (a column in its stored form between two SQLite files).
+        func sources(_ plan: CopyPlan) -> [TableSchema] {
+            plan.tables.map { t in
+                var s = t.sourceSchema
+                s.columns = t.columns
+                return s
+            }
         }
+        var plan = try makePlan()
         guard let stateSchema = try ReplicationState.schema(target, create: true) else {
             throw FerryError.tableNotFound(table: ReplicationState.table, endpoint: target.endpoint.redacted)
         }
@@ -99,11 +112,51 @@ public struct Replicator {
                 .init(name: name, phase: phase, position: position, appliedRows: applied, updatedAt: ISOTime.string(Date()), source: source.endpoint.redacted))
         }
 
-        let feed: any ChangeFeed
+        /// Columns the source has and the target's table lacks (added at the source since the
+        /// initial copy, or while following): added at the target (`--on-schema-change add`).
+        func addColumns(_ plan: CopyPlan) throws {
+            for t in plan.tables {
+                let into = try target.describe(t.target)
+                for (i, c) in t.targetSchema.columns.enumerated() where into.column(named: c.name) == nil {
+                    guard options.addColumns else {
+                        throw FerryError.invalidOption(
+                            "the column \(c.name) was added to \(t.source) at the source, and --on-schema-change fail stops here: add it to \(t.target) yourself and run again, or run without it (an added column is then added)")
+                    }
+                    let sourceColumn = i < t.columns.count ? t.columns[i] : c
+                    // The target's type for it, as a table of that column alone would get it.
+                    var plain = sourceColumn
+                    plain.isNullable = true
+                    plain.defaultExpression = nil
+                    plain.defaultValue = nil
+                    plain.serial = nil
+                    plain.generated = false
+                    var alone = t.sourceSchema
+                    alone.columns = [plain]
+                    alone.primaryKey = []
+                    alone.uniqueKeys = []
+                    alone.indexes = []
+                    alone.foreignKeys = []
+                    alone.checks = []
+                    guard let planned = try target.planTable(alone, named: t.target).schema.columns.first else {
+                        throw FerryError.invalidOption("\(target.endpoint.redacted) has no type for the column \(c.name) that \(t.source) gained: add it to \(t.target) yourself and run again")
+                    }
+                    try target.addColumn(planned, default: sourceColumn.defaultValue, to: t.target)
+                    var note = "\(t.source): the source added the column \(c.name); added it to \(t.target) as \(planned.nativeType)"
+                    if sourceColumn.defaultValue == nil, let expr = sourceColumn.defaultExpression {
+                        note += " (the source's default \(expr) is not carried: rows the target held before hold NULL in it; --resync brings their values)"
+                    }
+                    progress.note(note)
+                    outcome.addedColumns.append("\(t.target).\(c.name)")
+                }
+            }
+        }
+
+        var feed: any ChangeFeed
         var applied = recorded?.appliedRows ?? 0
-        if let recorded, recorded.phase == "following", !options.resync {
+        if let recorded, resuming {
             progress.note("\(name): resuming from \(recorded.position) (recorded \(recorded.updatedAt))")
-            feed = try capture.follow(name: name, tables: sources, from: ChangePosition(recorded.position))
+            try addColumns(plan)
+            feed = try capture.follow(name: name, tables: sources(plan), from: ChangePosition(recorded.position))
             outcome.position = recorded.position
         } else {
             // New, or an initial copy that did not finish: started again from a new position.
@@ -114,7 +167,7 @@ public struct Replicator {
             } else if recorded?.phase == "copying" || !dropped.isEmpty {
                 progress.note("\(name): an initial copy did not finish: \(dropped)starting it again")
             }
-            let start = try capture.start(name: name, tables: sources)
+            let start = try capture.start(name: name, tables: sources(plan))
             var started = false
             defer { if !started { start.close() } }
             let (position, shared) = try start.beginSnapshot(on: source)
@@ -140,112 +193,160 @@ public struct Replicator {
             outcome.position = position.text
             progress.note("\(name): \(options.resync ? "mirrored: \(summary.totalRows) rows written" : "copied \(summary.totalRows) rows"); following from \(position)")
         }
-        defer { feed.close() }
         // The target's foreign keys hold at each commit and run their actions: a MariaDB
         // source's cascades are not in its binlog, only the target's own keys repeat them.
-        try target.enforceForeignKeys()
-        let goal = options.untilCaughtUp ? try capture.currentPosition(name: name) : nil
-
-        // Per source table: its plan, the target table as created, and its key.
-        var plans: [TableName: (plan: TablePlan, into: TableSchema, key: [Column], keyConversions: [ColumnConversion])] = [:]
-        for t in plan.tables {
-            let into = try target.describe(t.target)
-            guard let keyNames = t.key?.columns else { throw FerryError.noKey(table: t.source) }
-            // As the upserts lay them out: the planned target columns (a stored form kept).
-            let key = try keyNames.map { k in
-                guard let c = t.targetSchema.column(named: k) ?? into.column(named: k) else { throw FerryError.columnNotFound(table: t.target, column: k) }
-                return c
-            }
-            let keyAt = keyNames.compactMap { k in t.columns.firstIndex { $0.name == k } }
-            plans[t.source] = (t, into, key, Self.conversions(t, of: keyAt))
-        }
-        func planned(_ name: TableName) throws -> (plan: TablePlan, into: TableSchema, key: [Column], keyConversions: [ColumnConversion]) {
-            guard let p = plans[name] else { throw FerryError.invalidOption("the source's stream changed \(name), which this replica does not follow") }
-            return p
-        }
-
-        var open = false, inSource = false
-        var pendingRows = 0
-        var lastCommit: ChangePosition?
-        func commitGroup() throws {
-            guard open else { return }
-            if let p = lastCommit {
-                try record("following", p.text, applied: applied)
-                outcome.position = p.text
-            }
-            try target.commit()
-            open = false
-            pendingRows = 0
-            if let p = lastCommit { try feed.confirm(p) }
-        }
-        func count(_ t: TableName, _ n: Int) {
-            pendingRows += n
-            applied += Int64(n)
-            outcome.rowsApplied += Int64(n)
-            outcome.rowsByTable[t.description, default: 0] += Int64(n)
-        }
         do {
-            while true {
-                if cancellation.isCancelled && !inSource { break }
-                // Inside a source transaction, its rest is awaited: a target transaction ends
-                // only between source transactions.
-                guard let event = try feed.next(timeout: inSource ? 1 : open ? 0 : 0.5) else {
-                    if inSource { continue }
-                    // Idle: what is applied is committed; then, caught up?
-                    try commitGroup()
-                    if let goal, try feed.reached(goal) {
-                        outcome.caughtUp = true
-                        break
-                    }
-                    continue
-                }
-                switch event {
-                case .begin:
-                    if !open {
-                        try target.begin()
-                        open = true
-                    }
-                    inSource = true
-                case .upserts(let t, let batch):
-                    let p = try planned(t)
-                    do {
-                        let rows = try CopyEngine.convert(batch, p.plan.conversions, columns: p.plan.columns)
-                        _ = try target.upsertRows(into: p.into, columns: p.plan.targetSchema.columns, key: p.key.map(\.name), rows: rows)
-                    } catch { throw refusal(error, t, p.plan.columns, p.key.map(\.name), batch, target) }
-                    count(t, batch.count)
-                case .updates(let t, let names, let batch):
-                    let p = try planned(t)
-                    do {
-                        try applyUpdates(t, names, batch, p.plan, p.into, p.key, target)
-                    } catch { throw refusal(error, t, names.compactMap { p.plan.sourceSchema.column(named: $0) }, p.key.map(\.name), batch, target) }
-                    count(t, batch.count)
-                case .deletes(let t, let keys):
-                    let p = try planned(t)
-                    do {
-                        let converted = try CopyEngine.convert(keys, p.keyConversions, columns: p.key)
-                        _ = try target.deleteRows(from: p.into, key: p.key, keys: converted)
-                    } catch { throw refusal(error, t, p.key, p.key.map(\.name), keys, target) }
-                    count(t, keys.count)
-                case .truncate(let tables):
-                    for t in tables {
-                        let p = try planned(t)
-                        try deleteAll(p.into, key: p.key, target)
-                    }
-                case .commit(let position, _):
-                    inSource = false
-                    lastCommit = position
-                    outcome.transactions += 1
-                    if pendingRows >= options.groupRows { try commitGroup() }
-                }
-            }
-            try commitGroup()
+            try target.enforceForeignKeys()
         } catch {
-            if open { try? target.rollback() }
+            feed.close()
             throw error
         }
-        if outcome.caughtUp {
-            // The cut-over: the target's next insert gets a value past every replicated one.
-            for t in plan.tables { try target.resetSerial(t.target, schema: plans[t.source]?.into ?? t.targetSchema) }
+        let goal: ChangePosition?
+        do {
+            goal = options.untilCaughtUp ? try capture.currentPosition(name: name) : nil
+        } catch {
+            feed.close()
+            throw error
+        }
+        var lastRecorded = outcome.position
+        /// What was counted when the last target transaction committed.
+        var committed = (outcome: outcome, applied: applied)
+        /// Applies `feed` until caught up, cancelled, or a table changes (`ColumnsAdded`).
+        func follow(_ feed: any ChangeFeed) throws {
+
+            // Per source table: its plan, the target table as created, and its key.
+            var plans: [TableName: (plan: TablePlan, into: TableSchema, key: [Column], keyConversions: [ColumnConversion])] = [:]
+            for t in plan.tables {
+                let into = try target.describe(t.target)
+                guard let keyNames = t.key?.columns else { throw FerryError.noKey(table: t.source) }
+                // As the upserts lay them out: the planned target columns (a stored form kept).
+                let key = try keyNames.map { k in
+                    guard let c = t.targetSchema.column(named: k) ?? into.column(named: k) else { throw FerryError.columnNotFound(table: t.target, column: k) }
+                    return c
+                }
+                let keyAt = keyNames.compactMap { k in t.columns.firstIndex { $0.name == k } }
+                plans[t.source] = (t, into, key, Self.conversions(t, of: keyAt))
+            }
+            func planned(_ name: TableName) throws -> (plan: TablePlan, into: TableSchema, key: [Column], keyConversions: [ColumnConversion]) {
+                guard let p = plans[name] else { throw FerryError.invalidOption("the source's stream changed \(name), which this replica does not follow") }
+                return p
+            }
+
+            var open = false, inSource = false
+            var pendingRows = 0
+            var lastCommit: ChangePosition?
+            func commitGroup() throws {
+                guard open else { return }
+                if let p = lastCommit {
+                    try record("following", p.text, applied: applied)
+                    outcome.position = p.text
+                    lastRecorded = p.text
+                }
+                try target.commit()
+                committed = (outcome, applied)
+                open = false
+                pendingRows = 0
+                if let p = lastCommit { try feed.confirm(p) }
+            }
+            func count(_ t: TableName, _ n: Int) {
+                pendingRows += n
+                applied += Int64(n)
+                outcome.rowsApplied += Int64(n)
+                outcome.rowsByTable[t.description, default: 0] += Int64(n)
+            }
+            do {
+                while true {
+                    if cancellation.isCancelled && !inSource { break }
+                    // Inside a source transaction, its rest is awaited: a target transaction ends
+                    // only between source transactions.
+                    guard let event = try feed.next(timeout: inSource ? 1 : open ? 0 : 0.5) else {
+                        if inSource { continue }
+                        // Idle: what is applied is committed; then, caught up?
+                        try commitGroup()
+                        if let goal, try feed.reached(goal) {
+                            outcome.caughtUp = true
+                            break
+                        }
+                        continue
+                    }
+                    switch event {
+                    case .begin:
+                        if !open {
+                            try target.begin()
+                            open = true
+                        }
+                        inSource = true
+                    case .upserts(let t, let batch):
+                        let p = try planned(t)
+                        do {
+                            let rows = try CopyEngine.convert(batch, p.plan.conversions, columns: p.plan.columns)
+                            _ = try target.upsertRows(into: p.into, columns: p.plan.targetSchema.columns, key: p.key.map(\.name), rows: rows)
+                        } catch { throw refusal(error, t, p.plan.columns, p.key.map(\.name), batch, target) }
+                        count(t, batch.count)
+                    case .partialUpserts(let t, let names, let batch):
+                        let p = try planned(t)
+                        do {
+                            let at = try names.map { n in
+                                guard let i = p.plan.columns.firstIndex(where: { $0.name == n }) else { throw FerryError.columnNotFound(table: t, column: n) }
+                                return i
+                            }
+                            let rows = try CopyEngine.convert(batch, Self.conversions(p.plan, of: at), columns: at.map { p.plan.columns[$0] })
+                            _ = try target.upsertRows(into: p.into, columns: at.map { p.plan.targetSchema.columns[$0] }, key: p.key.map(\.name), rows: rows)
+                        } catch { throw refusal(error, t, names.compactMap { p.plan.sourceSchema.column(named: $0) }, p.key.map(\.name), batch, target) }
+                        count(t, batch.count)
+                    case .updates(let t, let names, let batch):
+                        let p = try planned(t)
+                        do {
+                            try applyUpdates(t, names, batch, p.plan, p.into, p.key, target)
+                        } catch { throw refusal(error, t, names.compactMap { p.plan.sourceSchema.column(named: $0) }, p.key.map(\.name), batch, target) }
+                        count(t, batch.count)
+                    case .deletes(let t, let keys):
+                        let p = try planned(t)
+                        do {
+                            let converted = try CopyEngine.convert(keys, p.keyConversions, columns: p.key)
+                            _ = try target.deleteRows(from: p.into, key: p.key, keys: converted)
+                        } catch { throw refusal(error, t, p.key, p.key.map(\.name), keys, target) }
+                        count(t, keys.count)
+                    case .truncate(let tables):
+                        for t in tables {
+                            let p = try planned(t)
+                            try deleteAll(p.into, key: p.key, target)
+                        }
+                    case .commit(let position, _):
+                        inSource = false
+                        lastCommit = position
+                        outcome.transactions += 1
+                        if pendingRows >= options.groupRows { try commitGroup() }
+                    }
+                }
+                try commitGroup()
+            } catch {
+                if open { try? target.rollback() }
+                throw error
+            }
+            if outcome.caughtUp {
+                // The cut-over: the target's next insert gets a value past every replicated one.
+                for t in plan.tables { try target.resetSerial(t.target, schema: plans[t.source]?.into ?? t.targetSchema) }
+            }
+        }
+
+        while true {
+            do {
+                defer { feed.close() }
+                try follow(feed)
+                break
+            } catch let added as ColumnsAdded {
+                let addedColumns = outcome.addedColumns
+                outcome = committed.outcome
+                outcome.addedColumns = addedColumns
+                applied = committed.applied
+                // Nothing of the group in progress was committed: added at the target, then the
+                // stream is read again from the last recorded position with the new columns.
+                progress.note("\(name): \(added.table) changed at the source; adding what it gained and reading again from \(lastRecorded)")
+                plan = try makePlan()
+                try addColumns(plan)
+                feed = try capture.follow(name: name, tables: sources(plan), from: ChangePosition(lastRecorded))
+            }
         }
         outcome.seconds = Date().timeIntervalSince(started)
         return outcome
