@@ -211,12 +211,7 @@ extension SyncFile {
             for (name, columns) in added {
                 guard var t = tables.first(where: { $0.local == name }) else { continue }
                 for c in columns {
-                    var plain = c
-                    plain.isNullable = true
-                    plain.defaultExpression = nil
-                    plain.defaultValue = nil
-                    plain.serial = nil
-                    plain.generated = false
+                    var plain = c.addable
                     let declared = try db.declaredType(for: plain)
                     for table in [t.local, Self.base(t.local), Self.pushed(t.local)] {
                         try db.run("ALTER TABLE \(q(table)) ADD COLUMN \(q(c.name)) \(declared)")

@@ -93,6 +93,18 @@ public struct Column: Hashable, Sendable, Codable {
         if !nativeType.isEmpty, declaredType == nil { c.declaredType = nativeType }
         return c
     }
+
+    /// The column as one added to an existing table gets it: nullable, without default,
+    /// serial or generation.
+    public var addable: Column {
+        var c = self
+        c.isNullable = true
+        c.defaultExpression = nil
+        c.defaultValue = nil
+        c.serial = nil
+        c.generated = false
+        return c
+    }
 }
 
 /// Ways a cast rule asks a reader to read a column instead of by its logical type.

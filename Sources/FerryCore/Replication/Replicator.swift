@@ -124,14 +124,8 @@ public struct Replicator {
                     }
                     let sourceColumn = i < t.columns.count ? t.columns[i] : c
                     // The target's type for it, as a table of that column alone would get it.
-                    var plain = sourceColumn
-                    plain.isNullable = true
-                    plain.defaultExpression = nil
-                    plain.defaultValue = nil
-                    plain.serial = nil
-                    plain.generated = false
                     var alone = t.sourceSchema
-                    alone.columns = [plain]
+                    alone.columns = [sourceColumn.addable]
                     alone.primaryKey = []
                     alone.uniqueKeys = []
                     alone.indexes = []
