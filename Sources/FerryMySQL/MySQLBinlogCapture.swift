@@ -106,6 +106,9 @@ public final class MySQLBinlogCapture: ChangeCapture {
 
     /// Nothing was created at the source.
     public func drop(name: String) throws -> [String] { [] }
+
+    /// InnoDB runs foreign-key actions inside the engine: the binlog has no row of theirs.
+    public var streamsCascadedChanges: Bool { false }
 }
 
 extension MySQLConnection {

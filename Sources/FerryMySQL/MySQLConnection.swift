@@ -229,8 +229,11 @@ public final class MySQLConnection: Connection {
         }
     }
     public func unfreezeWrites() throws { try execute("UNLOCK TABLES") }
-    /// InnoDB checks each statement at once (it cannot defer).
-    public func enforceForeignKeys() throws { try execute("SET SESSION foreign_key_checks = 1") }
+    /// InnoDB checks each statement at once (it cannot defer): keys are turned on only to repeat
+    /// cascades the source's stream leaves out.
+    public func prepareToApplyChanges(repeatingCascades: Bool) throws {
+        if repeatingCascades { try execute("SET SESSION foreign_key_checks = 1") }
+    }
     /// The dialect for digest SQL over `table`: which of its columns already hold UTF-8.
     private func digestDialect(_ table: TableSchema) throws -> MySQLDialect {
         var d = myDialect

@@ -195,7 +195,13 @@ public final class PostgresConnection: Connection {
 
     // MARK: Transactions
 
-    public func begin() throws { try execute("BEGIN") }
+    public func begin() throws {
+        try execute("BEGIN")
+        if applyingChanges { try execute("SET CONSTRAINTS ALL DEFERRED") }
+    }
+    /// A replica's transactions check their (deferrable) foreign keys at commit.
+    private var applyingChanges = false
+    public func prepareToApplyChanges(repeatingCascades: Bool) throws { applyingChanges = true }
     public func beginSnapshot() throws {
         try execute("BEGIN ISOLATION LEVEL REPEATABLE READ READ ONLY")
         inReadSnapshot = true

@@ -12,6 +12,7 @@ public struct PostgresDialect: Dialect {
     public var upsertSyntax: UpsertSyntax { .onConflict }
     public var enumSyntax: EnumSyntax { .namedType }
     public var identitySyntax: IdentitySyntax { .generatedByDefault }
+    public var deferrableForeignKeys: Bool { true }
 
     /// Quotes a string literal with standard_conforming_strings semantics (the session sets it on).
     public func literal(_ text: String) -> String {

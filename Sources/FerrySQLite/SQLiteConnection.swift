@@ -207,12 +207,12 @@ public final class SQLiteConnection: Connection {
         try execute("BEGIN IMMEDIATE")
         // Checked at commit: a replica's batches keep each source transaction whole, not the
         // order of its statements.
-        if enforcingForeignKeys { try execute("PRAGMA defer_foreign_keys = ON") }
+        if applyingChanges { try execute("PRAGMA defer_foreign_keys = ON") }
     }
-    private var enforcingForeignKeys = false
-    public func enforceForeignKeys() throws {
-        try execute("PRAGMA foreign_keys = ON")
-        enforcingForeignKeys = true
+    private var applyingChanges = false
+    public func prepareToApplyChanges(repeatingCascades: Bool) throws {
+        if repeatingCascades { try execute("PRAGMA foreign_keys = ON") }
+        applyingChanges = true
     }
     /// A deferred transaction: its first read takes the snapshot that every later read sees
     /// (in WAL mode; in rollback-journal mode its shared lock keeps writers out meanwhile).

@@ -81,6 +81,13 @@ public protocol ChangeCapture: AnyObject {
     func drop(name: String) throws -> [String]
     /// Where the source's changes for capture `name` stand now: what `--until-caught-up` waits for.
     func currentPosition(name: String) throws -> ChangePosition
+    /// False where rows that foreign-key actions (ON DELETE CASCADE, SET NULL) change at the
+    /// source are not in the stream (MariaDB's binlog): the target's own keys must repeat them.
+    var streamsCascadedChanges: Bool { get }
+}
+
+extension ChangeCapture {
+    public var streamsCascadedChanges: Bool { true }
 }
 
 /// Thrown by a feed when a followed table gained columns at the source since the feed was

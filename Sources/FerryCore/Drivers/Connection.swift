@@ -190,12 +190,14 @@ public protocol Connection: AnyObject {
     /// followed. Default: refused (the engine cannot).
     func addColumn(_ column: Column, default: ColumnDefault?, to table: TableName) throws
 
-    /// From now on, this connection's writes are checked against the database's foreign keys
-    /// and run their actions (ON DELETE CASCADE, SET NULL) as an application's writes do, the
-    /// checks at each commit where the engine can defer them: what a replica applies, where the
-    /// source's stream leaves cascaded changes out (MariaDB's binlog). Default: nothing (the
-    /// engine always enforces them).
-    func enforceForeignKeys() throws
+    /// From now on this connection applies a replica's changes: each transaction it begins
+    /// checks foreign keys at its commit where the engine can defer them (PostgreSQL: the keys
+    /// Ferry creates are DEFERRABLE; SQLite: `defer_foreign_keys`), since a source's changes
+    /// hold its keys at its commits, not always statement by statement (a SQLite source's
+    /// window). With `repeatingCascades` the target's foreign keys are enforced and run their
+    /// actions (ON DELETE CASCADE, SET NULL) — for a source whose stream leaves cascaded changes
+    /// out (MariaDB's binlog); otherwise they stay as the copy left them. Default: nothing.
+    func prepareToApplyChanges(repeatingCascades: Bool) throws
 
     /// This source's change capture (`ChangeCapture`: what `ferry replicate` follows), or nil
     /// where the engine has none (the default). It opens what it needs beside this connection.
@@ -262,7 +264,7 @@ extension Connection {
     public var capabilities: Capabilities { .all }
     public func databaseIdentity() throws -> String? { nil }
     public func changeCapture() throws -> (any ChangeCapture)? { nil }
-    public func enforceForeignKeys() throws {}
+    public func prepareToApplyChanges(repeatingCascades: Bool) throws {}
     public func addColumn(_ column: Column, default: ColumnDefault?, to table: TableName) throws {
         throw FerryError.invalidOption("\(endpoint.redacted) cannot add the column \(column.name) to \(table): add it yourself and run again")
     }

@@ -62,6 +62,10 @@ public protocol Dialect: Sendable {
     var foreignKeysNeedEqualTypes: Bool { get }
     /// The referential actions a foreign key may declare here.
     var referentialActions: Set<ReferentialAction> { get }
+    /// True where a foreign key Ferry creates is declared DEFERRABLE (checked at once, as any
+    /// other, unless a transaction defers it): a replica's transaction can then check its keys
+    /// at commit (PostgreSQL).
+    var deferrableForeignKeys: Bool { get }
     /// The SQL of a default for a column of `type` on this engine; nil when the engine cannot
     /// express it for that type (reported, never guessed). Expressions are the caller's
     /// business (kept only between databases of one engine).
@@ -126,6 +130,7 @@ extension Dialect {
     public var maxIdentifierLength: Int { 63 }
     public var foreignKeysNeedEqualTypes: Bool { false }
     public var referentialActions: Set<ReferentialAction> { Set(ReferentialAction.allCases) }
+    public var deferrableForeignKeys: Bool { false }
 
     /// Literals as literals (booleans as `TRUE`/`FALSE`, or `1`/`0` for an integer column);
     /// current date and time by their SQL-standard names, for a column of a matching type.

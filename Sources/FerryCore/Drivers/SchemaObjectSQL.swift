@@ -23,6 +23,7 @@ public enum SchemaObjectSQL {
         s += d.quote(fk.referencedTable) + " (" + fk.referencedColumns.map { d.quote($0) }.joined(separator: ", ") + ")"
         if fk.onDelete != .noAction { s += " ON DELETE " + fk.onDelete.rawValue }
         if fk.onUpdate != .noAction { s += " ON UPDATE " + fk.onUpdate.rawValue }
+        if d.deferrableForeignKeys { s += " DEFERRABLE" }
         return s
     }
 

@@ -14,8 +14,11 @@ public struct Replicator {
         /// Stop once everything the source had committed when following began is applied, and
         /// move the target's serial counters past the values replicated (the cut-over step).
         public var untilCaughtUp = false
-        /// Source transactions are grouped into one target transaction up to this many rows.
+        /// Source transactions are grouped into one target transaction up to this many rows,
+        /// and this many writes (a write is a statement or more at the target: many small
+        /// source transactions must not make one target transaction hold a lock per write).
         public var groupRows = 20_000
+        public var groupWrites = 200
         /// Start following again from a new position, the target brought to the source's
         /// snapshot there by a mirror (moving only what differs) instead of a full copy: after
         /// the source lost the recorded position (binlog purged, slot dropped).
@@ -187,10 +190,10 @@ public struct Replicator {
             outcome.position = position.text
             progress.note("\(name): \(options.resync ? "mirrored: \(summary.totalRows) rows written" : "copied \(summary.totalRows) rows"); following from \(position)")
         }
-        // The target's foreign keys hold at each commit and run their actions: a MariaDB
-        // source's cascades are not in its binlog, only the target's own keys repeat them.
+        // The target's foreign keys hold at each commit; a MariaDB source's cascades are not
+        // in its binlog, so the target's own keys repeat them.
         do {
-            try target.enforceForeignKeys()
+            try target.prepareToApplyChanges(repeatingCascades: !capture.streamsCascadedChanges)
         } catch {
             feed.close()
             throw error
@@ -227,7 +230,7 @@ public struct Replicator {
             }
 
             var open = false, inSource = false
-            var pendingRows = 0
+            var pendingRows = 0, pendingWrites = 0
             var lastCommit: ChangePosition?
             func commitGroup() throws {
                 guard open else { return }
@@ -240,10 +243,12 @@ public struct Replicator {
                 committed = (outcome, applied)
                 open = false
                 pendingRows = 0
+                pendingWrites = 0
                 if let p = lastCommit { try feed.confirm(p) }
             }
             func count(_ t: TableName, _ n: Int) {
                 pendingRows += n
+                pendingWrites += 1
                 applied += Int64(n)
                 outcome.rowsApplied += Int64(n)
                 outcome.rowsByTable[t.description, default: 0] += Int64(n)
@@ -310,7 +315,7 @@ public struct Replicator {
                         inSource = false
                         lastCommit = position
                         outcome.transactions += 1
-                        if pendingRows >= options.groupRows { try commitGroup() }
+                        if pendingRows >= options.groupRows || pendingWrites >= options.groupWrites { try commitGroup() }
                     }
                 }
                 try commitGroup()
