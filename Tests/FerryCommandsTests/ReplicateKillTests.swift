@@ -244,7 +244,13 @@ final class ReplicateKillTests: XCTestCase {
         let final = try target.run(Self.invariant).split(whereSeparator: { $0 == "|" || $0 == "\t" || $0.isWhitespace }).map(String.init)
         XCTAssertEqual(final, ["0", "0"])
         outcomes["target samples taken"] = samples
-        _ = try? ferry(["replicate", source.url, target.url, "--drop"])
+        // Dropped once the server has let go of the last killed follower's connection.
+        var dropped = try ferry(["replicate", source.url, target.url, "--drop"])
+        for _ in 0..<40 where dropped.code != 0 {
+            Thread.sleep(forTimeInterval: 0.5)
+            dropped = try ferry(["replicate", source.url, target.url, "--drop"])
+        }
+        XCTAssertEqual(dropped.code, 0, dropped.err)
         return outcomes
     }
 

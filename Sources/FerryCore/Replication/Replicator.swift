@@ -232,8 +232,44 @@ public struct Replicator {
             var open = false, inSource = false
             var pendingRows = 0, pendingWrites = 0
             var lastCommit: ChangePosition?
+            /// Upserts or deletes of one table gathered across consecutive source transactions
+            /// of the group, written as one: many small transactions cost a write each otherwise.
+            var gathered: (deletes: Bool, table: TableName, batch: RowBatch)?
+            func writeGathered() throws {
+                guard let g = gathered else { return }
+                gathered = nil
+                let p = try planned(g.table)
+                if g.deletes {
+                    do {
+                        let converted = try CopyEngine.convert(g.batch, p.keyConversions, columns: p.key)
+                        _ = try target.deleteRows(from: p.into, key: p.key, keys: converted)
+                    } catch { throw refusal(error, g.table, p.key, p.key.map(\.name), g.batch, target) }
+                } else {
+                    // A key written twice keeps its last row (the order of the source's writes).
+                    let batch = Self.lastRowPerKey(
+                        g.batch, keyAt: p.key.compactMap { k in p.plan.columns.firstIndex { $0.name == k.name } }, types: p.plan.columns.map(\.logicalType))
+                    do {
+                        let rows = try CopyEngine.convert(batch, p.plan.conversions, columns: p.plan.columns)
+                        _ = try target.upsertRows(into: p.into, columns: p.plan.targetSchema.columns, key: p.key.map(\.name), rows: rows)
+                    } catch { throw refusal(error, g.table, p.plan.columns, p.key.map(\.name), batch, target) }
+                }
+                pendingWrites += 1
+            }
+            /// Adds rows to what is gathered, written first when it is another table or kind.
+            func gather(deletes: Bool, _ t: TableName, _ batch: RowBatch) throws {
+                if var g = gathered, g.deletes == deletes, g.table == t, g.batch.count + batch.count <= 8192 {
+                    gathered = nil
+                    g.batch.append(contentsOf: batch)
+                    gathered = g
+                } else {
+                    try writeGathered()
+                    gathered = (deletes, t, batch)
+                }
+                count(t, batch.count)
+            }
             func commitGroup() throws {
                 guard open else { return }
+                try writeGathered()
                 if let p = lastCommit {
                     try record("following", p.text, applied: applied)
                     outcome.position = p.text
@@ -248,7 +284,6 @@ public struct Replicator {
             }
             func count(_ t: TableName, _ n: Int) {
                 pendingRows += n
-                pendingWrites += 1
                 applied += Int64(n)
                 outcome.rowsApplied += Int64(n)
                 outcome.rowsByTable[t.description, default: 0] += Int64(n)
@@ -276,13 +311,9 @@ public struct Replicator {
                         }
                         inSource = true
                     case .upserts(let t, let batch):
-                        let p = try planned(t)
-                        do {
-                            let rows = try CopyEngine.convert(batch, p.plan.conversions, columns: p.plan.columns)
-                            _ = try target.upsertRows(into: p.into, columns: p.plan.targetSchema.columns, key: p.key.map(\.name), rows: rows)
-                        } catch { throw refusal(error, t, p.plan.columns, p.key.map(\.name), batch, target) }
-                        count(t, batch.count)
+                        try gather(deletes: false, t, batch)
                     case .partialUpserts(let t, let names, let batch):
+                        try writeGathered()
                         let p = try planned(t)
                         do {
                             let at = try names.map { n in
@@ -293,20 +324,19 @@ public struct Replicator {
                             _ = try target.upsertRows(into: p.into, columns: at.map { p.plan.targetSchema.columns[$0] }, key: p.key.map(\.name), rows: rows)
                         } catch { throw refusal(error, t, names.compactMap { p.plan.sourceSchema.column(named: $0) }, p.key.map(\.name), batch, target) }
                         count(t, batch.count)
+                        pendingWrites += 1
                     case .updates(let t, let names, let batch):
+                        try writeGathered()
                         let p = try planned(t)
                         do {
                             try applyUpdates(t, names, batch, p.plan, p.into, p.key, target)
                         } catch { throw refusal(error, t, names.compactMap { p.plan.sourceSchema.column(named: $0) }, p.key.map(\.name), batch, target) }
                         count(t, batch.count)
+                        pendingWrites += 1
                     case .deletes(let t, let keys):
-                        let p = try planned(t)
-                        do {
-                            let converted = try CopyEngine.convert(keys, p.keyConversions, columns: p.key)
-                            _ = try target.deleteRows(from: p.into, key: p.key, keys: converted)
-                        } catch { throw refusal(error, t, p.key, p.key.map(\.name), keys, target) }
-                        count(t, keys.count)
+                        try gather(deletes: true, t, keys)
                     case .truncate(let tables):
+                        try writeGathered()
                         for t in tables {
                             let p = try planned(t)
                             try deleteAll(p.into, key: p.key, target)
@@ -349,6 +379,19 @@ public struct Replicator {
         }
         outcome.seconds = Date().timeIntervalSince(started)
         return outcome
+    }
+
+    /// `batch` with only the last row of each key (at `keyAt`), in their order: upserts
+    /// gathered from several source transactions, where a later row of a key replaces an
+    /// earlier one (one statement may not write a key twice on PostgreSQL).
+    static func lastRowPerKey(_ batch: RowBatch, keyAt: [Int], types: [LogicalType]) -> RowBatch {
+        guard batch.count > 1, !keyAt.isEmpty else { return batch }
+        var last: [[Value]: Int] = [:]
+        for r in 0..<batch.count {
+            last[keyAt.map { Value(column: batch.columns[$0], row: r, type: types[$0]) }] = r
+        }
+        guard last.count < batch.count else { return batch }
+        return batch.selecting(last.values.sorted())
     }
 
     /// `plan`'s conversions of the read columns at `indexes`, renumbered for a batch of those
