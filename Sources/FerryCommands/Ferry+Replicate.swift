@@ -85,8 +85,11 @@ extension Ferry {
         @Flag(name: .long, help: "Follow again from a new source position after the source lost the recorded one (binlog purged, slot dropped): the target is mirrored to the new snapshot (only what differs moves), then followed.")
         var resync = false
 
-        @Flag(name: .long, help: "Show where this replica stands, and change nothing.")
+        @Flag(name: .long, help: "Show where this replica stands (its position, the source's, how far behind, what the source keeps for it), and change nothing.")
         var status = false
+
+        @Option(name: .long, help: "With --status: warn when the source keeps more than this for the replica (a PostgreSQL slot's WAL), e.g. 512MB, 1GB (default 1GB).")
+        var maxRetained: ByteSize = ByteSize(bytes: 1 << 30)
 
         @Flag(name: .long, help: "Remove what Ferry made at the source for this replica (slot, publication) and its record in the target.")
         var drop = false
@@ -119,7 +122,12 @@ extension Ferry {
             let name = Replicator.captureName(source: sourceEndpoint, target: targetEndpoint)
             let targetConnection = try registry.connect(targetEndpoint, role: .target)
             defer { targetConnection.close() }
-            if status { return try showStatus(name, targetConnection) }
+            if status {
+                // The source's side is shown where it can be reached; the target's record always.
+                let source = Result { try registry.connect(sourceEndpoint, role: .source) }
+                defer { if case .success(let s) = source { s.close() } }
+                return try showStatus(name, targetConnection, source)
+            }
             let sourceConnection = try registry.connect(sourceEndpoint, role: .source)
             defer { sourceConnection.close() }
             if drop { return try dropReplica(name, sourceConnection, targetConnection) }
@@ -148,15 +156,44 @@ extension Ferry {
             }
         }
 
-        func showStatus(_ name: String, _ target: any Connection) throws {
+        struct Status: Encodable {
+            var replica: ReplicationState.Row
+            var lag: ChangeLag?
+            var lagSeconds: Double?
+            var sourceError: String?
+            var warning: String?
+        }
+
+        func showStatus(_ name: String, _ target: any Connection, _ source: Result<any Connection, any Error>) throws {
             guard let row = try ReplicationState.read(target, name: name) else {
                 if output.json { try Console.json(["replica": name, "state": "none"]) } else { Console.out("no replica of this source in this target (\(name))") }
                 throw ExitCode(ExitStatus.failed.rawValue)
             }
-            if output.json { return try Console.json(row) }
+            var status = Status(replica: row)
+            do {
+                let s = try source.get()
+                guard let capture = try s.changeCapture() else { throw FerryError.invalidOption("\(s.endpoint.redacted) has no change capture") }
+                if row.phase == "following" {
+                    let lag = try capture.lag(name: name, from: ChangePosition(row.position))
+                    status.lag = lag
+                    // Behind: at most the time since the replica last applied a transaction.
+                    status.lagSeconds = lag.behind == 0 ? 0 : ISOTime.date(row.updatedAt).map { max(0, Date().timeIntervalSince($0)) }
+                    if let kept = lag.retainedBytes, kept > maxRetained.bytes {
+                        status.warning = "the source keeps \(ByteSize.text(kept)) of WAL for this replica (more than --max-retained \(ByteSize.text(maxRetained.bytes))): "
+                            + "run it to catch up, or remove it with --drop if it is no longer wanted"
+                    }
+                }
+            } catch {
+                status.sourceError = "\(error)"
+            }
+            if output.json { return try Console.json(status) }
+            let behind = status.lag.map { "\($0.behind) \($0.unit)" + (status.lagSeconds.map { String(format: " (≤ %.0f s)", $0) } ?? "") } ?? "-"
             Console.out(renderColumns(
-                ["replica", "phase", "position", "rows applied", "last applied", "source"],
-                [[row.name, row.phase, row.position, String(row.appliedRows), row.updatedAt, row.source]]))
+                ["replica", "phase", "position", "source at", "behind", "rows applied", "last applied", "source"],
+                [[row.name, row.phase, row.position, status.lag?.sourcePosition ?? "-", behind, String(row.appliedRows), row.updatedAt, row.source]]))
+            if let kept = status.lag?.retainedBytes { Console.out("the source keeps \(ByteSize.text(kept)) for this replica") }
+            if let e = status.sourceError { Console.error("warning: the source could not be asked where it stands: \(e)") }
+            if let w = status.warning { Console.error("warning: \(w)") }
         }
 
         func dropReplica(_ name: String, _ source: any Connection, _ target: any Connection) throws {

@@ -107,6 +107,18 @@ public final class MySQLBinlogCapture: ChangeCapture {
     /// Nothing was created at the source.
     public func drop(name: String) throws -> [String] { [] }
 
+    /// Transactions the server has binlogged since (every database's: the binlog is the
+    /// server's); the server keeps nothing for the replica of its own.
+    public func lag(name: String, from position: ChangePosition) throws -> ChangeLag {
+        guard let recorded = BinlogPosition(position.text), let now = BinlogPosition(try currentPosition(name: name).text) else {
+            throw FerryError.invalidOption("'\(position)' is not a MariaDB binlog position")
+        }
+        let behind = now.gtids.reduce(Int64(0)) { sum, e in
+            sum + Int64(clamping: e.value.sequence) - Int64(clamping: recorded.gtids[e.key]?.sequence ?? 0)
+        }
+        return ChangeLag(sourcePosition: now.description, behind: max(0, behind), unit: "transactions")
+    }
+
     /// InnoDB runs foreign-key actions inside the engine: the binlog has no row of theirs.
     public var streamsCascadedChanges: Bool { false }
 }

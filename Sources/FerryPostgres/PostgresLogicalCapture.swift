@@ -116,6 +116,17 @@ public final class PostgresLogicalCapture: ChangeCapture {
         return ChangePosition(lsn)
     }
 
+    public func lag(name: String, from position: ChangePosition) throws -> ChangeLag {
+        guard PostgresLSN(position.text) != nil else { throw FerryError.invalidOption("'\(position)' is not a PostgreSQL position") }
+        let r = try admin.query(
+            "SELECT pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint, "
+                + "(SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $2)",
+            [position.text, name])
+        guard r.count == 1 else { throw FerryError.invalidOption("\(endpoint.redacted) did not tell its WAL position") }
+        return ChangeLag(sourcePosition: r.string(0, 0), behind: max(0, Int64(r.string(0, 1)) ?? 0), unit: "bytes of WAL",
+                         retainedBytes: r.value(0, 2).flatMap { Int64($0) })
+    }
+
     public func drop(name: String) throws -> [String] {
         try Self.check(name)
         var removed: [String] = []

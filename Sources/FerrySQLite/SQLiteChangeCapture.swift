@@ -114,6 +114,19 @@ public final class SQLiteChangeCapture: ChangeCapture {
         return removed
     }
 
+    /// Log entries past the recorded one (the log holds them, and those not yet pruned).
+    public func lag(name: String, from position: ChangePosition) throws -> ChangeLag {
+        guard let seq = Int64(position.text) else { throw FerryError.invalidOption("'\(position)' is not a SQLite change log position") }
+        let log = try Self.names(name).log
+        let q = db.dialect.quote(log)
+        guard try db.tableExists(TableName(log)) else {
+            throw FerryError.invalidOption("\(endpoint.redacted) has no change log \(log) any more: the position Ferry recorded cannot be followed; start again with --resync")
+        }
+        var behind: Int64 = 0
+        if case .int(let n) = try db.query("SELECT count(*) FROM \(q) WHERE seq > ?1", [.int(seq)]).first?.first ?? .null { behind = n }
+        return ChangeLag(sourcePosition: String(try Self.last(db, log: log)), behind: behind, unit: "changes")
+    }
+
     public func currentPosition(name: String) throws -> ChangePosition {
         ChangePosition(String(try Self.last(db, log: try Self.names(name).log)))
     }

@@ -134,7 +134,9 @@ final class ReplicateTests: XCTestCase {
 
         let status = try ferry(["replicate", src, lite, "--status"])
         XCTAssertEqual(status.code, 0, status.err)
-        XCTAssertTrue(status.out.contains("following"), status.out)
+        XCTAssertTrue(status.out.contains("following") && status.out.contains("bytes of WAL"), status.out)
+        let tight = try ferry(["replicate", src, dst, "--status", "--max-retained", "1B"])
+        XCTAssertTrue(tight.err.contains("--max-retained"), tight.err)
         XCTAssertFalse(status.out.contains(try Endpoint(parsing: String(src)).password ?? "no password"), "a password in the status")
 
         for target in [lite, dst, my] {
@@ -375,6 +377,7 @@ final class ReplicateTests: XCTestCase {
 
         let status = try ferry(["replicate", src, lite, "--status"])
         XCTAssertEqual(status.code, 0, status.err)
+        XCTAssertTrue(status.out.contains("transactions"), status.out)
         XCTAssertFalse(status.out.contains(try Endpoint(parsing: src).password ?? "no password"), "a password in the status")
         for target in [lite, pg] {
             let dropped = try ferry(["replicate", src, target, "--drop"])

@@ -81,6 +81,9 @@ public protocol ChangeCapture: AnyObject {
     func drop(name: String) throws -> [String]
     /// Where the source's changes for capture `name` stand now: what `--until-caught-up` waits for.
     func currentPosition(name: String) throws -> ChangePosition
+    /// How far the source stands past `position` (what the replica recorded), and what the
+    /// source keeps for the replica meanwhile: `ferry replicate --status`.
+    func lag(name: String, from position: ChangePosition) throws -> ChangeLag
     /// False where rows that foreign-key actions (ON DELETE CASCADE, SET NULL) change at the
     /// source are not in the stream (MariaDB's binlog): the target's own keys must repeat them.
     var streamsCascadedChanges: Bool { get }
@@ -97,6 +100,25 @@ public struct ColumnsAdded: Error, CustomStringConvertible {
     public let table: TableName
     public init(table: TableName) { self.table = table }
     public var description: String { "columns were added to \(table) at the source" }
+}
+
+/// Where a source stands beside a replica's recorded position.
+public struct ChangeLag: Codable, Sendable {
+    /// The source's position now.
+    public var sourcePosition: String
+    /// How many changes the replica has still to apply, in the engine's unit, and that unit
+    /// ("bytes of WAL", "transactions", "changes").
+    public var behind: Int64
+    public var unit: String
+    /// Bytes the source keeps for this replica until it confirms them (a PostgreSQL slot's
+    /// WAL); nil where it keeps nothing of its own for it.
+    public var retainedBytes: Int64?
+    public init(sourcePosition: String, behind: Int64, unit: String, retainedBytes: Int64? = nil) {
+        self.sourcePosition = sourcePosition
+        self.behind = behind
+        self.unit = unit
+        self.retainedBytes = retainedBytes
+    }
 }
 
 /// Events a feed decoded and has not handed out yet, oldest first (a feed's buffer).

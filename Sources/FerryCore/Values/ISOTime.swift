@@ -7,4 +7,9 @@ public enum ISOTime {
     public static func string(_ date: Date) -> String {
         date.formatted(Date.ISO8601FormatStyle(includingFractionalSeconds: true))
     }
+
+    /// The time `string` wrote, or nil for other text.
+    public static func date(_ text: String) -> Date? {
+        try? Date.ISO8601FormatStyle(includingFractionalSeconds: true).parse(text)
+    }
 }
