@@ -41,6 +41,22 @@ final class ReplicateTests: XCTestCase {
         return String(decoding: stderr, as: UTF8.self)
     }
 
+    /// A follower (`ferry replicate SRC TARGET OPTIONS`) SIGTERMed while `work` writes at the
+    /// source, then a run until caught up and `ferry verify`: the target equals the source.
+    /// Returns what the follower said.
+    @discardableResult
+    func followStopAndCatchUp(
+        _ src: String, _ target: String, _ options: [String], quietFollower: Bool = true,
+        file: StaticString = #filePath, line: UInt = #line, during work: () throws -> Void
+    ) throws -> String {
+        let said = try stopFollower(["replicate", src, target] + options + (quietFollower ? ["-q"] : []), file: file, line: line, during: work)
+        let caughtUp = try ferry(["replicate", src, target] + options + ["--until-caught-up"])
+        XCTAssertEqual(caughtUp.code, 0, caughtUp.err, file: file, line: line)
+        let verify = try ferry(["verify", src, target] + options)
+        XCTAssertEqual(verify.code, 0, verify.out + verify.err, file: file, line: line)
+        return said
+    }
+
     /// A few source transactions of every kind: parents with their children, a key changed, rows
     /// deleted, a large TOASTed value written and then left unchanged by an update.
     func workload(_ url: String, round: Int) throws {
@@ -107,15 +123,11 @@ final class ReplicateTests: XCTestCase {
 
         // A follower stopped by SIGTERM while the source writes: it exits 0 between source
         // transactions, and the next run resumes where it stopped.
-        try stopFollower(["replicate", src, lite, "--exclude", "nokey", "-q"]) {
+        try followStopAndCatchUp(src, lite, ["--exclude", "nokey"]) {
             try workload(src, round: 2)
             Thread.sleep(forTimeInterval: 1)
             try workload(src, round: 3)
         }
-        let caughtUp = try ferry(["replicate", src, lite, "--exclude", "nokey", "--until-caught-up"])
-        XCTAssertEqual(caughtUp.code, 0, caughtUp.err)
-        let verify = try ferry(["verify", src, lite, "--exclude", "nokey"])
-        XCTAssertEqual(verify.code, 0, verify.out + verify.err)
 
         // The cut-over: the target's next serial value is past every replicated one.
         let pgCaughtUp = try ferry(["replicate", src, dst, "--exclude", "nokey", "--until-caught-up", "-q"])
@@ -214,14 +226,11 @@ final class ReplicateTests: XCTestCase {
         XCTAssertEqual(try psql(String(pg), "SELECT count(*) FROM customer WHERE id = 2001;").trimmingCharacters(in: .whitespacesAndNewlines), "0")
 
         // A follower stopped by SIGTERM while the file is written.
-        try stopFollower(["replicate", src, String(pg), "-q"]) {
+        try followStopAndCatchUp(src, String(pg), []) {
             try sqliteWorkload(path, round: 2)
             Thread.sleep(forTimeInterval: 1)
             try sqliteWorkload(path, round: 3)
         }
-        let caughtUp = try ferry(["replicate", src, String(pg), "--until-caught-up"])
-        XCTAssertEqual(caughtUp.code, 0, caughtUp.err)
-        XCTAssertEqual(try ferry(["verify", src, String(pg)]).code, 0)
         // The cut-over: the target's next identity value is past the source's rows.
         let sourceMax = Int(try ExternalTool.run(["sqlite3", path], input: "SELECT max(id) FROM orders;\n").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
         let next = try psql(String(pg), "INSERT INTO orders (customer_id) VALUES (1) RETURNING id;").trimmingCharacters(in: .whitespacesAndNewlines)
@@ -344,15 +353,11 @@ final class ReplicateTests: XCTestCase {
         XCTAssertEqual(try psql(pg, "SELECT count(*) FROM orders WHERE customer_id = 21;").trimmingCharacters(in: .whitespacesAndNewlines), "0")
 
         // A follower stopped by SIGTERM while the source writes.
-        try stopFollower(["replicate", src, pg, "--exclude", "nokey", "-q"]) {
+        try followStopAndCatchUp(src, pg, ["--exclude", "nokey"]) {
             try mariadbWorkload(src, round: 2)
             Thread.sleep(forTimeInterval: 1)
             try mariadbWorkload(src, round: 3)
         }
-        let caughtUp = try ferry(["replicate", src, pg, "--exclude", "nokey", "--until-caught-up"])
-        XCTAssertEqual(caughtUp.code, 0, caughtUp.err)
-        let verify = try ferry(["verify", src, pg, "--exclude", "nokey"])
-        XCTAssertEqual(verify.code, 0, verify.out + verify.err)
         // The cut-over: the target's next serial value is past every replicated one.
         let sourceMax = Int(try mariadb(src, "SELECT max(id) FROM orders;").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0
         let next = try psql(pg, "INSERT INTO orders (customer_id) VALUES (1) RETURNING id;").trimmingCharacters(in: .whitespacesAndNewlines)
@@ -423,7 +428,7 @@ final class ReplicateTests: XCTestCase {
             XCTAssertEqual(first.code, 0, first.err)
             // While a follower runs: rows before the column, the column added with a default,
             // rows after it (the follower meets the change in its stream).
-            let followed = try stopFollower(["replicate", p.source, p.target, "--tables", p.table]) {
+            let followed = try followStopAndCatchUp(p.source, p.target, ["--tables", p.table], quietFollower: false) {
                 try p.write("INSERT INTO \(p.table) (id, name) VALUES (6001, 'before');\nUPDATE \(p.table) SET name = 'changed before' WHERE id = 2;")
                 Thread.sleep(forTimeInterval: 1.5)
                 try p.write("""
@@ -435,10 +440,6 @@ final class ReplicateTests: XCTestCase {
                 Thread.sleep(forTimeInterval: 2)
             }
             XCTAssertTrue(followed.contains("changed at the source") && followed.contains("added it to"), followed)
-            let caughtUp = try ferry(["replicate", p.source, p.target, "--tables", p.table, "--until-caught-up"])
-            XCTAssertEqual(caughtUp.code, 0, caughtUp.err)
-            let verify = try ferry(["verify", p.source, p.target, "--tables", p.table])
-            XCTAssertEqual(verify.code, 0, verify.out + verify.err)
             // Added while no follower ran, and refused by --on-schema-change fail.
             try p.write("ALTER TABLE \(p.table) ADD COLUMN remark TEXT;\nUPDATE \(p.table) SET remark = 'r' WHERE id = 5;")
             let refused = try ferry(["replicate", p.source, p.target, "--tables", p.table, "--until-caught-up", "--on-schema-change", "fail"])
