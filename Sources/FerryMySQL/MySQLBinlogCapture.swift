@@ -163,7 +163,7 @@ struct BinlogPosition: CustomStringConvertible {
 
     /// The GTID list as MariaDB writes it (`@@gtid_binlog_pos`), by domain.
     var gtidText: String {
-        gtids.keys.sorted().map { d in "\(d)-\(gtids[d]!.server)-\(gtids[d]!.sequence)" }.joined(separator: ",")
+        gtids.sorted { $0.key < $1.key }.map { d, g in "\(d)-\(g.server)-\(g.sequence)" }.joined(separator: ",")
     }
 
     var description: String { "\(gtidText)@\(file):\(offset)" }

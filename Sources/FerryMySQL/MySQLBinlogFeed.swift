@@ -368,7 +368,8 @@ final class MySQLBinlogFeed: ChangeFeed {
 
     private func same(_ a: BinlogTableMap.Field, _ b: BinlogTableMap.Field, _ data: UnsafeRawBufferPointer) -> Bool {
         guard a.isNull == b.isNull, a.count == b.count else { return false }
-        return a.isNull || memcmp(data.baseAddress! + a.at, data.baseAddress! + b.at, a.count) == 0
+        if a.isNull { return true }
+        return data[a.at..<(a.at + a.count)].elementsEqual(data[b.at..<(b.at + b.count)])
     }
 
     private func upsert(_ fields: [BinlogTableMap.Field], _ data: UnsafeRawBufferPointer, _ m: Mapped) throws {
