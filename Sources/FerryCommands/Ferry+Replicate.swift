@@ -36,7 +36,14 @@ extension Ferry {
                 FULL) read as a replica reads it, from GTIDs, by a user with REPLICATION SLAVE and
                 BINLOG MONITOR. Nothing is created at the source. Cascading foreign-key actions are
                 not in the binlog: the target's own keys (created by the initial copy with their
-                actions) repeat them. The service and plugins as sources come next.
+                actions) repeat them.
+
+                Through ferry serve (or a plugin that declares change-feed and replica-apply):
+                the service makes the capture at the database it serves (a manage token, or any
+                token with ferry serve --allow-feed) and sends its stream a page at a time; as a
+                target it applies each transaction of every table, with the replica's record,
+                in one transaction of its database (a write token; the initial copy's replace
+                needs a manage token).
 
                 A source that no longer holds the recorded position (binlog purged, slot dropped)
                 stops with one line: --resync mirrors the target to a new snapshot of the source,
@@ -50,6 +57,8 @@ extension Ferry {
                   ferry replicate sqlite:app.db postgres://dba@db/app --until-caught-up
                   ferry replicate mysql://repl@db/shop postgres://dba@pg/shop --until-caught-up
                   ferry replicate mysql://repl@db/shop postgres://dba@pg/shop --resync
+                  ferry replicate http://:$(cat tokens.txt)@db:8080/ sqlite:shop.db --until-caught-up
+                  ferry replicate postgres://dba@db/shop http://:$(cat tokens.txt)@edge:8080/
                 """)
 
         @Argument(help: "The database to follow (URL).")
@@ -165,7 +174,7 @@ extension Ferry {
         }
 
         func showStatus(_ name: String, _ target: any Connection, _ source: Result<any Connection, any Error>) throws {
-            guard let row = try ReplicationState.read(target, name: name) else {
+            guard let row = try target.replicaStates().read(name) else {
                 if output.json { try Console.json(["replica": name, "state": "none"]) } else { Console.out("no replica of this source in this target (\(name))") }
                 throw ExitCode(ExitStatus.failed.rawValue)
             }
@@ -201,7 +210,7 @@ extension Ferry {
             if let capture = try source.changeCapture() {
                 removed += try capture.drop(name: name).map { "\($0) at \(source.endpoint.redacted)" }
             }
-            if try ReplicationState.remove(target, name: name) { removed.append("the record of \(name) in \(target.endpoint.redacted)") }
+            if try target.replicaStates().remove(name) { removed.append("the record of \(name) in \(target.endpoint.redacted)") }
             if output.json { return try Console.json(["removed": removed]) }
             Console.out(removed.isEmpty ? "nothing to remove for \(name)" : "removed " + removed.joined(separator: ", "))
         }

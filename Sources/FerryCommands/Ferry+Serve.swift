@@ -24,6 +24,7 @@ extension Ferry {
                   openssl rand -hex 24 > tokens.txt
                   ferry serve sqlite:samples/chinook.sqlite --listen 127.0.0.1:8080 --token-file tokens.txt
                   ferry copy http://:$(cat tokens.txt)@127.0.0.1:8080/ sqlite:chinook-copy.db
+                  ferry replicate http://:$(cat tokens.txt)@127.0.0.1:8080/ sqlite:replica.db --until-caught-up
                   ferry serve postgres://app@db/shop --token-file admin.txt --write-token-file laptops.txt
                   ferry serve postgres://app@db/shop --listen 0.0.0.0:8443 --token-file rw.txt \\
                       --read-only-token-file ro.txt --tables artist,album --tls-cert cert.pem --tls-key key.pem
@@ -79,6 +80,11 @@ extension Ferry {
             return host.isEmpty ? nil : (host, port)
         }
 
+        @Flag(name: .long, help: ArgumentHelp(
+            "Let any token start and remove change feeds (ferry replicate from this service).",
+            discussion: "A feed keeps WAL (a PostgreSQL slot), binlog reads or a change log at the served database until it is removed; without this flag only manage tokens may start one. Any token may read a feed once it exists."))
+        var allowFeed = false
+
         @Option(name: .long, help: ArgumentHelp("File whose first line is the served database's password (else PGPASSWORD/.pgpass, MYSQL_PWD).", valueName: "file"))
         var passwordFile: String?
 
@@ -89,9 +95,11 @@ extension Ferry {
             let endpoint = parsed
             let registry = Ferry.registry
             // Open once now: a wrong URL fails before the service starts.
-            try registry.connect(endpoint, role: tokenFile == nil && writeTokenFile == nil ? .source : .target).close()
+            let probe = try registry.connect(endpoint, role: tokenFile == nil && writeTokenFile == nil ? .source : .target)
+            let followable = (try? probe.changeCapture()) != nil
+            probe.close()
             guard let (host, port) = parseListen() else { throw FerryError.invalidOption("--listen must be HOST:PORT") }
-            let config = ServerConfiguration(
+            var config = ServerConfiguration(
                 database: endpoint, registry: registry,
                 readWriteTokens: try tokenFile.map { try ServerConfiguration.tokens(fromFile: $0) } ?? [],
                 readOnlyTokens: try readOnlyTokenFile.map { try ServerConfiguration.tokens(fromFile: $0) } ?? [],
@@ -99,6 +107,9 @@ extension Ferry {
                 tables: tables.flatMap { $0.split(separator: ",") }.map { TableName(parsing: String($0)) },
                 host: host, port: port, tlsCertificate: tlsCert, tlsKey: tlsKey, maxBodyBytes: maxBodyMb << 20,
                 maxLoadBytes: maxLoadMb << 20)
+            config.allowFeed = allowFeed
+            config.followable = followable
+            let scheme = config.tlsCertificate == nil ? "http" : "https"
             if config.exposedWithoutTLS {
                 Console.error("ferry: warning: listening on \(host) without TLS: tokens and data cross the network in clear text; use --tls-cert and --tls-key")
             }
@@ -106,7 +117,7 @@ extension Ferry {
             logger.logLevel = .info
             let service = XMLService(configuration: config)
             let app = try service.application(logger: logger) { bound in
-                Console.error("ferry: serving \(endpoint) on \(config.tlsCertificate == nil ? "http" : "https")://\(host):\(bound)/")
+                Console.error("ferry: serving \(endpoint) on \(scheme)://\(host):\(bound)/")
             }
             let failure = Locked<(any Error)?>(nil)
             let done = DispatchSemaphore(value: 0)

@@ -1,5 +1,6 @@
 import FerryCore
 import FerryService
+import FerryXML
 import Foundation
 import Hummingbird
 
@@ -38,11 +39,12 @@ struct AuthMiddleware: RouterMiddleware {
         return diff == 0
     }
 
-    /// Requests a read token may make besides GET and HEAD: holding and releasing a read snapshot.
+    /// Requests a read token may make besides GET and HEAD: those of `ProtocolRoute.isRead`
+    /// (holding and releasing a read snapshot; starting and removing a change feed, which
+    /// their handler allows to a manage token or with `--allow-feed`).
     static func isRead(_ request: Request) -> Bool {
         if request.method == .get || request.method == .head { return true }
-        let path = request.uri.path
-        return (request.method == .post && path == "/v1/snapshots") || (request.method == .delete && path.hasPrefix("/v1/snapshots/"))
+        return ProtocolRoute.match(method: request.method.rawValue, path: request.uri.path)?.route.isRead ?? false
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {

@@ -40,6 +40,11 @@ public struct ServerConfiguration: Sendable {
     public var maxSnapshots = 16
     public var snapshotIdleSeconds: Double = 300
     public var snapshotLifetimeSeconds: Double = 3_600
+    /// Any token may start and remove a change feed (`--allow-feed`), not only manage tokens.
+    public var allowFeed = false
+    /// The served database has a change capture (PostgreSQL, MariaDB, SQLite): the service
+    /// announces `change-feed`.
+    public var followable = true
 
     public init(
         database: Endpoint, registry: DriverRegistry, readWriteTokens: [String], readOnlyTokens: [String] = [],
@@ -87,7 +92,9 @@ public struct ServerConfiguration: Sendable {
             maxSnapshots: maxSnapshots, snapshotIdleSeconds: snapshotIdleSeconds, snapshotLifetimeSeconds: snapshotLifetimeSeconds,
             name: "ferry serve", version: ServerConfiguration.version,
             // Served with read-only tokens only: nothing can be written through it.
-            capabilities: writable ? .all : Capabilities.all.subtracting([.target, .keyedWrites, .atomicPush]))
+            capabilities: (writable ? .all : Capabilities.all.subtracting([.target, .keyedWrites, .atomicPush, .replicaApply]))
+                .subtracting(followable ? [] : .changeFeed),
+            allowFeed: allowFeed)
     }
 
     /// Ferry's version, as `GET /v1/capabilities` announces it.

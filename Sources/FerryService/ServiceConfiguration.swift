@@ -41,13 +41,17 @@ public struct ServiceConfiguration: Sendable {
     /// The transport keeps each answer's body within windows its client gives (a driver
     /// plugin's pipe: `flow-control="windows"`); HTTP has TCP's own.
     public var windows = false
+    /// Any caller may start and remove a change feed (`ferry serve --allow-feed`); otherwise
+    /// only a manage token: a feed keeps WAL or a log at the served database until removed.
+    public var allowFeed: Bool
 
     public init(
         database: Endpoint, registry: DriverRegistry, writable: Bool, tables: [TableName] = [], maxBodyBytes: Int = 64 << 20, maxLoadBytes: Int = 1 << 30,
         defaultPageRows: Int = 50_000, maxPageRows: Int = 1_000_000, pageBytes: Int = 8 << 20, maxPageBytes: Int = 1 << 30, maxSnapshots: Int = 16,
         snapshotIdleSeconds: Double = 300, snapshotLifetimeSeconds: Double = 3_600, name: String = "ferry", version: String = "",
-        capabilities: Capabilities = .all
+        capabilities: Capabilities = .all, allowFeed: Bool = false
     ) {
+        self.allowFeed = allowFeed
         self.database = database
         self.registry = registry
         self.writable = writable

@@ -60,6 +60,9 @@ public struct ServiceError: Error, Sendable {
     /// Maps any error from the core, a driver or the wire format to a status and code.
     public static func from(_ error: any Error, table: TableName?) -> ServiceError {
         if let e = error as? ServiceError { return e }
+        if let e = error as? ColumnsAdded {
+            return ServiceError(status: 409, code: "columns_added", table: e.table.description, message: e.description)
+        }
         if let e = error as? any DatabaseBusyError, e.isBusy { return .busy("\(error)", table: table) }
         if let e = error as? XMLWireError {
             if case .limitExceeded = e { return ServiceError(status: 413, code: "too_large", table: table?.description, message: e.description) }

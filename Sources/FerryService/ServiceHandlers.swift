@@ -17,6 +17,8 @@ public final class ServiceHandlers: Sendable {
     let snapshots: SnapshotStore
     /// Staging tables created by write tokens, and by which.
     let staging = StagingOwners()
+    /// Change feeds kept open between a client's pages.
+    let feeds = FeedStore()
 
     public init(configuration: ServiceConfiguration) {
         self.configuration = configuration
@@ -29,7 +31,10 @@ public final class ServiceHandlers: Sendable {
     public func startSweeping() { snapshots.startSweeping() }
 
     /// Ends every snapshot held (the service or the plugin is stopping).
-    public func releaseAll() { snapshots.releaseAll() }
+    public func releaseAll() {
+        snapshots.releaseAll()
+        feeds.closeAll()
+    }
 
     /// The answer to `request`: its handler's, or the error document for what it threw (the
     /// details a body never carries go to the request's logger).
@@ -66,6 +71,14 @@ public final class ServiceHandlers: Sendable {
         case .resetSerial: return try await resetSerial(r)
         case .push: return try await push(r)
         case .pushStatus: return try await pushStatus(r)
+        case .startFeed: return try await startFeed(r)
+        case .readFeed: return try await readFeed(r)
+        case .feedPosition: return try await feedPosition(r)
+        case .feedLag: return try await feedLag(r)
+        case .dropFeed: return try await dropFeed(r)
+        case .replicaState: return try await replicaState(r)
+        case .applyReplica: return try await applyReplica(r)
+        case .dropReplica: return try await dropReplica(r)
         }
     }
 

@@ -19,9 +19,12 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
         let gate = DispatchSemaphore(value: 1)
         let created = Date()
         var lastUsed = Date()
-        init(holder: any Connection, exported: String?) {
+        /// Runs once the snapshot has ended (a change feed's start is let go).
+        let onEnd: (@Sendable () -> Void)?
+        init(holder: any Connection, exported: String?, onEnd: (@Sendable () -> Void)? = nil) {
             self.holder = holder
             self.exported = exported
+            self.onEnd = onEnd
         }
     }
 
@@ -59,6 +62,15 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
 
     /// Begins a snapshot on a connection `open` makes; returns its id.
     func create(open: () throws -> any Connection) throws -> String {
+        try create(open: open, begin: { c in
+            try c.beginSnapshot()
+            return try c.exportSnapshot()
+        })
+    }
+
+    /// Begins a snapshot on a connection `open` makes with `begin` (which returns the id other
+    /// connections import it with, if any); `onEnd` runs when it ends. Returns its id.
+    func create(open: () throws -> any Connection, begin: (any Connection) throws -> String?, onEnd: (@Sendable () -> Void)? = nil) throws -> String {
         sweep()
         let full = lock.withLock { entries.count >= maxSnapshots }
         if full {
@@ -67,8 +79,7 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
         let c = try open()
         let exported: String?
         do {
-            try c.beginSnapshot()
-            exported = try c.exportSnapshot()
+            exported = try begin(c)
         } catch {
             try? c.rollback()
             c.close()
@@ -78,7 +89,7 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
         var generator = SystemRandomNumberGenerator()
         for i in bytes.indices { bytes[i] = generator.next() }
         let id = bytes.map { String(format: "%02x", $0) }.joined()
-        lock.withLock { entries[id] = Entry(holder: c, exported: exported) }
+        lock.withLock { entries[id] = Entry(holder: c, exported: exported, onEnd: onEnd) }
         return id
     }
 
@@ -148,6 +159,7 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
             _ = entry.gate.wait(timeout: .now() + 600)
             try? entry.holder.rollback()
             entry.holder.close()
+            entry.onEnd?()
             entry.gate.signal()
         }
     }

@@ -24,6 +24,9 @@ public final class HTTPConnection: Connection {
     /// whether this connection began it (and ends it) or joined another's.
     private(set) var snapshotID: String?
     private var ownsSnapshot = false
+    /// Set by `prepareToApplyChanges`: this connection applies a replica's changes, each
+    /// transaction sent whole at commit (`POST /v1/replicas/NAME/transactions`).
+    var replica: ReplicaTransaction?
 
     struct PendingApply {
         var upserts: TableName?
@@ -55,6 +58,8 @@ public final class HTTPConnection: Connection {
     /// The largest rows load one streamed request may carry: the service's `max-load`, else
     /// its `max-body`, when it says.
     let loadLimit: Int?
+    /// The largest document the service holds whole (`max-body`), where it said.
+    let bodyLimit: Int?
 
     /// A connection to the service at `endpoint` (http or https).
     public convenience init(endpoint: Endpoint) throws {
@@ -69,6 +74,7 @@ public final class HTTPConnection: Connection {
         client = ProtocolClient(transport: transport)
         var storedForm = declaredForm
         var loadLimit = declaredMaxLoad ?? declaredMaxBody
+        var bodyLimit = declaredMaxBody
         // A service that answered its capabilities with the token has shown it is a Ferry
         // service of this protocol that takes the token; others (a plugin's handshake, a
         // service older than the endpoint) list their tables once up front instead.
@@ -79,7 +85,7 @@ public final class HTTPConnection: Connection {
             // One request up front: a wrong URL or token fails here, with a clear message.
             let reply = try client.send("GET", ProtocolRoute.capabilities.target())
             if reply.status == 404 && XMLDocuments.decodeError(reply.body)?.message.hasPrefix("no such endpoint") == true {
-                capabilities = .all
+                capabilities = Capabilities.all.subtracting([.changeFeed, .replicaApply])
             } else {
                 guard (200..<300).contains(reply.status) else { throw client.error(reply, table: nil) }
                 let report = try XMLDocuments.decodeCapabilities(reply.body)
@@ -91,11 +97,13 @@ public final class HTTPConnection: Connection {
                 capabilities = report.capabilities
                 storedForm = report.storedForm
                 loadLimit = report.maxLoad ?? report.maxBody
+                bodyLimit = report.maxBody
                 answered = true
             }
         }
         dialect = HTTPDialect(storedForm: storedForm)
         self.loadLimit = loadLimit
+        self.bodyLimit = bodyLimit
         // Not for a service that answered: its table list counts every table's rows (1,000,000
         // of bench_orders and 5,000,000 of bench_narrow in a served SQLite file: 84 ms), and a
         // copy lists them again when it chooses its tables.
@@ -376,7 +384,7 @@ public final class HTTPConnection: Connection {
     /// A staging table name that is free: `base` (a table of that name left by a failed load
     /// is dropped first), or — when this token may not drop it (another token's load, running
     /// or left behind) — `base` with a random suffix.
-    private func freeStaging(_ base: TableName) throws -> TableName {
+    func freeStaging(_ base: TableName) throws -> TableName {
         guard try tableExists(base) else { return base }
         let reply = try client.send("DELETE", ProtocolRoute.dropTable.target(table: base))
         if (200..<300).contains(reply.status) || reply.status == 404 {
@@ -392,7 +400,7 @@ public final class HTTPConnection: Connection {
     }
 
     /// A staging table of `columns` typed as in `table`, without keys (a failed load drops it).
-    private func stage(_ staging: TableName, shapedLike table: TableSchema, columns: [Column]) throws {
+    func stage(_ staging: TableName, shapedLike table: TableSchema, columns: [Column]) throws {
         var schema = table
         for c in columns where schema.column(named: c.name) == nil {
             throw FerryError.columnNotFound(table: table.name, column: c.name)
@@ -430,6 +438,10 @@ public final class HTTPConnection: Connection {
     /// In a transaction staged like `mergeRows` (applied with the rest at commit); alone, one
     /// change set.
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
+        if inTransaction, replica?.body != nil {
+            try replicaSection("upsert", table, columns: columns, key: key, rows: rows)
+            return rows.count
+        }
         if inTransaction {
             _ = try mergeRows(into: table, columns: columns, key: key, rows: rows)
             return rows.count
@@ -442,6 +454,10 @@ public final class HTTPConnection: Connection {
     /// the commit's apply; alone, one change set.
     public func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int {
         guard !keys.isEmpty else { return 0 }
+        if inTransaction, replica?.body != nil {
+            try replicaSection("delete", table, columns: key, key: key.map(\.name), rows: keys)
+            return keys.count
+        }
         guard inTransaction else {
             return try changes(table.name, columns: key, key: key.map(\.name),
                                ChangeSet.encode(inserts: nil, upserts: nil, deletes: keys, columns: key, key: key)).deleted
@@ -498,6 +514,7 @@ public final class HTTPConnection: Connection {
     }
 
     public func begin() throws {
+        beginReplicaTransaction()
         inTransaction = true
         created = []
         pendingMerges = []
@@ -507,6 +524,11 @@ public final class HTTPConnection: Connection {
 
     public func commit() throws {
         guard snapshotID == nil else { return endSnapshot() }
+        if replica?.body != nil {
+            try commitReplicaTransaction()
+            inTransaction = false
+            return
+        }
         for merge in pendingMerges {
             do {
                 _ = try client.expect("POST", ProtocolRoute.merge.target(table: merge.staging) + ProtocolRoute.query([("into", merge.target.description)]), table: merge.target)
@@ -537,6 +559,7 @@ public final class HTTPConnection: Connection {
 
     public func rollback() throws {
         guard snapshotID == nil else { return endSnapshot() }
+        rollbackReplicaTransaction()
         for merge in pendingMerges { try? dropTable(merge.staging) }
         for apply in pendingApplies.values {
             if let u = apply.upserts { try? dropTable(u) }

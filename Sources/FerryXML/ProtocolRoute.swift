@@ -8,6 +8,8 @@ public enum ProtocolRoute: String, CaseIterable, Sendable {
     case capabilities, tables, createTable, schema, dropTable, count, readRows, insertRows, digests
     case createSnapshot, releaseSnapshot, objects, indexes, foreignKeys
     case merge, swap, apply, changes, resetSerial, push, pushStatus
+    case startFeed, readFeed, feedPosition, feedLag, dropFeed
+    case replicaState, applyReplica, dropReplica
 
     /// The protocol version this build speaks (the `protocol` of `<capabilities>`).
     public static let version = 1
@@ -16,7 +18,8 @@ public enum ProtocolRoute: String, CaseIterable, Sendable {
     public var method: String {
         switch self {
         case .capabilities, .tables, .schema, .count, .readRows, .digests, .objects, .pushStatus: return "GET"
-        case .dropTable, .releaseSnapshot: return "DELETE"
+        case .readFeed, .feedPosition, .feedLag, .replicaState: return "GET"
+        case .dropTable, .releaseSnapshot, .dropFeed, .dropReplica: return "DELETE"
         default: return "POST"
         }
     }
@@ -42,11 +45,19 @@ public enum ProtocolRoute: String, CaseIterable, Sendable {
         case .resetSerial: return "/v1/tables/:table/reset-serial"
         case .push: return "/v1/push"
         case .pushStatus: return "/v1/push/:id"
+        case .startFeed: return "/v1/feeds"
+        case .readFeed, .dropFeed: return "/v1/feeds/:id"
+        case .feedPosition: return "/v1/feeds/:id/position"
+        case .feedLag: return "/v1/feeds/:id/lag"
+        case .replicaState, .dropReplica: return "/v1/replicas/:id"
+        case .applyReplica: return "/v1/replicas/:id/transactions"
         }
     }
 
-    /// Requests a read-only caller may make: every GET, and holding or releasing a read snapshot.
-    public var isRead: Bool { method == "GET" || self == .createSnapshot || self == .releaseSnapshot }
+    /// Requests a read-only caller may make: every GET, holding or releasing a read snapshot,
+    /// and starting or removing a change feed (which the service allows only to a manage
+    /// token, or to any with `ferry serve --allow-feed`).
+    public var isRead: Bool { method == "GET" || [.createSnapshot, .releaseSnapshot, .startFeed, .dropFeed].contains(self) }
 
     /// The request target relative to the service's base (no leading `/`), parameters
     /// percent-encoded: `v1/tables/Artist/rows`.

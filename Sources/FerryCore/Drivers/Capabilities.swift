@@ -23,12 +23,20 @@ public struct Capabilities: OptionSet, Sendable, Hashable, CustomStringConvertib
     /// Guarded multi-table pushes in one transaction (offline sync).
     public static let atomicPush = Capabilities(rawValue: 1 << 6)
 
-    public static let all: Capabilities = [.source, .target, .keyedReads, .digests, .snapshots, .keyedWrites, .atomicPush]
+    /// A change feed (`ferry replicate` from it): a capture started with the snapshot where its
+    /// stream begins, and the stream read in commit order.
+    public static let changeFeed = Capabilities(rawValue: 1 << 7)
+    /// A replica's changes of several tables and its record applied in one transaction
+    /// (`ferry replicate` into it).
+    public static let replicaApply = Capabilities(rawValue: 1 << 8)
+
+    public static let all: Capabilities = [.source, .target, .keyedReads, .digests, .snapshots, .keyedWrites, .atomicPush, .changeFeed, .replicaApply]
 
     /// Wire names, in documentation order.
     public static let names: [(String, Capabilities)] = [
         ("source", .source), ("target", .target), ("keyed-reads", .keyedReads), ("digests-2", .digests),
         ("snapshots", .snapshots), ("keyed-writes", .keyedWrites), ("atomic-push", .atomicPush),
+        ("change-feed", .changeFeed), ("replica-apply", .replicaApply),
     ]
 
     /// The wire names of these capabilities.

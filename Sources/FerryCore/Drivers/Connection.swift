@@ -203,6 +203,16 @@ public protocol Connection: AnyObject {
     /// where the engine has none (the default). It opens what it needs beside this connection.
     func changeCapture() throws -> (any ChangeCapture)?
 
+    /// The records of the replicas this target holds (`ReplicationState`): by default rows of
+    /// Ferry's state table in this database, written in the transaction under way.
+    func replicaStates() throws -> any ReplicaStates
+
+    /// Sets `columns` (the key among them, values as the target's columns take them) in the
+    /// rows that have `rows`' keys, in the transaction under way; the other columns keep their
+    /// values. Every key must have a row: a replica's update of a row it lacks is an error.
+    /// Default: the rows are read by key, the columns set in them, and they are written whole.
+    func updateColumns(of table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws
+
     /// Text equal for two connections to the same database (a SQLite file's device and inode;
     /// a server's address, port, data directory or start, and database), so that a copy of a
     /// table onto itself is refused instead of waiting on its own lock. Nil where unknown (the
@@ -264,6 +274,10 @@ extension Connection {
     public var capabilities: Capabilities { .all }
     public func databaseIdentity() throws -> String? { nil }
     public func changeCapture() throws -> (any ChangeCapture)? { nil }
+    public func replicaStates() throws -> any ReplicaStates { TableReplicaStates(self) }
+    public func updateColumns(of table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws {
+        try ReplicaUpdate.apply(self, table, columns: columns, key: key, rows: rows)
+    }
     public func prepareToApplyChanges(repeatingCascades: Bool) throws {}
     public func addColumn(_ column: Column, default: ColumnDefault?, to table: TableName) throws {
         throw FerryError.invalidOption("\(endpoint.redacted) cannot add the column \(column.name) to \(table): add it yourself and run again")

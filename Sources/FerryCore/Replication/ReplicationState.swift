@@ -20,6 +20,15 @@ public enum ReplicationState {
         public var updatedAt: String
         /// The source, its password masked.
         public var source: String
+
+        public init(name: String, phase: String, position: String, appliedRows: Int64, updatedAt: String, source: String) {
+            self.name = name
+            self.phase = phase
+            self.position = position
+            self.appliedRows = appliedRows
+            self.updatedAt = updatedAt
+            self.source = source
+        }
     }
 
     static let columns: [Column] = [

@@ -65,14 +65,15 @@ public struct Replicator {
         let started = Date()
         guard let capture = try source.changeCapture() else {
             throw FerryError.invalidOption(
-                "\(source.endpoint.redacted) cannot be followed yet: Ferry captures changes from PostgreSQL, MariaDB and SQLite (the service and plugins come next)")
+                "\(source.endpoint.redacted) cannot be followed: Ferry captures changes from PostgreSQL, MariaDB, SQLite, and services and plugins that declare change-feed (its capabilities: \(source.capabilities))")
         }
         let name = Self.captureName(source: source.endpoint, target: target.endpoint)
         var outcome = Outcome(name: name)
         var copyOptions = options.copy
         copyOptions.mode = options.resync ? .mirror : .replace
         let engine = CopyEngine(registry: registry)
-        let recorded = try ReplicationState.read(target, name: name)
+        let states = try target.replicaStates()
+        let recorded = try states.read(name)
         let resuming = recorded?.phase == "following" && !options.resync
         /// The plan of the tables followed, checked; on resume only those the target holds.
         func makePlan() throws -> CopyPlan {
@@ -106,12 +107,8 @@ public struct Replicator {
             }
         }
         var plan = try makePlan()
-        guard let stateSchema = try ReplicationState.schema(target, create: true) else {
-            throw FerryError.tableNotFound(table: ReplicationState.table, endpoint: target.endpoint.redacted)
-        }
         func record(_ phase: String, _ position: String, applied: Int64) throws {
-            try ReplicationState.write(
-                target, stateSchema,
+            try states.write(
                 .init(name: name, phase: phase, position: position, appliedRows: applied, updatedAt: ISOTime.string(Date()), source: source.endpoint.redacted))
         }
 
@@ -417,44 +414,16 @@ public struct Replicator {
     }
 
     /// Updates that sent only some columns (the others unchanged at the source): the sent
-    /// columns converted as a copy converts them, the target's rows read by key, the sent
-    /// columns set in them, and the rows written whole.
+    /// columns converted as a copy converts them, and set in the target's rows by key.
     private func applyUpdates(
         _ t: TableName, _ names: [String], _ batch: RowBatch, _ plan: TablePlan, _ into: TableSchema, _ key: [Column], _ target: any Connection
     ) throws {
-        // The plan's read columns and the target's columns are parallel.
-        let all = plan.targetSchema.columns.map { into.column(named: $0.name) ?? $0 }
         let sentAt = try names.map { n in
             guard let i = plan.columns.firstIndex(where: { $0.name == n }) else { throw FerryError.columnNotFound(table: t, column: n) }
             return i
         }
-        let keyAt = try key.map { k in
-            guard let i = all.firstIndex(where: { $0.name == k.name }) else { throw FerryError.columnNotFound(table: t, column: k.name) }
-            return i
-        }
         let sent = try CopyEngine.convert(batch, Self.conversions(plan, of: sentAt), columns: sentAt.map { plan.columns[$0] })
-        let targetTypes = plan.targetSchema.columns.map(\.logicalType)
-        let sentTypes = sentAt.map { targetTypes[$0] }
-        var rows: [[Value]] = []
-        var keys: [[Value]] = []
-        for r in 0..<sent.count {
-            var row = [Value](repeating: .null, count: all.count)
-            for (j, v) in sent.row(r, types: sentTypes).enumerated() { row[sentAt[j]] = v }
-            rows.append(row)
-            keys.append(keyAt.map { row[$0] })
-        }
-        let current = try RowValues.rows(target, into, columns: all, keyIndexes: keyAt, keys: keys)
-        var merged: [[Value]] = []
-        for (r, row) in rows.enumerated() {
-            guard var existing = current[keys[r]] else {
-                throw FerryError.copyFailed(
-                    table: t, endpoint: target.endpoint.redacted,
-                    reason: "an update at the source of the row (\(keys[r].map(\.description).joined(separator: ", "))) found no such row in the target: the replica differs from its source (run ferry verify)")
-            }
-            for i in sentAt { existing[i] = row[i] }
-            merged.append(existing)
-        }
-        _ = try target.upsertRows(into: into, columns: all, key: key.map(\.name), rows: try RowBatch(rows: merged, types: targetTypes))
+        try target.updateColumns(of: into, columns: sentAt.map { plan.targetSchema.columns[$0] }, key: key.map(\.name), rows: sent)
     }
 
     /// Every row of `table` deleted by key (a TRUNCATE at the source), in the caller's transaction.

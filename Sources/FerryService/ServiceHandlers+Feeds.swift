@@ -1,0 +1,223 @@
+import FerryCore
+import FerryXML
+import Foundation
+
+/// Change feeds: the served database's change capture (`ferry replicate` from the service).
+/// `POST /v1/feeds` starts a capture of some tables with the snapshot where its stream begins
+/// (the client's initial copy reads it, `snapshot=ID`); `GET /v1/feeds/NAME` reads the stream
+/// a page at a time, long-polled, each page whole transactions in commit order; the position
+/// and lag of a capture; `DELETE` removes it and what it keeps at the database.
+extension ServiceHandlers {
+    /// Starting or removing a capture needs a manage token, or `ferry serve --allow-feed`: a
+    /// capture keeps WAL or a log at the served database until it is removed.
+    func mayManageFeeds(_ r: ServiceRequest, doing: String) throws {
+        guard !configuration.allowFeed, r.principal.scope < .manage else { return }
+        throw ServiceError(
+            status: 403, code: "forbidden",
+            message: "this token may not \(doing): a manage token (from the service's --token-file) may, or any token when the service runs with --allow-feed (a feed keeps WAL or a log at the served database until it is removed)")
+    }
+
+    /// The capture's name from the path or `name=`: Ferry's own (`_ferry_r_…`), letters,
+    /// digits and `_`, at most 63 characters (a PostgreSQL slot name).
+    static func feedName(_ text: String?) throws -> String {
+        guard let name = text?.removingPercentEncoding, !name.isEmpty, name.utf8.count <= 63,
+              name.hasPrefix(CopyEngine.internalPrefix), name.utf8.allSatisfy({ ($0 >= 97 && $0 <= 122) || ($0 >= 48 && $0 <= 57) || $0 == 95 })
+        else {
+            throw ServiceError.badRequest("a feed's name is \(CopyEngine.internalPrefix)… of at most 63 lower-case letters, digits and _")
+        }
+        return name
+    }
+
+    /// The served tables named by `table=`, described.
+    func feedTables(_ r: ServiceRequest, in c: any Connection) throws -> [TableSchema] {
+        let names = r.values("table")
+        guard !names.isEmpty, names.count <= 10_000 else { throw ServiceError.badRequest("a feed follows 1 to 10000 tables (table=NAME, repeated)") }
+        return try names.map { n in
+            let t = try served(TableName(parsing: n), in: c)
+            guard !Self.isStaging(t) else { throw ServiceError.notFound(t) }
+            return try c.describe(t, rowEstimate: false)
+        }
+    }
+
+    /// Runs a feed's work with the served database's address kept out of its messages.
+    func feedWork<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
+        let shown = configuration.database.redacted
+        do {
+            return try await Offload.run(body)
+        } catch let e as FerryError {
+            guard case .invalidOption(let message) = e else { throw e }
+            throw ServiceError.badRequest(message.replacingOccurrences(of: shown, with: "the served database"))
+        }
+    }
+
+    func capture(_ c: any Connection) throws -> any ChangeCapture {
+        guard configuration.capabilities.contains(.changeFeed), let capture = try c.changeCapture() else {
+            throw ServiceError(status: 501, code: "unsupported", message: "this service's database has no change feed (its capabilities do not list change-feed)")
+        }
+        return capture
+    }
+
+    func startFeed(_ r: ServiceRequest) async throws -> ServiceResponse {
+        try mayManageFeeds(r, doing: "start a change feed")
+        let name = try Self.feedName(r.value("name"))
+        let answer = try await feedWork { [self] () -> Data in
+            let c = try open(write: false)
+            defer { c.close() }
+            let capture = try capture(c)
+            let tables = try feedTables(r, in: c)
+            feeds.close(name)
+            let start = try capture.start(name: name, tables: tables)
+            var position = ""
+            let id: String
+            do {
+                var pending: FeedStore.Pending?
+                let box = PendingBox()
+                id = try snapshots.create(
+                    open: { try open(write: false) },
+                    begin: { holder in
+                        let (p, shared) = try start.beginSnapshot(on: holder)
+                        position = p.text
+                        pending = FeedStore.Pending(start: start, position: p.text)
+                        box.pending = pending
+                        return shared
+                    },
+                    onEnd: { [feeds] in if let p = box.pending { feeds.snapshotEnded(name, p) } })
+                if let pending { feeds.addPending(name, pending) }
+            } catch {
+                start.close()
+                throw error
+            }
+            r.logger.info("change feed \(name) started for \(tables.count) tables at \(position)")
+            return ChangeDocuments.feedStart(position: position, snapshot: id, streamsCascades: capture.streamsCascadedChanges)
+        }
+        return .xml(answer, status: 201)
+    }
+
+    func readFeed(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try Self.feedName(r.parameters["id"])
+        guard let after = r.value("after"), !after.isEmpty, after.utf8.count <= 200 else {
+            throw ServiceError.badRequest("a feed's page needs after=POSITION (the last commit the client has)")
+        }
+        let confirm = r.value("confirm").flatMap { $0.isEmpty ? nil : $0 }
+        let goal = r.value("goal").flatMap { $0.isEmpty ? nil : $0 }
+        let wait = min(max(Double(r.value("wait") ?? "5") ?? 5, 0), 30)
+        let pageBytes = configuration.pageBytes
+        let answer = try await feedWork { [self] () -> Data in
+            let c = try open(write: false)
+            defer { c.close() }
+            let names = r.values("table").map { TableName(parsing: $0) }
+            var entry = feeds.take(name)
+            if let e = entry, e.position != after || e.tables != names {
+                e.feed.close()
+                entry = nil
+            }
+            if entry == nil {
+                let tables = try feedTables(r, in: c)
+                let feed: any ChangeFeed
+                if let start = feeds.takePending(name, at: after) {
+                    do { feed = try start.follow() } catch {
+                        start.close()
+                        throw error
+                    }
+                } else {
+                    feed = try capture(c).follow(name: name, tables: tables, from: ChangePosition(after))
+                }
+                var keys: [TableName: [Column]] = [:]
+                for t in tables { keys[t.name] = t.preferredKey?.columns.compactMap { t.column(named: $0) } ?? [] }
+                entry = FeedStore.Open(feed: feed, position: after, tables: names, keys: keys)
+            }
+            guard let entry else { throw ServiceError.internalFailure("no feed", table: nil) }
+            do {
+                if let confirm { try entry.feed.confirm(ChangePosition(confirm)) }
+                let (page, position) = try Self.page(entry, goal: goal, wait: wait, pageBytes: pageBytes)
+                entry.position = position
+                feeds.put(name, entry)
+                return page
+            } catch {
+                entry.feed.close()
+                throw error
+            }
+        }
+        return .xml(answer)
+    }
+
+    /// One page of `entry`'s feed: whole transactions until about `pageBytes`, or until the
+    /// source is idle (after `wait` seconds when nothing came); `<reached/>` once `goal` is.
+    static func page(_ entry: FeedStore.Open, goal: String?, wait: Double, pageBytes: Int) throws -> (Data, String) {
+        var out = ChangeDocuments.beginFeed()
+        let deadline = Date().addingTimeInterval(wait)
+        var inTransaction = false, events = false, reached = false
+        var position = entry.position
+        let columns = entry.feed.columns
+        while true {
+            let left = deadline.timeIntervalSinceNow
+            guard let event = try entry.feed.next(timeout: inTransaction ? 1 : max(0, min(left, 0.25))) else {
+                if inTransaction { continue }
+                if let goal, try entry.feed.reached(ChangePosition(goal)) {
+                    reached = true
+                    break
+                }
+                if events || left <= 0 { break }
+                continue
+            }
+            try ChangeDocuments.feedEvent(event, columns: columns, keys: entry.keys, into: &out)
+            events = true
+            switch event {
+            case .begin: inTransaction = true
+            case .commit(let p, _):
+                inTransaction = false
+                position = p.text
+                if out.count >= pageBytes { return (Self.endPage(out, reached: false), position) }
+            default: break
+            }
+        }
+        return (Self.endPage(out, reached: reached), position)
+    }
+
+    static func endPage(_ page: [UInt8], reached: Bool) -> Data {
+        var out = page
+        ChangeDocuments.endFeed(reached: reached, into: &out)
+        return Data(out)
+    }
+
+    func feedPosition(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try Self.feedName(r.parameters["id"])
+        let answer = try await feedWork { [self] () -> Data in
+            let c = try open(write: false)
+            defer { c.close() }
+            let capture = try capture(c)
+            return ChangeDocuments.feedPosition(try capture.currentPosition(name: name).text, streamsCascades: capture.streamsCascadedChanges)
+        }
+        return .xml(answer)
+    }
+
+    func feedLag(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try Self.feedName(r.parameters["id"])
+        guard let from = r.value("from"), !from.isEmpty else { throw ServiceError.badRequest("a feed's lag needs from=POSITION (the replica's)") }
+        let answer = try await feedWork { [self] () -> Data in
+            let c = try open(write: false)
+            defer { c.close() }
+            return ChangeDocuments.lag(try capture(c).lag(name: name, from: ChangePosition(from)))
+        }
+        return .xml(answer)
+    }
+
+    func dropFeed(_ r: ServiceRequest) async throws -> ServiceResponse {
+        try mayManageFeeds(r, doing: "remove a change feed")
+        let name = try Self.feedName(r.parameters["id"])
+        let answer = try await feedWork { [self] () -> Data in
+            let c = try open(write: false)
+            defer { c.close() }
+            feeds.close(name)
+            let removed = try capture(c).drop(name: name)
+            if !removed.isEmpty { r.logger.info("change feed \(name) removed: \(removed.joined(separator: ", "))") }
+            return ChangeDocuments.dropped(removed)
+        }
+        return .xml(answer)
+    }
+}
+
+/// The pending start a snapshot's end lets go of (set while the snapshot begins).
+final class PendingBox: @unchecked Sendable {  // unchecked: set once, before the snapshot can end
+    var pending: FeedStore.Pending?
+}

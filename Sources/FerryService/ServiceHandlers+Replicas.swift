@@ -1,0 +1,124 @@
+import FerryCore
+import FerryXML
+import Foundation
+
+/// Replicas kept in the served database (`ferry replicate` into the service): a replica's
+/// transaction — changes of several tables in source order and the replica's record — applied
+/// in one transaction of the served database; the record read and removed.
+extension ServiceHandlers {
+    func replicaState(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try Self.feedName(r.parameters["id"])
+        let row = try await Offload.run { [self] () -> ReplicationState.Row? in
+            let c = try open(write: false)
+            defer { c.close() }
+            return try c.replicaStates().read(name)
+        }
+        guard let row else { throw ServiceError(status: 404, code: "not_found", message: "no replica \(name) is recorded here") }
+        return .xml(ChangeDocuments.replica(row))
+    }
+
+    func dropReplica(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try Self.feedName(r.parameters["id"])
+        let removed = try await Offload.run { [self] () -> Bool in
+            let c = try open(write: true)
+            defer { c.close() }
+            return try c.replicaStates().remove(name)
+        }
+        return .xml(XMLDocuments.applied([("removed", removed ? 1 : 0)]))
+    }
+
+    func applyReplica(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try Self.feedName(r.parameters["id"])
+        let data = try await body(r)
+        let principal = r.principal
+        let logger = r.logger
+        let native = configuration.storedForm != nil
+        let counts = try await Offload.run { [self] () -> [(String, Int)] in
+            let c = try open(write: true)
+            defer { c.close() }
+            var schemas: [TableName: TableSchema] = [:]
+            func schema(_ name: TableName) throws -> TableSchema {
+                if let s = schemas[name] { return s }
+                let t = try served(name, in: c)
+                guard !Self.isStaging(t) else { throw ServiceError.notFound(t) }
+                let s = try c.describe(t, rowEstimate: false)
+                schemas[name] = s
+                return s
+            }
+            let transaction = try ChangeDocuments.decodeTransaction(data) { table, names, nativeNames in
+                let s = try schema(table)
+                guard native || nativeNames.isEmpty else {
+                    throw ServiceError.badRequest("native columns: this service reads and writes values in no stored form", table: table.description)
+                }
+                return try names.map { n in
+                    guard let col = s.column(named: n), col.logicalType.isSupported, !col.generated else { throw FerryError.columnNotFound(table: table, column: n) }
+                    return nativeNames.contains(n) ? col.storedForm : col
+                }
+            }
+            if let state = transaction.state, state.name != name {
+                throw ServiceError.badRequest("the transaction records replica \(state.name) and was sent to \(name)")
+            }
+            // Staged rows: staging tables this caller's loads made, read on a second connection.
+            let staged = try transaction.sections.compactMap { s -> TableSchema? in
+                guard let staging = s.staged else { return nil }
+                guard Self.isStaging(staging) else { throw ServiceError.badRequest("\(staging) is not a staging table (\(CopyEngine.internalPrefix)…)") }
+                try self.staging.check(staging, principal, doing: "apply")
+                return try c.describe(try served(staging, in: c), rowEstimate: false)
+            }
+            let reading = staged.isEmpty ? nil : try open(write: false)
+            defer { reading?.close() }
+            // Made before the transaction: on MySQL a CREATE TABLE commits.
+            if transaction.state != nil { _ = try ReplicationState.schema(c, create: true) }
+            try c.prepareToApplyChanges(repeatingCascades: transaction.repeatingCascades)
+            var rows = 0
+            try Self.transaction(c) {
+                var stagedAt = 0
+                for s in transaction.sections {
+                    let into = try schema(s.table)
+                    var current = s.rows
+                    func apply(_ batch: RowBatch) throws {
+                        current = batch
+                        switch s.tag {
+                        case "upsert": _ = try c.upsertRows(into: into, columns: s.columns, key: s.key, rows: batch)
+                        case "update": try c.updateColumns(of: into, columns: s.columns, key: s.key, rows: batch)
+                        default: _ = try c.deleteRows(from: into, key: s.columns, keys: batch)
+                        }
+                        rows += batch.count
+                    }
+                    do {
+                        if s.staged != nil, let reading {
+                            let table = staged[stagedAt]
+                            stagedAt += 1
+                            let reader = try reading.reader(table: table, columns: movedColumns(table.columns), keyRange: nil, batchSize: 10_000)
+                            defer { reader.close() }
+                            while let b = try reader.next() { try apply(b) }
+                        } else {
+                            try apply(s.rows)
+                        }
+                    } catch let e as BatchRowError {
+                        // Named by the row's key: the client's row numbers are not this batch's.
+                        let b = e.batch ?? current
+                        let keyAt = (s.tag == "delete" ? s.columns.map(\.name) : s.key).compactMap { k in s.columns.firstIndex { $0.name == k } }
+                        var refused = ServiceError.from(e, table: s.table)
+                        refused.row = nil
+                        if e.row >= 0, e.row < b.count, !keyAt.isEmpty {
+                            refused.message += " (the row " + Column.keyText(keyAt.map { (s.columns[$0], b.columns[$0]) }, row: e.row) + ")"
+                        }
+                        throw refused
+                    }
+                }
+                if let state = transaction.state { try c.replicaStates().write(state) }
+            }
+            // Outside the transaction: dropping a table commits on MySQL (one left behind is
+            // dropped by the next load that stages).
+            for s in staged {
+                staging.forget(s.name)
+                do { try Self.transaction(c) { try c.dropTable(s.name) } } catch {
+                    logger.warning("could not drop staging table \(s.name): \(error)")
+                }
+            }
+            return [("rows", rows)]
+        }
+        return .xml(XMLDocuments.applied(counts))
+    }
+}
