@@ -32,12 +32,27 @@ final class ReplicateKillTests: XCTestCase {
     /// One engine's side of a pair: how SQL reaches it (its own command-line client), and
     /// how it is crashed.
     struct Side {
-        let url: String
+        /// What `ferry replicate` is given: the database, or the `ferry serve` in front of it.
+        var url: String
         /// `scripts/test-services crash` name; nil for a SQLite file.
         let server: String?
         let client: [String]
         let environment: [String: String]
         let preamble: String
+        /// The `ferry serve` in front of the database, which a run may kill and restart.
+        var service: ServedDatabase?
+
+        /// The database at `url`, reached through `ferry serve` (a manage token).
+        static func served(_ url: String, folder: TemporaryFolder, name: String) throws -> Side {
+            var side = try of(url)
+            let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+            let tokens = folder.path("\(name)-tokens.txt")
+            try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+            let service = try ServedDatabase(url, args: ["--token-file", tokens], token: token, log: folder.path("\(name)-serve.log"))
+            side.service = service
+            side.url = service.url
+            return side
+        }
 
         static func of(_ url: String) throws -> Side {
             if url.hasPrefix("sqlite:") {
@@ -208,7 +223,11 @@ final class ReplicateKillTests: XCTestCase {
                 }
             }
             let kind: String
-            switch Int(rng.next() % 4) {
+            let service = source.service ?? target.service
+            switch Int(rng.next() % (service == nil ? 4 : 5)) {
+            case 4:
+                kind = "ferry serve (\(source.service != nil ? "source" : "target")) killed"
+                try service?.crash()
             case 0 where source.server != nil: kind = "source server killed"; try crash(source.server!)
             case 0: kind = "writing program killed"; kill(writer.processIdentifier, SIGKILL)
             case 1 where target.server != nil: kind = "target server killed"; try crash(target.server!)
@@ -266,7 +285,7 @@ final class ReplicateKillTests: XCTestCase {
             guard let slash = admin.range(of: "/", options: .backwards) else { return admin }
             return admin[..<slash.lowerBound] + "/" + name
         }
-        let names = ["ferry_kill_pg_\(tag)", "ferry_kill_my_\(tag)", "ferry_kill_lite_\(tag)"]
+        let names = ["ferry_kill_pg_\(tag)", "ferry_kill_my_\(tag)", "ferry_kill_lite_\(tag)", "ferry_kill_spg_\(tag)", "ferry_kill_smy_\(tag)"]
         for n in names {
             try ExternalTool.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", pgAdmin], input: "CREATE DATABASE \(n);\n")
             try Side.of(myAdmin).run("CREATE DATABASE \(n) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;")
@@ -277,15 +296,29 @@ final class ReplicateKillTests: XCTestCase {
                 _ = try? Side.of(myAdmin).run("DROP DATABASE IF EXISTS \(n);")
             }
         }
-        let pairs: [(String, String)] = [
-            (db(pgAdmin, names[0]), db(myAdmin, names[0])),
-            (db(myAdmin, names[1]), db(pgAdmin, names[1])),
-            ("sqlite:" + folder.path("kill-source.db"), db(pgAdmin, names[2])),
+        // Through `ferry serve`: a served PostgreSQL source into a SQLite file, and MariaDB into
+        // a served PostgreSQL target; a run may also kill the service and restart it.
+        let servedSource = try Side.served(db(pgAdmin, names[3]), folder: folder, name: "served-source")
+        let servedTarget = try Side.served(db(pgAdmin, names[4]), folder: folder, name: "served-target")
+        defer {
+            servedSource.service?.stop()
+            servedTarget.service?.stop()
+        }
+        let pairs: [(Side, Side)] = [
+            (try Side.of(db(pgAdmin, names[0])), try Side.of(db(myAdmin, names[0]))),
+            (try Side.of(db(myAdmin, names[1])), try Side.of(db(pgAdmin, names[1]))),
+            (try Side.of("sqlite:" + folder.path("kill-source.db")), try Side.of(db(pgAdmin, names[2]))),
+            (servedSource, try Side.of("sqlite:" + folder.path("kill-from-served.db"))),
+            (try Side.of(db(myAdmin, names[4])), servedTarget),
         ]
         var report: [String] = []
-        for (i, (s, t)) in pairs.enumerated() {
-            let outcomes = try harness(source: try Side.of(s), target: try Side.of(t), runs: Self.runs, seed: seed &+ UInt64(i))
-            let pair = (try? "\(Endpoint(parsing: s).scheme) -> \(Endpoint(parsing: t).scheme)") ?? "\(i)"
+        for (i, (source, target)) in pairs.enumerated() {
+            let outcomes = try harness(source: source, target: target, runs: Self.runs, seed: seed &+ UInt64(i))
+            func shown(_ side: Side) -> String {
+                let scheme = (try? Endpoint(parsing: side.service?.database ?? side.url).scheme) ?? "?"
+                return side.service == nil ? scheme : "ferry serve (\(scheme))"
+            }
+            let pair = "\(shown(source)) -> \(shown(target))"
             report.append("\(pair): \(Self.runs) runs, seed \(seed &+ UInt64(i)): " + outcomes.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
         }
         print("replicate kill harness:\n  " + report.joined(separator: "\n  "))

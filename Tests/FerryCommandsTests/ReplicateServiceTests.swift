@@ -10,13 +10,14 @@ final class ServeProcess {
     let port: Int
     let log: String
 
-    /// Starts `ferry serve URL --listen 127.0.0.1:0 ARGS` and waits for the port it bound.
-    init(_ url: String, _ args: [String], log: String) throws {
+    /// Starts `ferry serve URL --listen 127.0.0.1:PORT ARGS` (a free port when 0) and waits
+    /// for the port it bound.
+    init(_ url: String, _ args: [String], log: String, port listen: Int = 0) throws {
         self.log = log
         guard FileManager.default.createFile(atPath: log, contents: nil) else { throw FerryError.invalidOption("cannot create \(log)") }
         guard let handle = FileHandle(forWritingAtPath: log) else { throw FerryError.invalidOption("cannot write \(log)") }
         process.executableURL = CLITests.binaryURL
-        process.arguments = ["serve", url, "--listen", "127.0.0.1:0"] + args
+        process.arguments = ["serve", url, "--listen", "127.0.0.1:\(listen)"] + args
         process.standardError = handle
         process.standardOutput = FileHandle.nullDevice
         try process.run()
@@ -44,6 +45,45 @@ final class ServeProcess {
     }
 
     var logText: String { (try? String(contentsOfFile: log, encoding: .utf8)) ?? "" }
+}
+
+/// A database behind `ferry serve` that a test may kill (SIGKILL) and restart on the same port,
+/// so that the service's URL, and the replica named after it, stay the same.
+final class ServedDatabase {
+    let database: String
+    let args: [String]
+    let log: String
+    let token: String
+    private(set) var serve: ServeProcess
+
+    init(_ database: String, args: [String], token: String, log: String) throws {
+        self.database = database
+        self.args = args
+        self.token = token
+        self.log = log
+        serve = try ServeProcess(database, args, log: log)
+    }
+
+    var url: String { serve.url(token: token) }
+
+    /// Kills the service and starts it again on its port.
+    func crash() throws {
+        kill(serve.process.processIdentifier, SIGKILL)
+        serve.process.waitUntilExit()
+        var lastError: (any Error)?
+        for attempt in 0..<20 {
+            do {
+                serve = try ServeProcess(database, args, log: log + ".\(attempt)", port: serve.port)
+                return
+            } catch {
+                lastError = error
+                Thread.sleep(forTimeInterval: 0.25)
+            }
+        }
+        throw lastError ?? FerryError.invalidOption("ferry serve did not restart")
+    }
+
+    func stop() { serve.stop() }
 }
 
 /// `ferry replicate` through `ferry serve`: the service as a source (its change feed) and as a
