@@ -141,38 +141,45 @@ extension ServiceHandlers {
         return .xml(answer)
     }
 
-    /// One page of `entry`'s feed: whole transactions until about `pageBytes`, or until the
-    /// source is idle (after `wait` seconds when nothing came); `<reached/>` once `goal` is.
+    /// One page of `entry`'s feed: whole transactions, ended at a commit once nothing more is
+    /// waiting, after `maxPageSeconds` or at about `pageBytes` (a busy source's page does not
+    /// grow while the client waits for it); when nothing came, after `wait` seconds (a long
+    /// poll). `<reached/>` once the source's `goal` has been handed out.
     static func page(_ entry: FeedStore.Open, goal: String?, wait: Double, pageBytes: Int) throws -> (Data, String) {
         var out = ChangeDocuments.beginFeed()
-        let deadline = Date().addingTimeInterval(wait)
-        var inTransaction = false, events = false, reached = false
+        let started = Date()
+        let deadline = started.addingTimeInterval(wait)
+        var inTransaction = false, committed = false, reached = false
         var position = entry.position
         let columns = entry.feed.columns
         while true {
             let left = deadline.timeIntervalSinceNow
-            guard let event = try entry.feed.next(timeout: inTransaction ? 1 : max(0, min(left, 0.25))) else {
+            let timeout = inTransaction ? 1 : committed ? 0 : max(0, min(left, 0.25))
+            guard let event = try entry.feed.next(timeout: timeout) else {
                 if inTransaction { continue }
                 if let goal, try entry.feed.reached(ChangePosition(goal)) {
                     reached = true
                     break
                 }
-                if events || left <= 0 { break }
+                if committed || left <= 0 { break }
                 continue
             }
             try ChangeDocuments.feedEvent(event, columns: columns, keys: entry.keys, into: &out)
-            events = true
             switch event {
             case .begin: inTransaction = true
             case .commit(let p, _):
                 inTransaction = false
+                committed = true
                 position = p.text
-                if out.count >= pageBytes { return (Self.endPage(out, reached: false), position) }
+                if out.count >= pageBytes || Date().timeIntervalSince(started) >= maxPageSeconds { return (Self.endPage(out, reached: false), position) }
             default: break
             }
         }
         return (Self.endPage(out, reached: reached), position)
     }
+
+    /// A page of a busy feed ends at the first commit after this long.
+    static let maxPageSeconds = 0.1
 
     static func endPage(_ page: [UInt8], reached: Bool) -> Data {
         var out = page

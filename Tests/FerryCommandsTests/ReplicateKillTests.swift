@@ -11,8 +11,9 @@ import XCTest
 /// transaction (each family's parent counts its children, written in one transaction); at the
 /// end, caught up, the target equals the source.
 ///
-/// Runs per source engine: FERRY_REPLICATE_KILLS, else 100 with FERRY_TEST_LONG=1
-/// (`scripts/test --long`), else 4. FERRY_REPLICATE_SEED repeats a run.
+/// Runs per pair: FERRY_REPLICATE_KILLS, else 100 with FERRY_TEST_LONG=1 (`scripts/test
+/// --long`), else 4. FERRY_REPLICATE_SEED repeats a run; FERRY_REPLICATE_PAIRS=TEXT runs only
+/// the pairs whose name holds TEXT ("ferry serve", "mysql ->").
 final class ReplicateKillTests: XCTestCase {
     var folder: TemporaryFolder!
     override func setUpWithError() throws { folder = try TemporaryFolder() }
@@ -312,13 +313,16 @@ final class ReplicateKillTests: XCTestCase {
             (try Side.of(db(myAdmin, names[4])), servedTarget),
         ]
         var report: [String] = []
+        // FERRY_REPLICATE_PAIRS=serve runs only the pairs whose name holds that text.
+        let only = ProcessInfo.processInfo.environment["FERRY_REPLICATE_PAIRS"]
         for (i, (source, target)) in pairs.enumerated() {
-            let outcomes = try harness(source: source, target: target, runs: Self.runs, seed: seed &+ UInt64(i))
             func shown(_ side: Side) -> String {
                 let scheme = (try? Endpoint(parsing: side.service?.database ?? side.url).scheme) ?? "?"
                 return side.service == nil ? scheme : "ferry serve (\(scheme))"
             }
             let pair = "\(shown(source)) -> \(shown(target))"
+            if let only, !pair.contains(only) { continue }
+            let outcomes = try harness(source: source, target: target, runs: Self.runs, seed: seed &+ UInt64(i))
             report.append("\(pair): \(Self.runs) runs, seed \(seed &+ UInt64(i)): " + outcomes.sorted { $0.key < $1.key }.map { "\($0.key) \($0.value)" }.joined(separator: ", "))
         }
         print("replicate kill harness:\n  " + report.joined(separator: "\n  "))
