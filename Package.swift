@@ -29,6 +29,8 @@ let package = Package(
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.0.0"),
         .package(url: "https://github.com/hummingbird-project/hummingbird", from: "2.20.0", traits: []),
         .package(url: "https://github.com/apple/swift-http-types", from: "1.0.0"),
         // The http(s) driver's transport on Linux (URLSession on Apple platforms).
@@ -96,6 +98,8 @@ let package = Package(
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ]),
         // Driver plugins: `ferry-driver-SCHEME` executables found on FERRY_DRIVER_PATH or PATH,
         // spoken to over their stdin/stdout (the CLI injects them into its registry).
@@ -139,6 +143,7 @@ let package = Package(
             dependencies: [
                 "FerryCore", "FerryKit", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryServer", "FerryService", "FerrySync", "FerryPlugins",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]),
         .executableTarget(name: "ferry", dependencies: ["FerryCommands"]),

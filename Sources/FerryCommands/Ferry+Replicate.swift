@@ -1,5 +1,6 @@
 import ArgumentParser
 import FerryCore
+import FerryServer
 import Foundation
 
 extension Ferry {
@@ -103,6 +104,11 @@ extension Ferry {
         @Flag(name: .long, help: "Remove what Ferry made at the source for this replica (slot, publication) and its record in the target.")
         var drop = false
 
+        @Option(name: .long, help: ArgumentHelp(
+            "Serve Prometheus metrics at http://HOST:PORT/metrics while it runs (lag, source transactions and rows applied, by table, errors), e.g. 127.0.0.1:9187; port 0 picks a free one.",
+            valueName: "host:port"))
+        var metrics: String?
+
         @Flag(name: .shortAndLong, help: "No progress on stderr.")
         var quiet = false
 
@@ -112,6 +118,14 @@ extension Ferry {
             guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be between 1 and 64, not \(jobs)") }
             guard !(status && drop) else { throw ValidationError("--status and --drop are separate runs: give one") }
             guard !(resync && (status || drop)) else { throw ValidationError("--resync follows again: it goes without --status and --drop") }
+            if let metrics, metricsAddress(metrics) == nil { throw ValidationError("--metrics must be HOST:PORT, e.g. 127.0.0.1:9187") }
+        }
+
+        func metricsAddress(_ text: String) -> (host: String, port: Int)? {
+            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else { return nil }
+            var host = String(text[..<colon])
+            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+            return host.isEmpty ? nil : (host, port)
         }
 
         func run() throws {
@@ -152,11 +166,29 @@ extension Ferry {
             options.resync = resync
             options.addColumns = onSchemaChange == .add
 
+            // Metrics are bootstrapped before the reporter makes its counters.
+            if let metrics, let (host, port) = metricsAddress(metrics) {
+                do {
+                    try FerryMetrics.bootstrap().serve(host: host, port: port) { bound in
+                        if !quiet { Console.error("ferry: metrics on http://\(host):\(bound)/metrics") }
+                    }
+                } catch {
+                    throw FerryError.invalidOption("--metrics \(metrics): cannot listen there (\(error)); give a free HOST:PORT")
+                }
+            }
+            let reporter = ReplicateReporter(replica: name, json: output.json, metrics: metrics != nil)
+            options.observe = { reporter.observe($0) }
             let progress = ProgressReporter(quiet: quiet || output.json && isatty(2) == 0)
-            let outcome = try Replicator(registry: registry).run(
-                source: sourceConnection, target: targetConnection, options: options, progress: progress, cancellation: cancellation)
+            let outcome: Replicator.Outcome
+            do {
+                outcome = try Replicator(registry: registry).run(
+                    source: sourceConnection, target: targetConnection, options: options, progress: progress, cancellation: cancellation)
+            } catch {
+                reporter.failed(error)
+                throw error
+            }
             if output.json {
-                try Console.json(outcome)
+                try reporter.finish(outcome)
             } else if !quiet {
                 let how = outcome.caughtUp ? "caught up" : "stopped"
                 Console.error(

@@ -26,7 +26,39 @@ public struct Replicator {
         /// A column added to a followed table at the source is added at the target (the
         /// default); false: replication stops there with one line (`--on-schema-change fail`).
         public var addColumns = true
+        /// Told what happens as it happens (metrics, `--json` events), on the replicator's thread.
+        public var observe: (@Sendable (Event) -> Void)?
         public init() {}
+    }
+
+    /// What a run tells `Options.observe`.
+    public enum Event: Sendable {
+        /// The stream is followed from `position` (after an initial copy of `copiedRows`, or
+        /// resumed when nil).
+        case following(position: String, copiedRows: Int64?)
+        /// A target transaction committed.
+        case applied(Applied)
+        /// A column the source added was added at the target (`table.column`).
+        case columnAdded(String)
+        /// Everything the source had committed when following began is applied.
+        case caughtUp(position: String)
+    }
+
+    /// One target transaction: the source transactions and rows it applied, the position it
+    /// recorded, and how long after the last of them committed at the source it committed.
+    public struct Applied: Sendable, Codable {
+        public var transactions: Int64
+        public var rows: Int64
+        public var rowsByTable: [String: Int64]
+        public var position: String
+        public var lagSeconds: Double?
+        public init(transactions: Int64 = 0, rows: Int64 = 0, rowsByTable: [String: Int64] = [:], position: String = "", lagSeconds: Double? = nil) {
+            self.transactions = transactions
+            self.rows = rows
+            self.rowsByTable = rowsByTable
+            self.position = position
+            self.lagSeconds = lagSeconds
+        }
     }
 
     /// What a run did.
@@ -141,6 +173,7 @@ public struct Replicator {
                     }
                     progress.note(note)
                     outcome.addedColumns.append("\(t.target).\(c.name)")
+                    options.observe?(.columnAdded("\(t.target).\(c.name)"))
                 }
             }
         }
@@ -149,6 +182,7 @@ public struct Replicator {
         var applied = recorded?.appliedRows ?? 0
         if let recorded, resuming {
             progress.note("\(name): resuming from \(recorded.position) (recorded \(recorded.updatedAt))")
+            options.observe?(.following(position: recorded.position, copiedRows: nil))
             try addColumns(plan)
             feed = try capture.follow(name: name, tables: sources(plan), from: ChangePosition(recorded.position))
             outcome.position = recorded.position
@@ -186,6 +220,7 @@ public struct Replicator {
             feed = try start.follow()
             outcome.position = position.text
             progress.note("\(name): \(options.resync ? "mirrored: \(summary.totalRows) rows written" : "copied \(summary.totalRows) rows"); following from \(position)")
+            options.observe?(.following(position: position.text, copiedRows: summary.totalRows))
         }
         // The target's foreign keys hold at each commit; a MariaDB source's cascades are not
         // in its binlog, so the target's own keys repeat them.
@@ -203,6 +238,14 @@ public struct Replicator {
             throw error
         }
         var lastRecorded = outcome.position
+        // On a terminal, a status line of the rows applied while following.
+        let followingSince = Date()
+        if progress.style == .terminal { progress.started("following", estimate: nil) }
+        defer {
+            if progress.style == .terminal {
+                progress.finished("following", rows: outcome.rowsApplied, seconds: Date().timeIntervalSince(followingSince), error: nil)
+            }
+        }
         /// What was counted when the last target transaction committed.
         var committed = (outcome: outcome, applied: applied)
         /// Applies `feed` until caught up, cancelled, or a table changes (`ColumnsAdded`).
@@ -229,6 +272,10 @@ public struct Replicator {
             var open = false, inSource = false
             var pendingRows = 0, pendingWrites = 0
             var lastCommit: ChangePosition?
+            /// The group under way: its source transactions, rows by table, and when the last
+            /// of them committed at the source.
+            var group = Applied(transactions: 0, rows: 0, rowsByTable: [:], position: "", lagSeconds: nil)
+            var lastCommitAt: Date?
             /// Upserts or deletes of one table gathered across consecutive source transactions
             /// of the group, written as one: many small transactions cost a write each otherwise.
             var gathered: (deletes: Bool, table: TableName, batch: RowBatch)?
@@ -278,8 +325,17 @@ public struct Replicator {
                 pendingRows = 0
                 pendingWrites = 0
                 if let p = lastCommit { try feed.confirm(p) }
+                if group.transactions > 0 || group.rows > 0 {
+                    group.position = lastRecorded
+                    group.lagSeconds = lastCommitAt.map { max(0, Date().timeIntervalSince($0)) }
+                    if group.rows > 0, progress.style == .terminal { progress.advanced("following", by: Int(group.rows)) }
+                    options.observe?(.applied(group))
+                    group = Applied(transactions: 0, rows: 0, rowsByTable: [:], position: "", lagSeconds: nil)
+                }
             }
             func count(_ t: TableName, _ n: Int) {
+                group.rows += Int64(n)
+                group.rowsByTable[t.description, default: 0] += Int64(n)
                 pendingRows += n
                 applied += Int64(n)
                 outcome.rowsApplied += Int64(n)
@@ -338,9 +394,11 @@ public struct Replicator {
                             let p = try planned(t)
                             try deleteAll(p.into, key: p.key, target)
                         }
-                    case .commit(let position, _):
+                    case .commit(let position, let at):
                         inSource = false
                         lastCommit = position
+                        lastCommitAt = at
+                        group.transactions += 1
                         outcome.transactions += 1
                         if pendingRows >= options.groupRows || pendingWrites >= options.groupWrites { try commitGroup() }
                     }
@@ -353,6 +411,7 @@ public struct Replicator {
             if outcome.caughtUp {
                 // The cut-over: the target's next insert gets a value past every replicated one.
                 for t in plan.tables { try target.resetSerial(t.target, schema: plans[t.source]?.into ?? t.targetSchema) }
+                options.observe?(.caughtUp(position: outcome.position))
             }
         }
 
