@@ -28,14 +28,27 @@ extension ServiceHandlers {
         return name
     }
 
-    /// The served tables named by `table=`, described.
+    /// The served tables named by `table=`, described; the columns `native=I:COLUMN` names (of
+    /// the I-th table) in the served engine's stored form.
     func feedTables(_ r: ServiceRequest, in c: any Connection) throws -> [TableSchema] {
         let names = r.values("table")
         guard !names.isEmpty, names.count <= 10_000 else { throw ServiceError.badRequest("a feed follows 1 to 10000 tables (table=NAME, repeated)") }
-        return try names.map { n in
+        var native: [Int: Set<String>] = [:]
+        for item in r.values("native") {
+            let parts = item.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+            guard parts.count == 2, let i = Int(parts[0]), names.indices.contains(i) else {
+                throw ServiceError.badRequest("native= is TABLE-INDEX:COLUMN, the index of a table= (from 0)")
+            }
+            native[i, default: []].insert(String(parts[1]))
+        }
+        return try names.enumerated().map { i, n in
             let t = try served(TableName(parsing: n), in: c)
             guard !Self.isStaging(t) else { throw ServiceError.notFound(t) }
-            return try c.describe(t, rowEstimate: false)
+            var schema = try c.describe(t, rowEstimate: false)
+            if let wanted = native[i] {
+                schema.columns = try schema.columns.map { try wanted.contains($0.name) ? requested($0, native: [$0.name], table: t) : $0 }
+            }
+            return schema
         }
     }
 

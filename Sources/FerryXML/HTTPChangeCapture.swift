@@ -14,7 +14,12 @@ final class HTTPChangeCapture: ChangeCapture {
 
     init(client: ProtocolClient) { self.client = client }
 
-    static func tableItems(_ tables: [TableSchema]) -> [(String, String)] { tables.map { ("table", $0.name.description) } }
+    /// `table=` of each table, and `native=I:COLUMN` for each column of the I-th that travels in
+    /// the served engine's stored form (a SQLite file's values between SQLite files).
+    static func tableItems(_ tables: [TableSchema]) -> [(String, String)] {
+        tables.map { ("table", $0.name.description) }
+            + tables.enumerated().flatMap { i, t in t.columns.filter(\.travelsNatively).map { ("native", "\(i):\($0.name)") } }
+    }
 
     func start(name: String, tables: [TableSchema]) throws -> any CaptureStart {
         HTTPCaptureStart(capture: self, name: name, tables: tables)

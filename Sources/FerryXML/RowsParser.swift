@@ -108,15 +108,21 @@ struct RowsParser {
         throw error(i >= b.count ? "the document ends early" : "expected <r>, <next> or </rows>")
     }
 
-    /// One `<v>` cell of the current row or next element; nil at `</r>` / `</next>`.
-    mutating func cell(closing: StaticString, into text: inout [UInt8]) throws -> (null: Bool, base64: Bool)? {
+    /// One `<v>` cell of the current row or next element; nil at `</r>` / `</next>`. `stored`
+    /// is the storage class of a value in the served engine's stored form (`s="t"`), else 0.
+    mutating func cell(closing: StaticString, into text: inout [UInt8]) throws -> (null: Bool, base64: Bool, stored: UInt8)? {
         try skipMisc()
         if eat(closing) { return nil }
         guard eat("<v") else { throw error("expected <v> or the end of the row") }
         let (attrs, selfClosing) = try attributes()
         text.removeAll(keepingCapacity: true)
         if !selfClosing { text = try self.text(until: "</v>", reusing: &text) }
-        return (attrs["null"] == "1", attrs["enc"] == "b64")
+        var stored: UInt8 = 0
+        if let s = attrs["s"] {
+            guard s.utf8.count == 1, let tag = s.utf8.first else { throw error("s= is one letter (i, r, t or b)") }
+            stored = tag
+        }
+        return (attrs["null"] == "1", attrs["enc"] == "b64", stored)
     }
 
     /// Attributes up to `>` or `/>`.

@@ -164,6 +164,17 @@ public final class XMLRowsDecoder {
             guard column < types.count else { throw XMLWireError.unexpected("row \(index + 1) has more than \(types.count) values") }
             if cell.null {
                 batch.columns[column].appendNull()
+            } else if cell.stored != 0 {
+                // A value in the served engine's stored form, kept with its storage class.
+                guard case .binary = types[column] else {
+                    throw XMLWireError.badValue(row: index, column: names[column], message: "a stored value (s=) in a column not read in its stored form")
+                }
+                let bytes = cell.base64 ? Array(try base64Data(&text, row: index, column: names[column])) : text
+                do {
+                    try bytes.withUnsafeBytes { try WireValue.append(stored: cell.stored, raw: $0, textUnchecked: !cell.base64, to: &batch.columns[column]) }
+                } catch {
+                    throw XMLWireError.badValue(row: index, column: names[column], message: "\(error)")
+                }
             } else if cell.base64, case .binary = types[column] {
                 // Straight from the decoded bytes into the column: a 10 MB blob is not copied twice more.
                 let decoded = try base64Data(&text, row: index, column: names[column])
