@@ -11,6 +11,8 @@ final class FeedStore: @unchecked Sendable {  // unchecked: every field is behin
         let feed: any ChangeFeed
         var position: String
         let tables: [TableName]
+        /// The client's `shape=` when it was opened: continued only for the same.
+        var shape: String?
         let keys: [TableName: [Column]]
         var lastUsed = Date()
         init(feed: any ChangeFeed, position: String, tables: [TableName], keys: [TableName: [Column]]) {

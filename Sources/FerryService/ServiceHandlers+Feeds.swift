@@ -120,7 +120,7 @@ extension ServiceHandlers {
             defer { c.close() }
             let names = r.values("table").map { TableName(parsing: $0) }
             var entry = feeds.take(name)
-            if let e = entry, e.position != after || e.tables != names {
+            if let e = entry, e.position != after || e.tables != names || e.shape != r.value("shape") {
                 e.feed.close()
                 entry = nil
             }
@@ -138,6 +138,7 @@ extension ServiceHandlers {
                 var keys: [TableName: [Column]] = [:]
                 for t in tables { keys[t.name] = t.preferredKey?.columns.compactMap { t.column(named: $0) } ?? [] }
                 entry = FeedStore.Open(feed: feed, position: after, tables: names, keys: keys)
+                entry?.shape = r.value("shape")
             }
             guard let entry else { throw ServiceError.internalFailure("no feed", table: nil) }
             do {

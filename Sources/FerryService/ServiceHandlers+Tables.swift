@@ -71,6 +71,45 @@ extension ServiceHandlers {
         return .xml(result, status: 201)
     }
 
+    /// Adds a column to a served table (a replica whose source gained one): the body is the
+    /// table's schema with that column alone, typed as the protocol types it; the service
+    /// gives it its engine's type, and a structured default (never an expression).
+    func addColumn(_ r: ServiceRequest) async throws -> ServiceResponse {
+        let name = try r.table()
+        try r.principal.require(.manage, "add columns")
+        let data = try await body(r)
+        let result = try await Offload.run { [self] () -> Data in
+            let posted = RequestSchema.sanitized(try XMLDocuments.decodeSchema(data))
+            guard posted.columns.count == 1, var column = posted.columns.first else {
+                throw ServiceError.badRequest("adding a column takes a schema of that one column", table: name.description)
+            }
+            let c = try open(write: true)
+            defer { c.close() }
+            let t = try served(name, in: c)
+            guard !Self.isStaging(t) else { throw ServiceError.notFound(t) }
+            let existing = try c.describe(t, rowEstimate: false)
+            guard existing.column(named: column.name) == nil else {
+                throw ServiceError(status: 409, code: "exists", table: t.description, message: "\(t) has a column \(column.name) already")
+            }
+            column.isNullable = true
+            column.serial = nil
+            var alone = existing
+            alone.columns = [column]
+            alone.primaryKey = []
+            alone.uniqueKeys = []
+            alone.indexes = []
+            alone.foreignKeys = []
+            alone.checks = []
+            guard let typed = try c.planTable(alone, named: t).schema.columns.first else {
+                throw ServiceError.badRequest("the served database has no type for the column \(column.name)", table: t.description)
+            }
+            try c.addColumn(typed, default: column.defaultValue, to: t)
+            r.logger.info("added the column \(column.name) to \(t)")
+            return XMLDocuments.schema(try c.describe(t))
+        }
+        return .xml(result, status: 201)
+    }
+
     func dropTable(_ r: ServiceRequest) async throws -> ServiceResponse {
         let name = try r.table()
         if Self.isStaging(name) { try staging.check(name, r.principal, doing: "drop") } else {

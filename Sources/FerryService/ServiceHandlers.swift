@@ -79,6 +79,7 @@ public final class ServiceHandlers: Sendable {
         case .replicaState: return try await replicaState(r)
         case .applyReplica: return try await applyReplica(r)
         case .dropReplica: return try await dropReplica(r)
+        case .addColumn: return try await addColumn(r)
         }
     }
 

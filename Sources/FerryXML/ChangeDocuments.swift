@@ -331,9 +331,12 @@ public enum ChangeDocuments {
     }
 
     /// Decodes a page; `resolve(table, names)` gives the feed's columns of those names (throws
-    /// `ColumnsAdded` for a name it does not know). Returns the events and `<reached/>`.
+    /// `ColumnsAdded` for a name it does not know), `layout(table)` the names a whole row has, in
+    /// order (an `upsert` of other columns is handed out as a partial one). Returns the events
+    /// and `<reached/>`.
     public static func decodeFeed(
-        _ data: Data, limits: XMLLimits = XMLLimits(), columns resolve: (TableName, [String]) throws -> [Column]
+        _ data: Data, limits: XMLLimits = XMLLimits(), columns resolve: (TableName, [String]) throws -> [Column],
+        layout: (TableName) -> [String] = { _ in [] }
     ) throws -> (events: [ChangeEvent], reached: Bool) {
         try XMLGuard.check(data, limits: limits)
         var events: [ChangeEvent] = []
@@ -387,6 +390,7 @@ public enum ChangeDocuments {
                 let s = try readSection(&p, tag: tag, attrs: a, selfClosing: closed, index: &index, text: &text) { t, names, _ in try resolve(t, names) }
                 let names = s.columns.map(\.name)
                 switch tag {
+                case "upsert" where names != layout(s.table): events.append(.partialUpserts(s.table, columns: names, s.rows))
                 case "upsert": events.append(.upserts(s.table, s.rows))
                 case "update": events.append(.updates(s.table, columns: names, s.rows))
                 case "partial-upsert": events.append(.partialUpserts(s.table, columns: names, s.rows))

@@ -14,11 +14,21 @@ final class HTTPChangeCapture: ChangeCapture {
 
     init(client: ProtocolClient) { self.client = client }
 
-    /// `table=` of each table, and `native=I:COLUMN` for each column of the I-th that travels in
-    /// the served engine's stored form (a SQLite file's values between SQLite files).
+    /// `table=` of each table, `native=I:COLUMN` for each column of the I-th that travels in the
+    /// served engine's stored form (a SQLite file's values between SQLite files), and `shape=`,
+    /// a hash of every table's columns: the service continues a feed it keeps open only for the
+    /// same shape (after a column was added, the feed is opened again with it).
     static func tableItems(_ tables: [TableSchema]) -> [(String, String)] {
-        tables.map { ("table", $0.name.description) }
+        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        for t in tables {
+            for part in [t.name.description] + t.columns.map({ $0.name + ($0.travelsNatively ? "\u{1}" : "") }) {
+                for b in part.utf8 { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01B3 }
+                h = (h ^ 0) &* 0x0000_0100_0000_01B3
+            }
+        }
+        return tables.map { ("table", $0.name.description) }
             + tables.enumerated().flatMap { i, t in t.columns.filter(\.travelsNatively).map { ("native", "\(i):\($0.name)") } }
+            + [("shape", String(h, radix: 16))]
     }
 
     func start(name: String, tables: [TableSchema]) throws -> any CaptureStart {
@@ -142,7 +152,7 @@ final class HTTPChangeFeed: ChangeFeed {
         guard (200..<300).contains(reply.status) else { throw capture.refusal(reply) }
         let page: (events: [ChangeEvent], reached: Bool)
         do {
-            page = try ChangeDocuments.decodeFeed(reply.body) { [columns] table, names in
+            page = try ChangeDocuments.decodeFeed(reply.body, columns: { [columns] table, names in
                 guard let all = columns[table] else {
                     throw FerryError.invalidOption("the service's feed sent changes of \(table), which this replica does not follow")
                 }
@@ -150,7 +160,7 @@ final class HTTPChangeFeed: ChangeFeed {
                     guard let c = all.first(where: { $0.name == n }) else { throw ColumnsAdded(table: table) }
                     return c
                 }
-            }
+            }, layout: { [columns] table in columns[table]?.map(\.name) ?? [] })
         } catch let e as XMLWireError {
             throw FerryError.connectionFailed(endpoint: capture.endpoint.redacted, reason: "\(capture.client.transport.peer) sent a malformed change feed page (\(e))")
         }

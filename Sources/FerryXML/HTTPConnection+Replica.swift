@@ -30,6 +30,14 @@ extension HTTPConnection {
 
     public func replicaStates() throws -> any ReplicaStates { HTTPReplicaStates(self) }
 
+    /// `POST /v1/tables/T/columns` (a manage token): the service types the column for its engine.
+    public func addColumn(_ column: Column, default value: ColumnDefault?, to table: TableName) throws {
+        var c = column
+        c.defaultValue = value
+        let schema = TableSchema(name: table, engine: dialect.engine, columns: [c], primaryKey: [])
+        _ = try client.expect("POST", ProtocolRoute.addColumn.target(table: table), body: XMLDocuments.schema(schema), table: table)
+    }
+
     public func updateColumns(of table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws {
         guard inReplicaTransaction else {
             throw FerryError.invalidOption("\(endpoint.redacted): a replica's update of some columns is applied inside its transaction")

@@ -9,7 +9,7 @@ public enum ProtocolRoute: String, CaseIterable, Sendable {
     case createSnapshot, releaseSnapshot, objects, indexes, foreignKeys
     case merge, swap, apply, changes, resetSerial, push, pushStatus
     case startFeed, readFeed, feedPosition, feedLag, dropFeed
-    case replicaState, applyReplica, dropReplica
+    case replicaState, applyReplica, dropReplica, addColumn
 
     /// The protocol version this build speaks (the `protocol` of `<capabilities>`).
     public static let version = 1
@@ -51,6 +51,7 @@ public enum ProtocolRoute: String, CaseIterable, Sendable {
         case .feedLag: return "/v1/feeds/:id/lag"
         case .replicaState, .dropReplica: return "/v1/replicas/:id"
         case .applyReplica: return "/v1/replicas/:id/transactions"
+        case .addColumn: return "/v1/tables/:table/columns"
         }
     }
 

@@ -217,6 +217,16 @@ extension ReplicateTests {
         XCTAssertEqual(lite.code, 0, lite.err)
         XCTAssertEqual(try ferry(["verify", liteToMy.0, liteToMy.1]).code, 0)
 
+        // A column added at the source arrives through the service, on either side of it.
+        try psql(pgSrc, "ALTER TABLE customer ADD COLUMN tier int DEFAULT 3;\nINSERT INTO customer (name, tier) VALUES ('tiered', 9);\n")
+        for (s, t) in [viaPG, intoLite] {
+            let added = try ferry(["replicate", s, t, "--until-caught-up"])
+            XCTAssertEqual(added.code, 0, "\(s) -> \(t): \(added.err)")
+            XCTAssertTrue(added.err.contains("the source added the column tier"), added.err)
+            let verify = try ferry(["verify", s, t])
+            XCTAssertEqual(verify.code, 0, "\(s) -> \(t): \(verify.out + verify.err)")
+        }
+
         // Status through the service: the source's position and what it keeps.
         let status = try ferry(["replicate", viaPG.0, viaPG.1, "--status"])
         XCTAssertEqual(status.code, 0, status.err)

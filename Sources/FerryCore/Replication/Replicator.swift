@@ -333,6 +333,14 @@ public struct Replicator {
                     group = Applied(transactions: 0, rows: 0, rowsByTable: [:], position: "", lagSeconds: nil)
                 }
             }
+            /// A batch laid out otherwise than the table's plan (a feed's bug, a plugin's) stops
+            /// replication with one line rather than being written wrong.
+            func checkShape(_ t: TableName, _ batch: RowBatch, _ expected: Int, _ what: String) throws {
+                guard batch.columns.count == expected else {
+                    throw FerryError.invalidOption(
+                        "the source's stream sent changes of \(t) with \(batch.columns.count) \(what) where this replica has \(expected); replication stopped before them (run again; --resync if it repeats)")
+                }
+            }
             func count(_ t: TableName, _ n: Int) {
                 group.rows += Int64(n)
                 group.rowsByTable[t.description, default: 0] += Int64(n)
@@ -364,6 +372,7 @@ public struct Replicator {
                         }
                         inSource = true
                     case .upserts(let t, let batch):
+                        try checkShape(t, batch, try planned(t).plan.columns.count, "columns")
                         try gather(deletes: false, t, batch)
                     case .partialUpserts(let t, let names, let batch):
                         try writeGathered()
@@ -387,6 +396,7 @@ public struct Replicator {
                         count(t, batch.count)
                         pendingWrites += 1
                     case .deletes(let t, let keys):
+                        try checkShape(t, keys, try planned(t).key.count, "key columns")
                         try gather(deletes: true, t, keys)
                     case .truncate(let tables):
                         try writeGathered()
