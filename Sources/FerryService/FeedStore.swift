@@ -35,17 +35,29 @@ final class FeedStore: @unchecked Sendable {  // unchecked: every field is behin
     }
 
     let idleSeconds: Double
-    private let lock = NSLock()
+    private let lock = NSCondition()
     private var open: [String: Open] = [:]
     private var pending: [String: Pending] = [:]
+    /// Feeds a request is reading a page of: another request for one waits its turn (a client
+    /// killed mid-page, then started again, must not open a second reader of one slot).
+    private var busy: Set<String> = []
 
     init(idleSeconds: Double = 300) { self.idleSeconds = idleSeconds }
 
-    /// The open feed of `name`, taken out while a page is read (nil: none, or another page of
-    /// it is being read).
-    func take(_ name: String) -> Open? {
+    /// The feed of `name` for one page, once no other request is reading it (at most `wait`
+    /// seconds): the open one, or nil (open it). Give it back with `put` or `done`.
+    func take(_ name: String, wait: Double = 40) throws -> Open? {
         sweep()
-        return lock.withLock { open.removeValue(forKey: name) }
+        lock.lock()
+        defer { lock.unlock() }
+        let deadline = Date().addingTimeInterval(wait)
+        while busy.contains(name) {
+            guard lock.wait(until: deadline) else {
+                throw ServiceError(status: 503, code: "busy", message: "another request has been reading this change feed for \(Int(wait)) s; try again")
+            }
+        }
+        busy.insert(name)
+        return open.removeValue(forKey: name)
     }
 
     /// Puts a feed back after a page.
@@ -54,9 +66,19 @@ final class FeedStore: @unchecked Sendable {  // unchecked: every field is behin
         let replaced = lock.withLock { () -> Open? in
             let old = open[name]
             open[name] = feed
+            busy.remove(name)
+            lock.broadcast()
             return old
         }
         replaced?.feed.close()
+    }
+
+    /// The page of `name` ended without a feed to keep (it failed, and its feed was closed).
+    func done(_ name: String) {
+        lock.withLock {
+            busy.remove(name)
+            lock.broadcast()
+        }
     }
 
     func addPending(_ name: String, _ p: Pending) {

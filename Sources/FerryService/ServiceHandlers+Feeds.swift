@@ -119,7 +119,9 @@ extension ServiceHandlers {
             let c = try open(write: false)
             defer { c.close() }
             let names = r.values("table").map { TableName(parsing: $0) }
-            var entry = feeds.take(name)
+            var entry = try feeds.take(name)
+            var kept = false
+            defer { if !kept { feeds.done(name) } }
             if let e = entry, e.position != after || e.tables != names || e.shape != r.value("shape") {
                 e.feed.close()
                 entry = nil
@@ -146,6 +148,7 @@ extension ServiceHandlers {
                 let (page, position) = try Self.page(entry, goal: goal, wait: wait, pageBytes: pageBytes)
                 entry.position = position
                 feeds.put(name, entry)
+                kept = true
                 return page
             } catch {
                 entry.feed.close()
