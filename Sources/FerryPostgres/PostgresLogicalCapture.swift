@@ -130,7 +130,12 @@ public final class PostgresLogicalCapture: ChangeCapture {
     public func drop(name: String) throws -> [String] {
         try Self.check(name)
         var removed: [String] = []
-        let slots = try admin.query("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", [name])
+        var slots = try admin.query("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", [name])
+        // A follower that has just stopped: its server process lets go of the slot a moment later.
+        for _ in 0..<50 where slots.count == 1 && slots.value(0, 0) != nil {
+            Thread.sleep(forTimeInterval: 0.1)
+            slots = try admin.query("SELECT active_pid FROM pg_replication_slots WHERE slot_name = $1", [name])
+        }
         if slots.count == 1 {
             if let pid = slots.value(0, 0) {
                 throw FerryError.invalidOption(

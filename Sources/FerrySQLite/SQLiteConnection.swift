@@ -69,6 +69,10 @@ public final class SQLiteConnection: Connection {
         }
         self.db = handle
         if role == .target && !exists && path != ":memory:" { createdFile = path }
+        if path != ":memory:" {
+            openPath = path
+            Self.openPaths.withLock { $0[path, default: 0] += 1 }
+        }
         sqlite3_extended_result_codes(db, 1)
         sqlite3_busy_timeout(db, 10_000)
         do {
@@ -113,6 +117,13 @@ public final class SQLiteConnection: Connection {
         return "sqlite:\(device):\(inode)"
     }
 
+    /// Connections of this process open on each file: a file this connection created and left
+    /// empty is removed at close only when no other connection has it open (the service opens
+    /// one per request; a request that created the file must not remove it under another's
+    /// table being created).
+    private static let openPaths = Locked<[String: Int]>([:])
+    private var openPath: String?
+
     private var closed = false
     public func close() {
         guard !closed else { return }
@@ -120,6 +131,19 @@ public final class SQLiteConnection: Connection {
         var empty = false
         if createdFile != nil, let st = try? prepare("SELECT count(*) FROM sqlite_schema"), (try? st.step()) == true {
             empty = st.columnInt(0) == 0
+        }
+        if let path = openPath {
+            let others = Self.openPaths.withLock { paths -> Int in
+                let n = (paths[path] ?? 1) - 1
+                paths[path] = n > 0 ? n : nil
+                return n
+            }
+            if others > 0 { empty = false }
+        }
+        if empty {
+            // Nor while a connection of another process holds a lock on it.
+            sqlite3_busy_timeout(db, 0)
+            if (try? execute("BEGIN EXCLUSIVE")) != nil { try? execute("ROLLBACK") } else { empty = false }
         }
         statementCache.removeAll()
         sqlite3_close_v2(db)
