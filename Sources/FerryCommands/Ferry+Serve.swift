@@ -82,7 +82,7 @@ extension Ferry {
 
         @Flag(name: .long, help: ArgumentHelp(
             "Let any token start and remove change feeds (ferry replicate from this service).",
-            discussion: "A feed keeps WAL (a PostgreSQL slot), binlog reads or a change log at the served database until it is removed; without this flag only manage tokens may start one. Any token may read a feed once it exists."))
+            discussion: "A feed keeps WAL (a PostgreSQL slot), binlog reads or a change log at the served database until it is removed; without this flag only manage tokens may start, read (which moves what the feed keeps) or remove one."))
         var allowFeed = false
 
         @Option(name: .long, help: ArgumentHelp("File whose first line is the served database's password (else PGPASSWORD/.pgpass, MYSQL_PWD).", valueName: "file"))

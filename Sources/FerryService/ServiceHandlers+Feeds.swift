@@ -107,6 +107,8 @@ extension ServiceHandlers {
     }
 
     func readFeed(_ r: ServiceRequest) async throws -> ServiceResponse {
+        // Reading moves what the capture keeps (`confirm=`): whoever may start a feed.
+        try mayManageFeeds(r, doing: "read a change feed")
         let name = try Self.feedName(r.parameters["id"])
         guard let after = r.value("after"), !after.isEmpty, after.utf8.count <= 200 else {
             throw ServiceError.badRequest("a feed's page needs after=POSITION (the last commit the client has)")
