@@ -65,8 +65,20 @@ extension ServiceHandlers {
                 try self.staging.check(staging, principal, doing: "apply")
                 return try c.describe(try served(staging, in: c), rowEstimate: false)
             }
-            let reading = staged.isEmpty ? nil : try open(write: false)
-            defer { reading?.close() }
+            // Staged rows are read before the transaction begins: a reader open on the file while
+            // the transaction writes would hold SQLite's lock against its commit.
+            var stagedBatches: [[RowBatch]] = []
+            if !staged.isEmpty {
+                let reading = try open(write: false)
+                defer { reading.close() }
+                for table in staged {
+                    let reader = try reading.reader(table: table, columns: movedColumns(table.columns), keyRange: nil, batchSize: 10_000)
+                    defer { reader.close() }
+                    var batches: [RowBatch] = []
+                    while let b = try reader.next() { batches.append(b) }
+                    stagedBatches.append(batches)
+                }
+            }
             // Made before the transaction: on MySQL a CREATE TABLE commits.
             if transaction.state != nil { _ = try ReplicationState.schema(c, create: true) }
             try c.prepareToApplyChanges(repeatingCascades: transaction.repeatingCascades)
@@ -76,24 +88,30 @@ extension ServiceHandlers {
                 for s in transaction.sections {
                     let into = try schema(s.table)
                     var current = s.rows
-                    func apply(_ batch: RowBatch) throws {
+                    /// Writes `batch`, laid out for `columns` (the section's, or a staging table's).
+                    func apply(_ batch: RowBatch, _ columns: [Column]) throws {
                         current = batch
                         switch s.tag {
-                        case "upsert": _ = try c.upsertRows(into: into, columns: s.columns, key: s.key, rows: batch)
-                        case "update": try c.updateColumns(of: into, columns: s.columns, key: s.key, rows: batch)
-                        default: _ = try c.deleteRows(from: into, key: s.columns, keys: batch)
+                        case "upsert": _ = try c.upsertRows(into: into, columns: columns, key: s.key, rows: batch)
+                        case "update": try c.updateColumns(of: into, columns: columns, key: s.key, rows: batch)
+                        default: _ = try c.deleteRows(from: into, key: columns, keys: batch)
                         }
                         rows += batch.count
                     }
                     do {
-                        if s.staged != nil, let reading {
+                        if s.staged != nil, stagedAt < staged.count {
                             let table = staged[stagedAt]
+                            let batches = stagedBatches[stagedAt]
                             stagedAt += 1
-                            let reader = try reading.reader(table: table, columns: movedColumns(table.columns), keyRange: nil, batchSize: 10_000)
-                            defer { reader.close() }
-                            while let b = try reader.next() { try apply(b) }
+                            // As the staging table holds them: the served table's columns of those
+                            // names, typed as the staging table reads them (as `apply` merges).
+                            let columns = movedColumns(try table.columns.map { sc in
+                                guard let col = s.columns.first(where: { $0.name == sc.name }) else { throw FerryError.columnNotFound(table: s.table, column: sc.name) }
+                                return Column(name: col.name, nativeType: col.nativeType, logicalType: sc.logicalType, isNullable: true)
+                            })
+                            for b in batches { try apply(b, columns) }
                         } else {
-                            try apply(s.rows)
+                            try apply(s.rows, s.columns)
                         }
                     } catch let e as BatchRowError {
                         // Named by the row's key: the client's row numbers are not this batch's.

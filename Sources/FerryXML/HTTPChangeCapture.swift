@@ -19,16 +19,14 @@ final class HTTPChangeCapture: ChangeCapture {
     /// a hash of every table's columns: the service continues a feed it keeps open only for the
     /// same shape (after a column was added, the feed is opened again with it).
     static func tableItems(_ tables: [TableSchema]) -> [(String, String)] {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
+        var h = StableHash()
         for t in tables {
-            for part in [t.name.description] + t.columns.map({ $0.name + ($0.travelsNatively ? "\u{1}" : "") }) {
-                for b in part.utf8 { h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01B3 }
-                h = (h ^ 0) &* 0x0000_0100_0000_01B3
-            }
+            h.bytes(t.name.description.utf8)
+            for c in t.columns { h.bytes((c.name + (c.travelsNatively ? "\u{1}" : "")).utf8) }
         }
         return tables.map { ("table", $0.name.description) }
             + tables.enumerated().flatMap { i, t in t.columns.filter(\.travelsNatively).map { ("native", "\(i):\($0.name)") } }
-            + [("shape", String(h, radix: 16))]
+            + [("shape", String(h.value, radix: 16))]
     }
 
     func start(name: String, tables: [TableSchema]) throws -> any CaptureStart {

@@ -64,15 +64,15 @@ extension HTTPConnection {
             replica = r
         }
         let limit = bodyLimit ?? (64 << 20)
-        var section: [UInt8] = []
-        ChangeDocuments.section(tag, table: table.name, columns: columns, key: key, rows: rows, into: &section)
-        if body.count + section.count <= limit / 2 {
-            body += section
-            return
-        }
+        // Encoded in place; taken back out when it makes the document too large.
+        let mark = body.count
+        ChangeDocuments.section(tag, table: table.name, columns: columns, key: key, rows: rows, into: &body)
+        if body.count <= limit / 2 { return }
+        body.removeSubrange(mark...)
         // Too large for the document: into a staging table (streamed, in pieces the service
         // takes), named by the section.
-        let staging = try freeStaging(TableName(schema: table.name.schema, CopyEngine.internalPrefix + "replica_" + table.name.name))
+        // One staging table per staged section (a table's rows often come in several).
+        let staging = try freeStaging(TableName(schema: table.name.schema, CopyEngine.internalPrefix + "replica_\(r.staged.count)_" + table.name.name))
         r.staged.append(staging)
         try stage(staging, shapedLike: table, columns: columns)
         let writer = HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: staging) + ProtocolRoute.query(Self.columnItems(columns)),

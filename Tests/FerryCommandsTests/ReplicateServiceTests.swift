@@ -154,7 +154,8 @@ extension ReplicateTests {
         let myServed = try serve(mySrc, ["--read-only-token-file", reader.path, "--allow-feed"], "my")
         let liteServed = try serve("sqlite:" + liteSrc, ["--token-file", manage.path], "lite")
         // Served targets: a SQLite file and PostgreSQL.
-        let liteTarget = try serve("sqlite:" + liteDst, ["--token-file", manage.path], "lite-target")
+        // Documents of at most 1 MB: a target transaction larger than half of it stages its rows.
+        let liteTarget = try serve("sqlite:" + liteDst, ["--token-file", manage.path, "--max-body-mb", "1"], "lite-target")
         let pgTarget = try serve(pgDst, ["--token-file", manage.path], "pg-target")
 
         // A read-only token may not start a feed unless the service allows it: one line, and
@@ -219,6 +220,8 @@ extension ReplicateTests {
 
         // A column added at the source arrives through the service, on either side of it.
         try psql(pgSrc, "ALTER TABLE customer ADD COLUMN tier int DEFAULT 3;\nINSERT INTO customer (name, tier) VALUES ('tiered', 9);\n")
+        // And one source transaction of several MB (staged on its way into the served SQLite file).
+        try psql(pgSrc, "UPDATE orders SET note = repeat('s', 200);\n")
         for (s, t) in [viaPG, intoLite] {
             let added = try ferry(["replicate", s, t, "--until-caught-up"])
             XCTAssertEqual(added.code, 0, "\(s) -> \(t): \(added.err)")

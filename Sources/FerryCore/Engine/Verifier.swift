@@ -309,11 +309,14 @@ public struct Verifier: Sendable {
 }
 
 /// FNV-1a over each value's type tag and canonical bytes: the same on both sides and across
-/// runs (Swift's Hasher is seeded per process).
-struct StableHash {
-    var value: UInt64 = 0xCBF2_9CE4_8422_2325
+/// runs (Swift's Hasher is seeded per process). Also what names and shapes derived from text
+/// are hashed with (a replica's capture name, a change feed's shape).
+public struct StableHash {
+    public private(set) var value: UInt64 = 0xCBF2_9CE4_8422_2325
 
-    mutating func byte(_ b: UInt8) {
+    public init() {}
+
+    public mutating func byte(_ b: UInt8) {
         value ^= UInt64(b)
         value &*= 0x0000_0100_0000_01B3
     }
@@ -326,7 +329,8 @@ struct StableHash {
         }
     }
 
-    mutating func bytes<S: Sequence>(_ s: S) where S.Element == UInt8 {
+    /// `s`'s bytes, then a separator (so that "ab","c" and "a","bc" differ).
+    public mutating func bytes<S: Sequence>(_ s: S) where S.Element == UInt8 {
         for b in s { byte(b) }
         byte(0xFF)
     }

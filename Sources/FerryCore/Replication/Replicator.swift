@@ -82,11 +82,9 @@ public struct Replicator {
     /// The capture's name for a source and a target: the same for every run of the pair (the
     /// endpoints with passwords masked), a slot name PostgreSQL accepts.
     public static func captureName(source: Endpoint, target: Endpoint) -> String {
-        var h: UInt64 = 0xcbf2_9ce4_8422_2325
-        for b in (source.redacted + "\u{0}" + target.redacted).utf8 {
-            h = (h ^ UInt64(b)) &* 0x0000_0100_0000_01B3
-        }
-        let hex = String(h, radix: 16)
+        var h = StableHash()
+        for b in (source.redacted + "\u{0}" + target.redacted).utf8 { h.byte(b) }
+        let hex = String(h.value, radix: 16)
         return "_ferry_r_" + String(repeating: "0", count: 16 - hex.count) + hex
     }
 
