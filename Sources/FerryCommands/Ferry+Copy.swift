@@ -12,7 +12,11 @@ extension Ferry {
             abstract: "Copy tables from one database to another.",
             discussion: """
                 Each table is loaded in one transaction on the target: if anything fails, the
-                target table is left exactly as it was. Types are mapped engine to engine;
+                target table is left exactly as it was. A new table is never seen half loaded:
+                where the engine's DDL commits as it goes (MySQL, the XML service) rows load into
+                a staging table renamed at the end. With --resume, rows load in key order in
+                chunks that commit on their own, and the same command with --resume continues
+                an unfinished load after its last chunk. Types are mapped engine to engine;
                 columns whose type Ferry cannot carry are skipped and reported.
 
                 Modes:
@@ -48,6 +52,7 @@ extension Ferry {
                   ferry copy sqlite:app.db sqlite:recent.db --tables orders --where "created_at >= '2026-01-01'"
                   ferry copy postgres://dba@db/shop sqlite:eu.db --where "customer=country = 'DE'" --where "orders=total > 100"
                   ferry copy postgres://dba@db/shop sqlite:shop.db --schema public --jobs 4
+                  ferry copy postgres://dba@db/shop mysql://app@dw/shop --tables orders --resume
                   ferry copy mysql://app@db/shop postgres://dba@pg/shop --zero-dates null
                   ferry copy http://127.0.0.1:8080/ sqlite:laptop.db --token-file token.txt
                   ferry copy postgres://dba@db/pagila sqlite:p.db \\
@@ -119,6 +124,14 @@ extension Ferry {
         @Option(name: .long, help: "Rows per batch.")
         var batchSize: Int = 10_000
 
+        @Flag(name: .long, help: ArgumentHelp(
+            "Load each keyed table in key-ordered chunks that commit into its staging table; run again with --resume to continue an unfinished load.",
+            discussion: "The target table appears only when its load is complete. After a crash, a kill or a cut connection the same command with --resume re-reads at most one chunk."))
+        var resume = false
+
+        @Option(name: .long, help: "With --resume: rows per committed chunk (the most a resumed run reads again).")
+        var chunkRows: Int = 100_000
+
         @Flag(name: .long, help: "Print the plan (tables, keys, columns, skipped columns, DDL) and touch nothing.")
         var dryRun = false
 
@@ -164,6 +177,13 @@ extension Ferry {
             }
             options.indexes = !noIndexes
             options.foreignKeys = !noForeignKeys
+            guard chunkRows >= 1 else { throw ValidationError("--chunk-rows must be at least 1, not \(chunkRows)") }
+            if resume && !(mode == .create || mode == .replace) {
+                throw ValidationError(
+                    "--resume loads create and replace copies for now; --mode \(mode.rawValue) runs in one transaction per table (\(mode == .mirror ? "a rerun of a mirror moves only what differs" : "run it again after a failure: nothing of a failed table was committed"))")
+            }
+            options.resume = resume
+            options.chunkRows = chunkRows
 
             let registry = Ferry.registry
             let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry, passwords: passwordFiles)
@@ -275,8 +295,10 @@ extension Ferry {
             for sql in t.creates?.statements ?? [] { show(sql) }
             let indexes = t.objects?.indexStatements ?? []
             if !t.indexesAfterSwap { for sql in indexes { show(sql) } }
-            if mode == .replace, let staging = t.creates?.schema.name {
-                lines.append("  (rows load into \(staging), which then replaces \(t.target) in the same transaction)")
+            if let staging = t.staging {
+                lines.append(mode == .replace
+                    ? "  (rows load into \(staging), which then replaces \(t.target) in the same transaction)"
+                    : "  (rows load into \(staging), which is renamed \(t.target) once every row is in)")
             }
             if t.indexesAfterSwap { for sql in indexes { show(sql) } }
             return lines

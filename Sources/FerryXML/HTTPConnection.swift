@@ -20,6 +20,8 @@ public final class HTTPConnection: Connection {
     public private(set) var committedCounts: MergeCounts?
     /// Keyed writes in a transaction are staged and applied by `commit`.
     public var stagesKeyedWrites: Bool { true }
+    /// The service records which token's loads made each staging table.
+    public var keepsLoadState: Bool { false }
     /// The service's read snapshot this connection reads from (`POST /v1/snapshots`), and
     /// whether this connection began it (and ends it) or joined another's.
     private(set) var snapshotID: String?

@@ -199,6 +199,11 @@ public protocol Connection: AnyObject {
     /// out (MariaDB's binlog); otherwise they stay as the copy left them. Default: nothing.
     func prepareToApplyChanges(repeatingCascades: Bool) throws
 
+    /// True where a copy keeps the leases and progress of its loads in Ferry's tables of this
+    /// database (`_ferry_leases`, `_ferry_loads`). False where another party owns the staging
+    /// tables (the XML service checks which token's loads made them). Default: true.
+    var keepsLoadState: Bool { get }
+
     /// This source's change capture (`ChangeCapture`: what `ferry replicate` follows), or nil
     /// where the engine has none (the default). It opens what it needs beside this connection.
     func changeCapture() throws -> (any ChangeCapture)?
@@ -287,6 +292,7 @@ extension Connection {
     public func beginSnapshot(importing id: String) throws { try beginSnapshot() }
     public func freezeWrites() throws -> Bool { false }
     public func unfreezeWrites() throws {}
+    public var keepsLoadState: Bool { true }
 
     /// Plans and creates a table of `schema` named `name`; returns the table as created.
     @discardableResult

@@ -128,9 +128,14 @@ extension CopyEngine {
                 return false
             }
 
+            // A load is made visible whole: a replace swaps its staging table in; a create loads
+            // one and renames it where the engine's DDL commits as it goes (MySQL, the service)
+            // or the load commits chunk by chunk (--resume).
+            let unit = "\(source.endpoint.redacted) \(name) \(targetName) \(options.mode.rawValue)"
+            let staging = Self.stagingName(for: targetName, unit: unit, maxLength: target.dialect.maxIdentifierLength)
+            let stages = options.mode == .replace || (options.mode == .create && (options.resume || !target.dialect.supportsTransactionalDDL))
             let creates: PlannedTable? = switch options.mode {
-            case .create: try target.planTable(targetSchema, named: targetName)
-            case .replace: try target.planTable(targetSchema, named: Self.stagingName(for: targetName))
+            case .create, .replace: try target.planTable(targetSchema, named: stages ? staging : targetName)
             case .append, .upsert, .mirror: existing == nil ? try target.planTable(targetSchema, named: targetName) : nil
             }
             if options.mode.isKeyed {
@@ -147,7 +152,7 @@ extension CopyEngine {
                 // Indexes go on the loaded table, or after a replace's swap where index names
                 // are schema-wide (the old table's indexes hold the names until then).
                 let afterSwap = options.mode == .replace && !target.dialect.indexNamesArePerTable
-                let indexesOn = options.mode == .replace && !afterSwap ? creates.schema.name : targetName
+                let indexesOn = stages && !afterSwap ? creates.schema.name : targetName
                 let objects = try target.planObjects(
                     targetSchema, on: targetName, indexesOn: indexesOn, replacing: options.mode == .replace && exists ? targetName : nil,
                     avoiding: plannedIndexNames)
@@ -162,6 +167,7 @@ extension CopyEngine {
             plan.skippedObjects = skippedObjects
             plan.filter = filters[name]
             plan.creates = creates
+            plan.staging = stages ? staging : nil
             plan.existingTarget = existing
             plan.targetExists = exists
             tables.append(plan)

@@ -10,9 +10,15 @@ extension CopyEngine {
         let label = table.source.description
         let started = Date()
         var rows: Int64 = 0
+        var rowsRead: Int64?
         var created: TableName?
+        var staged: StagedLoad?
         progress.started(label, estimate: table.sourceSchema.rowEstimate)
         do {
+            if let staging = table.staging {
+                // Claimed (or resumed, or an expired one cleaned up) before the table's transaction.
+                staged = try claimStaging(table, staging: staging, target: target, options: options, mode: mode, progress: progress)
+            }
             try target.begin()
             // The load runs the planned DDL as planned, and writes into the planned (or described)
             // table. A new table loaded by plain inserts gets its keys after its rows where the
@@ -20,22 +26,26 @@ extension CopyEngine {
             var into = table.writesInto
             var keysAfterLoad: PlannedTable?
             switch mode {
-            case .create:
-                if try target.tableExists(table.target) {
+            case .create, .replace:
+                if mode == .create, try target.tableExists(table.target) {
                     throw FerryError.targetTableExists(table: table.target, endpoint: target.endpoint.redacted)
                 }
                 if let planned = table.creates {
-                    try target.createTableDeferringKeys(planned)
+                    if let staged, staged.resumable, try target.tableExists(planned.schema.name) {
+                        // An earlier run's chunks are in it.
+                        into = try target.describe(planned.schema.name, rowEstimate: false)
+                    } else {
+                        try target.createTableDeferringKeys(planned)
+                        if let staged, staged.resumable {
+                            // Committed before the first chunk, with the record chunks update.
+                            if let record = staged.record, let p = staged.progress { try LoadProgress.write(target, p, record) }
+                            try target.commit()
+                            try target.begin()
+                        }
+                    }
                     keysAfterLoad = planned
                 }
-                created = table.target
-            case .replace:
-                if try target.tableExists(into.name) { try target.dropTable(into.name) }
-                if let planned = table.creates {
-                    try target.createTableDeferringKeys(planned)
-                    keysAfterLoad = planned
-                }
-                created = into.name
+                created = staged == nil ? table.target : nil
             case .append, .upsert, .mirror:
                 if let planned = table.creates {
                     if try target.tableExists(planned.schema.name) {
@@ -58,8 +68,19 @@ extension CopyEngine {
                 mirrored = (m.counts, m.stats)
                 merge = nil
             } else {
+                var chunks: ChunkCommits?
+                if let staged, staged.resumable, let key = table.key?.columns, let at = Self.resumeKey(table) {
+                    chunks = ChunkCommits(rows: max(1, options.chunkRows), key: key, keyIndexes: at, after: staged.resumeAfter) { [self] last, n in
+                        try commitChunk(staged, lastKey: last, rows: n, target: target)
+                    }
+                }
                 (rows, stored) = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
-                                          cancellation: cancellation, writer: merge)
+                                          cancellation: cancellation, writer: merge, chunks: chunks)
+                if let staged, staged.resumable {
+                    rowsRead = rows
+                    rows += staged.rowsBefore
+                    stored = nil
+                }
             }
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
             if let planned = keysAfterLoad { try target.addDeferredKeys(planned) }
@@ -78,14 +99,19 @@ extension CopyEngine {
             }
             var declined: [SkippedObject] = []
             if let objects = table.objects, !table.indexesAfterSwap { declined += try target.createIndexes(objects) }
-            if mode == .replace {
-                // One swap at a time: a swap moves other tables' foreign keys, and two at once
-                // would move each other's (or deadlock).
+            if let staged {
+                // Made visible whole. One swap at a time: a swap moves other tables' foreign keys,
+                // and two at once would move each other's (or deadlock).
+                try finishStaging(staged, target: target)
                 try swaps.withLock { _ in
+                    if mode == .create, try target.tableExists(table.target) {
+                        throw FerryError.targetTableExists(table: table.target, endpoint: target.endpoint.redacted)
+                    }
                     try target.swapTable(loadName, into: table.target)
                     if let objects = table.objects, table.indexesAfterSwap { declined += try target.createIndexes(objects) }
                     try target.commit()
                 }
+                staged.keeper?.stop()
             } else {
                 try target.commit()
             }
@@ -95,6 +121,7 @@ extension CopyEngine {
                 source: label, target: table.target.description, rows: rows, seconds: seconds,
                 rowsPerSecond: seconds > 0 ? Double(rows) / seconds : 0, skippedColumns: table.skipped,
                 status: .ok, error: nil)
+            result.rowsRead = rowsRead
             result.counts = mirrored?.counts ?? merge?.counts
             // Staged keyed writes (the XML service) count when the commit applied them.
             if let applied = target.committedCounts, mode.isKeyed { result.counts = (result.counts ?? MergeCounts()) + applied }
@@ -110,8 +137,12 @@ extension CopyEngine {
             if !target.dialect.supportsTransactionalDDL, let created {
                 try? target.dropTable(created)
             }
+            if let staged { abandonStaging(staged, target: target) }
             let seconds = Date().timeIntervalSince(started)
-            let message = Self.describe(error, table: table.source)
+            var message = Self.describe(error, table: table.source)
+            if let staged, staged.resumable, let done = staged.record?.rows, done > 0 {
+                message += " (\(done) rows are kept in \(staged.staging.name): run the same copy with --resume to continue after them)"
+            }
             progress.finished(label, rows: rows, seconds: seconds, error: message)
             var result = failed(table, error: message, rows: rows, seconds: seconds)
             if case .cancelled? = error as? FerryError { result.status = .cancelled }
@@ -127,9 +158,13 @@ extension CopyEngine {
     func pump(
         _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema,
         options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, writer custom: (any BatchWriter)? = nil,
-        buckets: BucketFilter? = nil, keys: (columns: [String], values: [[Value]])? = nil
+        buckets: BucketFilter? = nil, keys: (columns: [String], values: [[Value]])? = nil, chunks: ChunkCommits? = nil
     ) throws -> (rows: Int64, stored: Int64?) {
-        let range = table.filter == nil && buckets == nil ? nil : KeyRange(key: [], filter: table.filter, buckets: buckets)
+        var range = table.filter == nil && buckets == nil ? nil : KeyRange(key: [], filter: table.filter, buckets: buckets)
+        if let chunks {
+            // In key order, after the last key an earlier run committed.
+            range = KeyRange(key: chunks.key, after: chunks.after, filter: table.filter)
+        }
         let batchSize = max(1, options.batchSize)
         let reader = Handoff(try keys.map { keys in
             // Only these keys, a bounded list per statement (index lookups).
@@ -140,7 +175,7 @@ extension CopyEngine {
                 return try source.reader(table: table.sourceSchema, columns: table.columns, keyRange: r, batchSize: batchSize)
             }
         } ?? source.reader(table: table.sourceSchema, columns: table.columns, keyRange: range, batchSize: batchSize))
-        let writer: any BatchWriter
+        var writer: any BatchWriter
         do {
             writer = try custom ?? target.writer(into: into, columns: table.targetSchema.columns)
         } catch {
@@ -161,6 +196,8 @@ extension CopyEngine {
             }
         }
         var rows: Int64 = 0
+        var inChunk = 0
+        var storedBefore: Int64? = 0
         do {
             var last: RowBatch?
             do {
@@ -170,6 +207,16 @@ extension CopyEngine {
                     try writer.write(batch)
                     rows += Int64(batch.count)
                     progress.advanced(table.source.description, by: batch.count)
+                    inChunk += batch.count
+                    if let chunks, inChunk >= chunks.rows, batch.count > 0 {
+                        // The chunk's rows and its record commit together; the next chunk gets a writer of its own.
+                        try writer.finish()
+                        storedBefore = writer.rowsStored.flatMap { n in storedBefore.map { $0 + n } }
+                        let row = batch.row(batch.count - 1, types: table.columns.map(\.logicalType))
+                        try chunks.commit(chunks.keyIndexes.map { row[$0] }, rows)
+                        inChunk = 0
+                        writer = try target.writer(into: into, columns: table.targetSchema.columns)
+                    }
                     // Written: nothing holds the batch any more, and the reader may fill its room.
                     last = nil
                     queue.release()
@@ -197,7 +244,7 @@ extension CopyEngine {
         }
         producer.join()
         reader.value.close()
-        return (rows, writer.rowsStored)
+        return (rows, writer.rowsStored.flatMap { n in storedBefore.map { $0 + n } })
     }
 
     /// Applies a plan's cast conversions to a batch as read. A value that does not convert is
@@ -234,4 +281,16 @@ extension CopyEngine {
         }
         return "\(error)"
     }
+}
+
+/// A resumable load's chunks: every `rows` rows (at a batch's end) the writer finishes and
+/// `commit` records the last key written (in the source's values) and commits.
+struct ChunkCommits {
+    var rows: Int
+    var key: [String]
+    /// Where the key's columns are among the columns read.
+    var keyIndexes: [Int]
+    /// The key to read after (an earlier run's last committed one).
+    var after: [Value]?
+    var commit: (_ lastKey: [Value], _ rows: Int64) throws -> Void
 }

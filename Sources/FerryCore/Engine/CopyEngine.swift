@@ -12,11 +12,6 @@ public struct CopyEngine: Sendable {
     /// Prefix of tables Ferry creates for its own use (staging tables, bookkeeping).
     public static let internalPrefix = "_ferry_"
 
-    /// The table a replace loads before it is swapped in as `target`.
-    public static func stagingName(for target: TableName) -> TableName {
-        TableName(schema: target.schema, internalPrefix + "staging_" + target.name)
-    }
-
     public init(registry: DriverRegistry) {
         self.registry = registry
     }

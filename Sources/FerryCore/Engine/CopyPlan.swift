@@ -48,6 +48,9 @@ public struct TablePlan: Sendable, Encodable {
     public var skippedObjects: [SkippedObject] = []
     /// `--where`: the condition rows are read with, in the source engine's SQL; nil for every row.
     public var filter: String?
+    /// The staging table the load fills before it is made visible (renamed or swapped in);
+    /// nil when the load writes into the target's own name in one transaction.
+    public var staging: TableName?
     /// The table rows are written into, as the writer is given it: the created table (as
     /// planned), else the existing target (as described).
     public var writesInto: TableSchema { creates?.schema ?? existingTarget ?? targetSchema }
@@ -57,7 +60,7 @@ public struct TablePlan: Sendable, Encodable {
 
     private enum CodingKeys: String, CodingKey {
         case sourceSchema, targetSchema, columns, skipped, decisions, conversions, key, creates, existingTarget, ddl, targetExists
-        case objects, indexesAfterSwap, skippedObjects, filter
+        case objects, indexesAfterSwap, skippedObjects, filter, staging
     }
 
     /// Every stored property, and the DDL and whether the target exists spelled out for readers of `--json`.
@@ -78,6 +81,7 @@ public struct TablePlan: Sendable, Encodable {
         try c.encode(indexesAfterSwap, forKey: .indexesAfterSwap)
         try c.encode(skippedObjects, forKey: .skippedObjects)
         try c.encodeIfPresent(filter, forKey: .filter)
+        try c.encodeIfPresent(staging, forKey: .staging)
     }
 }
 
@@ -122,6 +126,12 @@ public struct CopyOptions: Sendable {
     /// instead of a snapshot of the copy's own — a replica's initial copy reads exactly the data
     /// before its change stream begins.
     public var sourceSnapshot: String?
+    /// `--resume`: load each table with a key in key-ordered chunks that commit on their own
+    /// into its staging table, recording the last key in the target; a rerun with it continues
+    /// an unfinished load from there.
+    public var resume = false
+    /// Rows per committed chunk of a resumable load: the most a resumed run reads again.
+    public var chunkRows = 100_000
 
     public init() {}
 }

@@ -4,6 +4,8 @@ public struct CopySummary: Sendable, Codable {
         public var source: String
         public var target: String
         public var rows: Int64
+        /// Rows this run read, where a resumed load had committed others before (`rows` counts both).
+        public var rowsRead: Int64?
         public var seconds: Double
         public var rowsPerSecond: Double
         public var skippedColumns: [SkippedColumn]
