@@ -79,33 +79,22 @@ extension Ferry {
                 --dry-run shows which rule (or which type map) decided each column.
                 """)
 
-        @Argument(help: "The database to read from (URL).")
-        var source: String
+        @Argument(help: "The database to read from (URL; with --plan, the plan's source when left out).")
+        var source: String?
 
-        @Argument(help: "The database to write to (URL); a SQLite file is created when missing.")
-        var target: String
+        @Argument(help: "The database to write to (URL; a SQLite file is created when missing; with --plan, the plan's target when left out).")
+        var target: String?
 
-        @Option(name: .long, help: "Only tables in these schemas (PostgreSQL schemas, SQLite attached databases), comma-separated.")
-        var schema: [String] = []
-
-        @Option(name: .long, help: "create, replace, append, upsert or mirror.")
-        var mode: WriteMode = .create
+        @OptionGroup var what: CopyChoices
 
         @Option(name: .long, help: "Tables copied at the same time (targets that take one writer at a time use 1).")
         var jobs: Int = 2
-
-        @OptionGroup var tableOptions: TableOptions
-
-        @OptionGroup var castOptions: CastOptions
 
         @OptionGroup var driverSettings: DriverSettings
 
         @OptionGroup var passwordFiles: PasswordFiles
 
-        @Option(name: .long, help: ArgumentHelp(
-            "Copy only the rows matching a condition, in the source's SQL: TABLE='CONDITION' for one table, or a CONDITION for every table named with --tables (repeatable).",
-            valueName: "[TABLE=]CONDITION"))
-        var `where`: [String] = []
+        @OptionGroup var units: UnitOptions
 
         @Option(name: .long, help: ArgumentHelp(
             "With --mode mirror: fail a table (changing nothing) whose mirror would delete more than N rows, or P percent of its rows.",
@@ -114,15 +103,6 @@ extension Ferry {
 
         @Flag(name: .long, help: "With --mode mirror: let an empty source table empty its target table.")
         var allowEmptySource = false
-
-        @Flag(name: .long, help: "Leave out the source's secondary indexes.")
-        var noIndexes = false
-
-        @Flag(name: .long, help: "Leave out the source's foreign keys.")
-        var noForeignKeys = false
-
-        @Option(name: .long, help: "Rows per batch.")
-        var batchSize: Int = 10_000
 
         @Flag(name: .long, help: ArgumentHelp(
             "Load each keyed table in key-ordered chunks that commit into its staging table; run again with --resume to continue an unfinished load.",
@@ -145,25 +125,20 @@ extension Ferry {
 
         func validate() throws {
             guard jobs >= 1 && jobs <= 64 else { throw ValidationError("--jobs must be between 1 and 64, not \(jobs)") }
-            if verify && !self.where.isEmpty {
+            if verify && !what.where.isEmpty {
                 throw ValidationError("--verify compares whole tables: run the copy with --where and without --verify")
             }
-            guard batchSize >= 1 && batchSize <= 1_000_000 else {
-                throw ValidationError("--batch-size must be between 1 and 1000000, not \(batchSize)")
+            if units.plan == nil && (source == nil || target == nil) {
+                throw ValidationError("copy needs a SOURCE and a TARGET (or --plan FILE, made by `ferry plan`)")
             }
         }
 
         func run() throws {
-            var options = CopyOptions()
-            options.tables = tableOptions.named
-            options.exclude = tableOptions.excluded
-            options.schemas = schema.flatMap { $0.split(separator: ",") }.map { $0.trimmingCharacters(in: .whitespaces) }
-            options.mode = mode
+            if units.plan != nil { return try runPlan() }
+            guard let source, let target else { throw ValidationError("copy needs a SOURCE and a TARGET") }
+            var options = try what.copyOptions()
+            let mode = what.mode
             options.jobs = jobs
-            options.batchSize = batchSize
-            options.keys = tableOptions.keys
-            options.casts = try castOptions.rules()
-            options.filters = self.where
             if let maxDelete {
                 guard let limit = DeleteLimit(maxDelete) else {
                     throw ValidationError("--max-delete takes a number of rows or a percentage, as in 1000 or 0.5%; got '\(maxDelete)'")
@@ -175,8 +150,6 @@ extension Ferry {
             if mode != .mirror && (maxDelete != nil || allowEmptySource) {
                 throw ValidationError("--max-delete and --allow-empty-source are for --mode mirror")
             }
-            options.indexes = !noIndexes
-            options.foreignKeys = !noForeignKeys
             guard chunkRows >= 1 else { throw ValidationError("--chunk-rows must be at least 1, not \(chunkRows)") }
             if resume && !(mode == .create || mode == .replace) {
                 throw ValidationError(

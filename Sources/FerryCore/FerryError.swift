@@ -45,6 +45,9 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     case someTablesFailed(count: Int, total: Int)
     /// The caller cancelled (a `Cancellation`, a cancelled Swift task).
     case cancelled
+    /// A step the state of a database or a plan does not allow yet (units missing, a snapshot
+    /// gone, a load another run holds); the message says what to do. A failure, not a usage error.
+    case notReady(String)
 
     /// True for mistakes in how Ferry was called (exit code 2), false for failures (exit code 1).
     public var isUsage: Bool {
@@ -61,7 +64,7 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         case let .unknownScheme(scheme, known, hint):
             return "unknown URL scheme '\(scheme):': Ferry knows \(known.map { $0 + ":" }.joined(separator: ", ")) (e.g. sqlite:path/to/file.db)"
                 + (hint.map { "; \($0)" } ?? "")
-        case let .invalidOption(message):
+        case let .invalidOption(message), let .notReady(message):
             return message
         case let .connectionFailed(endpoint, reason):
             return "cannot open \(endpoint): \(reason)"

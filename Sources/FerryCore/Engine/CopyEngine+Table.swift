@@ -158,9 +158,14 @@ extension CopyEngine {
     func pump(
         _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema,
         options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, writer custom: (any BatchWriter)? = nil,
-        buckets: BucketFilter? = nil, keys: (columns: [String], values: [[Value]])? = nil, chunks: ChunkCommits? = nil
+        buckets: BucketFilter? = nil, keys: (columns: [String], values: [[Value]])? = nil, chunks: ChunkCommits? = nil,
+        bounds: (after: [Value]?, upTo: [Value]?)? = nil
     ) throws -> (rows: Int64, stored: Int64?) {
         var range = table.filter == nil && buckets == nil ? nil : KeyRange(key: [], filter: table.filter, buckets: buckets)
+        if let bounds, let key = table.key?.columns {
+            // One unit's key range of the table.
+            range = KeyRange(key: key, after: bounds.after, upTo: bounds.upTo, filter: table.filter)
+        }
         if let chunks {
             // In key order, after the last key an earlier run committed.
             range = KeyRange(key: chunks.key, after: chunks.after, filter: table.filter)

@@ -102,26 +102,36 @@ public enum LoadLeases {
 
     /// Takes the lease on `staging` for `owner`, in a transaction of its own: refused (with the
     /// live lease) while another owner's lease is live. Returns the expired lease it replaced.
+    /// Without row locks on rows that are not there (InnoDB's gap locks deadlock two jobs
+    /// claiming side by side): a missing row is inserted (of two runs, the second fails on the
+    /// key), and an expired one is taken by deleting exactly it (owner and heartbeat as read),
+    /// which only one run can do.
     public static func claim(_ c: any Connection, _ schema: TableSchema, staging: TableName, target: TableName, owner: LoadOwner) throws -> Row? {
         let mine = Row(staging: staging.description, target: target.description, owner: owner.stored, heartbeat: now(), seconds: defaultSeconds)
+        let previous = try read(c, schema, staging: staging)
+        if let previous, previous.owner != owner.stored, previous.isLive() { throw LeaseHeld(lease: previous) }
         try c.begin()
         do {
-            let previous = try read(c, schema, staging: staging, lock: true)
-            if let previous, previous.owner != owner.stored, previous.isLive() {
-                throw LeaseHeld(lease: previous)
+            if let previous {
+                let cols = try StateTable.described(schema, [columns[0], columns[2], columns[3]])
+                let exact = try RowBatch(rows: [[.text(previous.staging), .text(previous.owner), .int(previous.heartbeat)]], types: cols.map(\.logicalType))
+                guard try c.deleteRows(from: schema, key: cols, keys: exact) == 1 else { throw Lost() }
             }
-            // A row that is not there is inserted: of two runs claiming at once, the second fails on the key.
-            try write(c, schema, mine, insert: previous == nil)
+            try write(c, schema, mine, insert: true)
             try c.commit()
             return previous?.owner == owner.stored ? nil : previous
         } catch {
             try? c.rollback()
-            if error is LeaseHeld { throw error }
-            // Inserted by another run since the read: its lease is live.
-            if let now = try? read(c, schema, staging: staging), now.owner != owner.stored { throw LeaseHeld(lease: now) }
+            // Taken by another run since the read: its lease is live.
+            if let now = try? read(c, schema, staging: staging), now.owner != owner.stored, now != previous { throw LeaseHeld(lease: now) }
+            if error is Lost {
+                throw FerryError.notReady("another run took over the unfinished load in \(staging) at the same moment: run again once it ends")
+            }
             throw error
         }
     }
+
+    private struct Lost: Error {}
 
     /// Renews `owner`'s leases (in a transaction of its own).
     public static func renew(_ c: any Connection, _ schema: TableSchema, _ rows: [Row]) throws {
@@ -130,7 +140,7 @@ public enum LoadLeases {
         do {
             for var r in rows {
                 // Only a lease still ours: a finished load removed its row, and it stays removed.
-                guard let now = try read(c, schema, staging: TableName(parsing: r.staging), lock: true), now.owner == r.owner else { continue }
+                guard let now = try read(c, schema, staging: TableName(parsing: r.staging)), now.owner == r.owner else { continue }
                 r.heartbeat = Self.now()
                 try write(c, schema, r, insert: false)
             }
@@ -271,7 +281,19 @@ extension Value {
 /// one JSON array of `[tag, text]` pairs.
 public enum KeyText {
     public static func encode(_ values: [Value]) -> String {
-        let items: [[String]] = values.map { v in
+        let data = (try? JSONEncoder().encode(items(values))) ?? Data("[]".utf8)
+        return String(decoding: data, as: UTF8.self)
+    }
+
+    /// Nil for text `encode` did not write.
+    public static func decode(_ text: String) -> [Value]? {
+        guard let items = try? JSONDecoder().decode([[String]].self, from: Data(text.utf8)) else { return nil }
+        return values(items)
+    }
+
+    /// Each value as `[tag, text]`.
+    public static func items(_ values: [Value]) -> [[String]] {
+        values.map { v in
             switch v {
             case .null: return ["null", ""]
             case .bool(let b): return ["bool", b ? "1" : "0"]
@@ -287,13 +309,10 @@ public enum KeyText {
             case .json(let s): return ["json", s]
             }
         }
-        let data = (try? JSONEncoder().encode(items)) ?? Data("[]".utf8)
-        return String(decoding: data, as: UTF8.self)
     }
 
-    /// Nil for text `encode` did not write.
-    public static func decode(_ text: String) -> [Value]? {
-        guard let items = try? JSONDecoder().decode([[String]].self, from: Data(text.utf8)) else { return nil }
+    /// The values `items` gave; nil for anything else.
+    public static func values(_ items: [[String]]) -> [Value]? {
         var out: [Value] = []
         for item in items {
             guard item.count == 2 else { return nil }

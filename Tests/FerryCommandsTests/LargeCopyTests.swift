@@ -1,0 +1,206 @@
+import FerryCore
+import FerryDriverTestKit
+import Foundation
+import XCTest
+
+/// Large copies: a load is never seen half done, a killed one resumes from its last chunk, and
+/// what an earlier run left behind is cleaned up by the next.
+final class LargeCopyTests: XCTestCase {
+    var folder: TemporaryFolder!
+    override func setUpWithError() throws { folder = try TemporaryFolder() }
+
+    func ferry(_ args: [String]) throws -> CLITests.Result { try CLITests.run(CLITests.binaryURL, args) }
+
+    /// A target a test can look into with the engine's own client.
+    struct Target {
+        var name: String
+        var url: String
+        /// Runs one query, returning its text (one line per row, tab-separated).
+        var query: (String) throws -> String
+        /// Names of the tables whose name starts with `prefix`.
+        var tables: (String) throws -> [String]
+    }
+
+    static let rows = 1_000_000
+
+    /// A SQLite file of `rows` bench_orders rows (every kind of value, NULLs).
+    func source(rows: Int = LargeCopyTests.rows) throws -> String {
+        let path = folder.path("orders.db")
+        let script = TestDatabases.packageRoot().appendingPathComponent("scripts/bench-gen-sqlite").path
+        try ExternalTool.run([script, String(rows), path], input: "")
+        return path
+    }
+
+    func postgres(_ tag: String) throws -> Target {
+        let admin = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let name = "ferry_lc_\(tag)"
+        try ExternalTool.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", admin], input: "CREATE DATABASE \(name);\n")
+        let url = try Self.replacingDatabase(admin, with: name)
+        let query = { (sql: String) throws -> String in try ExternalTool.run(["psql", "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1", url], input: sql + ";\n") }
+        return Target(name: "postgres", url: url, query: query, tables: { prefix in
+            try query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND starts_with(tablename, '\(prefix)') ORDER BY 1")
+                .split(separator: "\n").map(String.init)
+        })
+    }
+
+    func mariadb(_ tag: String) throws -> Target {
+        let admin = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        let name = "ferry_lc_\(tag)"
+        func run(_ url: String, _ sql: String) throws -> String {
+            let e = try Endpoint(parsing: url)
+            return try ExternalTool.run(
+                ["mariadb", "--no-defaults", "-N", "-B", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path],
+                input: sql + ";\n", environment: ["MYSQL_PWD": e.password ?? ""])
+        }
+        _ = try run(admin, "CREATE DATABASE \(name) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        let url = try Self.replacingDatabase(admin, with: name)
+        return Target(name: "mariadb", url: url, query: { try run(url, $0) }, tables: { prefix in
+            try run(url, "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND LEFT(table_name, \(prefix.count)) = '\(prefix)' ORDER BY 1")
+                .split(separator: "\n").map(String.init)
+        })
+    }
+
+    func sqlite(_ file: String) -> Target {
+        let query = { (sql: String) throws -> String in try ExternalTool.run(["sqlite3", "-separator", "\t", file], input: ".timeout 10000\n" + sql + ";\n") }
+        return Target(name: "sqlite", url: "sqlite:" + file, query: query, tables: { prefix in
+            guard FileManager.default.fileExists(atPath: file) else { return [] }
+            return try query("SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, \(prefix.count)) = '\(prefix)' ORDER BY 1")
+                .split(separator: "\n").map(String.init)
+        })
+    }
+
+    static func replacingDatabase(_ admin: String, with name: String) throws -> String {
+        guard let slash = admin.range(of: "/", options: .backwards) else { throw FerryError.invalidOption("no database in \(admin)") }
+        return admin[..<slash.lowerBound] + "/" + name
+    }
+
+    /// Starts `ferry ARGS`, waits until `ready` holds (polled), then a random moment more, checks
+    /// `whileRunning`, and kills it with SIGKILL.
+    func killMidway(_ args: [String], seed: inout SplitMix64, ready: () throws -> Bool, whileRunning: () throws -> Void,
+                    file: StaticString = #filePath, line: UInt = #line) throws {
+        let p = Process()
+        p.executableURL = CLITests.binaryURL
+        p.arguments = args
+        p.standardError = FileHandle.nullDevice
+        p.standardOutput = FileHandle.nullDevice
+        try p.run()
+        defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
+        let deadline = Date().addingTimeInterval(120)
+        while !(try ready()) {
+            XCTAssertTrue(p.isRunning, "ferry \(args.joined(separator: " ")) ended before it could be killed", file: file, line: line)
+            guard p.isRunning, Date() < deadline else { return }
+            usleep(20_000)
+        }
+        usleep(UInt32(seed.next() % 400_000))
+        try whileRunning()
+        XCTAssertTrue(p.isRunning, "ferry ended before it was killed: make the table larger", file: file, line: line)
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+    }
+
+    struct CopyOutput: Decodable {
+        struct Summary: Decodable { var tables: [Table] }
+        struct Table: Decodable { var rows: Int64; var rowsRead: Int64?; var status: String }
+        var ok: Bool
+        var rows: Int64
+        var summary: Summary
+    }
+
+    /// `ferry copy … --resume` killed (SIGKILL) at a random moment after its first chunks,
+    /// on every engine as target: the target table is not there while it loads, the resumed run
+    /// reads fewer rows than the table holds and ends equal to the source, and nothing of
+    /// Ferry's is left but its (empty) bookkeeping tables.
+    func testKilledCopyResumesFromItsLastChunkOnEveryTarget() throws {
+        let src = try source()
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        var seed = SplitMix64(seed: UInt64(ProcessInfo.processInfo.environment["FERRY_TEST_SEED"] ?? "") ?? UInt64.random(in: 0...UInt64.max))
+        for target in [try postgres(tag), try mariadb(tag), sqlite(folder.path("target.db"))] {
+            let args = ["copy", "sqlite:" + src, target.url, "--tables", "bench_orders", "--resume", "--chunk-rows", "50000"]
+            // Killed after a random number of committed rows, up to about two thirds of the table.
+            let after = 1 + Int(seed.next() % UInt64(Self.rows * 2 / 3))
+            try killMidway(args, seed: &seed, ready: {
+                guard try target.tables("_ferry_loads").count == 1 else { return false }
+                return (Int(try target.query("SELECT max(rows_loaded) FROM _ferry_loads").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) >= after
+            }, whileRunning: {
+                XCTAssertEqual(try target.tables("bench_orders"), [], "\(target.name): the target table is visible before its load is complete")
+            })
+            XCTAssertEqual(try target.tables("bench_orders"), [], "\(target.name): a killed load left a table under the target's name")
+            XCTAssertEqual(try target.tables("_ferry_load_").count, 1, "\(target.name): the killed load's staging table")
+
+            let r = try ferry(args + ["--json"])
+            XCTAssertEqual(r.code, 0, "\(target.name): \(r.err)")
+            let out = try JSONDecoder().decode(CopyOutput.self, from: Data(r.out.utf8))
+            XCTAssertTrue(out.ok)
+            XCTAssertEqual(out.summary.tables.first?.rows, Int64(Self.rows), target.name)
+            let read = try XCTUnwrap(out.summary.tables.first?.rowsRead, target.name)
+            XCTAssertLessThan(read, Int64(Self.rows), "\(target.name): the resumed run read the whole table again")
+            XCTAssertGreaterThan(read, 0, target.name)
+            print("\(target.name): the resumed run read \(read) of \(Self.rows) rows")
+
+            let v = try ferry(["verify", "sqlite:" + src, target.url, "--tables", "bench_orders"])
+            XCTAssertEqual(v.code, 0, "\(target.name): \(v.out) \(v.err)")
+            XCTAssertEqual(try target.tables("_ferry_load_"), [], "\(target.name): a staging table was left behind")
+            XCTAssertEqual(try target.query("SELECT count(*) FROM _ferry_loads").trimmingCharacters(in: .whitespacesAndNewlines), "0", target.name)
+            XCTAssertEqual(try target.query("SELECT count(*) FROM _ferry_leases").trimmingCharacters(in: .whitespacesAndNewlines), "0", target.name)
+            // Ferry's tables stay out of the catalog.
+            let listed = try ferry(["tables", target.url])
+            XCTAssertFalse(listed.out.contains("_ferry_"), listed.out)
+        }
+    }
+
+    /// A killed `create` without --resume leaves no table under the target's name where the
+    /// engine's DDL commits as it goes (MariaDB) and through the service; the next run removes
+    /// what it left, says so, and copies.
+    func testKilledCreateLeavesNothingUnderTheTargetsName() throws {
+        let src = try source(rows: 400_000)
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        var seed = SplitMix64(seed: UInt64.random(in: 0...UInt64.max))
+        let maria = try mariadb(tag)
+        let pg = try postgres(tag)
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokenFile = folder.path("manage.txt")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokenFile))
+        let serve = try ServeProcess(pg.url, ["--token-file", tokenFile], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        for (target, url, watched) in [(maria, maria.url, maria), (pg, serve.url(token: token), pg)] {
+            let args = ["copy", "sqlite:" + src, url, "--tables", "bench_orders"]
+            try killMidway(args, seed: &seed, ready: { try !watched.tables("_ferry_load_").isEmpty }, whileRunning: {
+                XCTAssertEqual(try watched.tables("bench_orders"), [], "\(target.name): the target table is visible before its load is complete")
+            })
+            XCTAssertEqual(try watched.tables("bench_orders"), [], "\(target.name): a killed create left a table under the target's name")
+            let r = try ferry(args)
+            XCTAssertEqual(r.code, 0, "\(url): \(r.err)")
+            XCTAssertTrue(r.err.contains("removed") && r.err.contains("_ferry_load_"), "\(target.name): the leftover is reported: \(r.err)")
+            XCTAssertFalse(r.err.contains(token), "a token in the output")
+            XCTAssertEqual(try watched.tables("_ferry_load_"), [], target.name)
+            let v = try ferry(["verify", "sqlite:" + src, url, "--tables", "bench_orders"])
+            XCTAssertEqual(v.code, 0, "\(target.name): \(v.out) \(v.err)")
+        }
+    }
+
+    /// A live load's staging table is never taken by another run: a second copy into the same
+    /// table while the first loads fails in one line naming the other process, and the first
+    /// finishes.
+    func testASecondRunLeavesALiveLoadAlone() throws {
+        let src = try source(rows: 300_000)
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        let target = try mariadb(tag)
+        let args = ["copy", "sqlite:" + src, target.url, "--tables", "bench_orders", "--resume", "--chunk-rows", "20000"]
+        let first = Process()
+        first.executableURL = CLITests.binaryURL
+        first.arguments = args
+        first.standardError = FileHandle.nullDevice
+        first.standardOutput = FileHandle.nullDevice
+        try first.run()
+        defer { if first.isRunning { kill(first.processIdentifier, SIGKILL) } }
+        let deadline = Date().addingTimeInterval(60)
+        while try target.tables("_ferry_load_").isEmpty && Date() < deadline && first.isRunning { usleep(20_000) }
+        let second = try ferry(args)
+        XCTAssertEqual(second.code, 1, second.err)
+        XCTAssertTrue(second.err.contains("another Ferry is loading bench_orders") && second.err.contains("process \(first.processIdentifier)"), second.err)
+        first.waitUntilExit()
+        XCTAssertEqual(first.terminationStatus, 0)
+        let v = try ferry(["verify", "sqlite:" + src, target.url, "--tables", "bench_orders"])
+        XCTAssertEqual(v.code, 0, "\(v.out) \(v.err)")
+    }
+}
