@@ -43,6 +43,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-system", from: "1.5.0"),
         // RFC 4180 CSV, streamed (the sample CSV plugin).
         .package(url: "https://github.com/yaslab/CSV.swift", from: "2.5.0"),
+        // YAML: replication files, and the scale-out sample's manifest read back by its test.
+        .package(url: "https://github.com/jpsim/Yams", from: "6.0.0"),
         // `swift package generate-documentation --target FerryKit` (DocC).
         .package(url: "https://github.com/swiftlang/swift-docc-plugin", from: "1.4.0"),
     ],
@@ -188,7 +190,7 @@ let package = Package(
             ]),
         .testTarget(
             name: "FerryCommandsTests",
-            dependencies: ["FerryCommands", "FerryKit", "FerryDriverTestKit", "FerrySQLite", "ferry", "ferry-embedding-sample"]),
+            dependencies: ["FerryCommands", "FerryKit", "FerryDriverTestKit", "FerrySQLite", "ferry", "ferry-embedding-sample", .product(name: "Yams", package: "Yams")]),
     ],
     swiftLanguageModes: [.v6]
 )

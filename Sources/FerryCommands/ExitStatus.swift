@@ -1,3 +1,4 @@
+import Foundation
 import ArgumentParser
 
 /// The exit codes of every `ferry` command, one meaning each (documented in the README and in
@@ -20,4 +21,23 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
         """
 
     var exitCode: ExitCode { ExitCode(rawValue) }
+}
+
+/// SIGINT and SIGTERM taken from their default action (ending the process) and handed to
+/// `stop`, until `cancel`: how a command stops in an orderly way (a follower between
+/// transactions, a snapshot holder).
+final class StopSignals {
+    private let sources: [any DispatchSourceSignal]
+
+    init(_ stop: @escaping @Sendable () -> Void) {
+        sources = [SIGINT, SIGTERM].map { sig in
+            signal(sig, SIG_IGN)
+            let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
+            s.setEventHandler(handler: stop)
+            s.resume()
+            return s
+        }
+    }
+
+    func cancel() { for s in sources { s.cancel() } }
 }

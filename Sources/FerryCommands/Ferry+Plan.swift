@@ -104,14 +104,8 @@ extension Ferry {
         /// ends a snapshot idle for 300 s).
         func hold(_ source: any Connection, first: TableName?) throws {
             let stop = DispatchSemaphore(value: 0)
-            let signals = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
-                signal(sig, SIG_IGN)
-                let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-                s.setEventHandler { stop.signal() }
-                s.resume()
-                return s
-            }
-            defer { for s in signals { s.cancel() } }
+            let signals = StopSignals { stop.signal() }
+            defer { signals.cancel() }
             while stop.wait(timeout: .now() + 60) == .timedOut {
                 if let first { _ = try source.describe(first) }
             }
@@ -153,6 +147,9 @@ extension Ferry.Copy {
     func runPlan() throws {
         guard let file = units.plan else { return }
         let shard = try ShardPlan.load(file)
+        if let text = units.shard, let (_, count) = UnitOptions.shard(text), count != shard.units.count {
+            throw FerryError.invalidOption("\(file) has \(shard.units.count) units: --shard I/\(shard.units.count), not \(text)")
+        }
         // The plan's URLs have their passwords masked: those come from the usual places.
         let src = source ?? Self.unmasked(shard.source), tgt = target ?? Self.unmasked(shard.target)
         let registry = Ferry.registry
@@ -178,9 +175,6 @@ extension Ferry.Copy {
             return
         }
         if let text = units.shard, let (index, count) = UnitOptions.shard(text) {
-            guard count == shard.units.count else {
-                throw FerryError.invalidOption("\(file) has \(shard.units.count) units: --shard I/\(shard.units.count), not \(text)")
-            }
             let summary = try engine.runUnit(shard, index: index, plan: plan, source: session.source, target: session.target, options: options, progress: progress)
             try report(summary, what: "unit \(index)/\(count) of plan \(shard.id)")
             return

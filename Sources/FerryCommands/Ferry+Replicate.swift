@@ -132,14 +132,8 @@ extension Ferry {
             // SIGINT and SIGTERM stop the follower between source transactions (taken from the
             // start: a signal while connecting stops it the same way).
             let cancellation = Cancellation()
-            let signals = [SIGINT, SIGTERM].map { sig -> DispatchSourceSignal in
-                signal(sig, SIG_IGN)
-                let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-                s.setEventHandler { cancellation.cancel() }
-                s.resume()
-                return s
-            }
-            defer { for s in signals { s.cancel() } }
+            let signals = StopSignals { cancellation.cancel() }
+            defer { signals.cancel() }
             let registry = Ferry.registry
             let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry, passwords: passwordFiles)
             let name = Replicator.captureName(source: sourceEndpoint, target: targetEndpoint)

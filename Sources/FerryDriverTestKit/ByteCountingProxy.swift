@@ -62,6 +62,15 @@ public final class ByteCountingProxy: @unchecked Sendable {  // the counters are
         return try ByteCountingProxy(host: host, port: port)
     }
 
+    /// Sockets of the connections relayed so far (both ends).
+    private let sockets = Locked<[Int32]>([])
+
+    /// Cuts every connection relayed so far, both directions at once, as a broken network
+    /// does mid-stream; new connections are still relayed.
+    public func cutConnections() {
+        for fd in sockets.withLock({ s -> [Int32] in defer { s = [] }; return s }) { shutdown(fd, Int32(SHUT_RDWR)) }
+    }
+
     public func stop() {
         guard !stopped.withLock({ s -> Bool in defer { s = true }; return s }) else { return }
         shutdown(listener, Int32(SHUT_RDWR))
@@ -83,6 +92,7 @@ public final class ByteCountingProxy: @unchecked Sendable {  // the counters are
                 close(server)
                 continue
             }
+            sockets.withLock { $0 += [client, server] }
             let relay = self
             Thread.detachNewThread { relay.pump(from: server, to: client, counter: relay.served) }
             Thread.detachNewThread { relay.pump(from: client, to: server, counter: relay.sent) }

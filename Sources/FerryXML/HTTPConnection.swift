@@ -383,17 +383,10 @@ public final class HTTPConnection: Connection {
         try writer.finish()
     }
 
-    /// A staging table name that is free: `base` (a table of that name left by a failed load
-    /// is dropped first), or — when this token may not drop it (another token's load, running
-    /// or left behind) — `base` with a random suffix.
+    /// A staging table name that is free: `base` with a random suffix.
     func freeStaging(_ base: TableName) throws -> TableName {
-        guard try tableExists(base) else { return base }
-        let reply = try client.send("DELETE", ProtocolRoute.dropTable.target(table: base))
-        if (200..<300).contains(reply.status) || reply.status == 404 {
-            created.remove(base)
-            return base
-        }
-        guard reply.status == 403 else { throw client.error(reply, table: base) }
+        // A name of this load's own: another load's staging table (a concurrent unit of a
+        // plan, another client) is never taken or dropped.
         for _ in 0..<8 {
             let name = TableName(schema: base.schema, base.name + "_" + String(UInt32.random(in: 0...UInt32.max), radix: 16))
             if try !tableExists(name) { return name }

@@ -6,73 +6,17 @@ import XCTest
 /// Large copies: a load is never seen half done, a killed one resumes from its last chunk, and
 /// what an earlier run left behind is cleaned up by the next.
 final class LargeCopyTests: XCTestCase {
+    static let rows = 1_000_000
     var folder: TemporaryFolder!
     override func setUpWithError() throws { folder = try TemporaryFolder() }
 
     func ferry(_ args: [String]) throws -> CLITests.Result { try CLITests.run(CLITests.binaryURL, args) }
 
-    /// A target a test can look into with the engine's own client.
-    struct Target {
-        var name: String
-        var url: String
-        /// Runs one query, returning its text (one line per row, tab-separated).
-        var query: (String) throws -> String
-        /// Names of the tables whose name starts with `prefix`.
-        var tables: (String) throws -> [String]
-    }
-
-    static let rows = 1_000_000
-
-    /// A SQLite file of `rows` bench_orders rows (every kind of value, NULLs).
-    func source(rows: Int = LargeCopyTests.rows) throws -> String {
-        let path = folder.path("orders.db")
-        let script = TestDatabases.packageRoot().appendingPathComponent("scripts/bench-gen-sqlite").path
-        try ExternalTool.run([script, String(rows), path], input: "")
-        return path
-    }
-
-    func postgres(_ tag: String) throws -> Target {
-        let admin = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
-        let name = "ferry_lc_\(tag)"
-        try ExternalTool.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", admin], input: "CREATE DATABASE \(name);\n")
-        let url = try Self.replacingDatabase(admin, with: name)
-        let query = { (sql: String) throws -> String in try ExternalTool.run(["psql", "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1", url], input: sql + ";\n") }
-        return Target(name: "postgres", url: url, query: query, tables: { prefix in
-            try query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND starts_with(tablename, '\(prefix)') ORDER BY 1")
-                .split(separator: "\n").map(String.init)
-        })
-    }
-
-    func mariadb(_ tag: String) throws -> Target {
-        let admin = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
-        let name = "ferry_lc_\(tag)"
-        func run(_ url: String, _ sql: String) throws -> String {
-            let e = try Endpoint(parsing: url)
-            return try ExternalTool.run(
-                ["mariadb", "--no-defaults", "-N", "-B", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path],
-                input: sql + ";\n", environment: ["MYSQL_PWD": e.password ?? ""])
-        }
-        _ = try run(admin, "CREATE DATABASE \(name) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
-        let url = try Self.replacingDatabase(admin, with: name)
-        return Target(name: "mariadb", url: url, query: { try run(url, $0) }, tables: { prefix in
-            try run(url, "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND LEFT(table_name, \(prefix.count)) = '\(prefix)' ORDER BY 1")
-                .split(separator: "\n").map(String.init)
-        })
-    }
-
-    func sqlite(_ file: String) -> Target {
-        let query = { (sql: String) throws -> String in try ExternalTool.run(["sqlite3", "-separator", "\t", file], input: ".timeout 10000\n" + sql + ";\n") }
-        return Target(name: "sqlite", url: "sqlite:" + file, query: query, tables: { prefix in
-            guard FileManager.default.fileExists(atPath: file) else { return [] }
-            return try query("SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, \(prefix.count)) = '\(prefix)' ORDER BY 1")
-                .split(separator: "\n").map(String.init)
-        })
-    }
-
-    static func replacingDatabase(_ admin: String, with name: String) throws -> String {
-        guard let slash = admin.range(of: "/", options: .backwards) else { throw FerryError.invalidOption("no database in \(admin)") }
-        return admin[..<slash.lowerBound] + "/" + name
-    }
+    var fixture: Fixture { Fixture(folder: folder) }
+    func source(rows: Int = LargeCopyTests.rows) throws -> String { try fixture.source(rows: rows) }
+    func postgres(_ tag: String) throws -> Fixture.Target { try fixture.postgres(tag) }
+    func mariadb(_ tag: String) throws -> Fixture.Target { try fixture.mariadb(tag) }
+    func sqlite(_ file: String) -> Fixture.Target { fixture.sqlite(file) }
 
     /// Starts `ferry ARGS`, waits until `ready` holds (polled), then a random moment more, checks
     /// `whileRunning`, and kills it with SIGKILL.
@@ -202,5 +146,72 @@ final class LargeCopyTests: XCTestCase {
         XCTAssertEqual(first.terminationStatus, 0)
         let v = try ferry(["verify", "sqlite:" + src, target.url, "--tables", "bench_orders"])
         XCTAssertEqual(v.code, 0, "\(v.out) \(v.err)")
+    }
+}
+
+/// Databases on the test servers and SQLite files in a test's folder, looked into with each
+/// engine's own client.
+struct Fixture {
+    let folder: TemporaryFolder
+
+    /// A target a test can look into with the engine's own client.
+    struct Target {
+        var name: String
+        var url: String
+        /// Runs one query, returning its text (one line per row, tab-separated).
+        var query: (String) throws -> String
+        /// Names of the tables whose name starts with `prefix`.
+        var tables: (String) throws -> [String]
+    }
+
+    /// A SQLite file of `rows` bench_orders rows (every kind of value, NULLs).
+    func source(rows: Int) throws -> String {
+        let path = folder.path("orders.db")
+        let script = TestDatabases.packageRoot().appendingPathComponent("scripts/bench-gen-sqlite").path
+        try ExternalTool.run([script, String(rows), path], input: "")
+        return path
+    }
+
+    func postgres(_ tag: String) throws -> Target {
+        let admin = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
+        let name = "ferry_lc_\(tag)"
+        try ExternalTool.run(["psql", "-X", "-q", "-v", "ON_ERROR_STOP=1", admin], input: "CREATE DATABASE \(name);\n")
+        let url = try Self.replacingDatabase(admin, with: name)
+        let query = { (sql: String) throws -> String in try ExternalTool.run(["psql", "-X", "-q", "-A", "-t", "-F", "\t", "-v", "ON_ERROR_STOP=1", url], input: sql + ";\n") }
+        return Target(name: "postgres", url: url, query: query, tables: { prefix in
+            try query("SELECT tablename FROM pg_tables WHERE schemaname = 'public' AND starts_with(tablename, '\(prefix)') ORDER BY 1")
+                .split(separator: "\n").map(String.init)
+        })
+    }
+
+    func mariadb(_ tag: String) throws -> Target {
+        let admin = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
+        let name = "ferry_lc_\(tag)"
+        func run(_ url: String, _ sql: String) throws -> String {
+            let e = try Endpoint(parsing: url)
+            return try ExternalTool.run(
+                ["mariadb", "--no-defaults", "-N", "-B", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path],
+                input: sql + ";\n", environment: ["MYSQL_PWD": e.password ?? ""])
+        }
+        _ = try run(admin, "CREATE DATABASE \(name) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin")
+        let url = try Self.replacingDatabase(admin, with: name)
+        return Target(name: "mariadb", url: url, query: { try run(url, $0) }, tables: { prefix in
+            try run(url, "SELECT table_name FROM information_schema.tables WHERE table_schema = DATABASE() AND LEFT(table_name, \(prefix.count)) = '\(prefix)' ORDER BY 1")
+                .split(separator: "\n").map(String.init)
+        })
+    }
+
+    func sqlite(_ file: String) -> Target {
+        let query = { (sql: String) throws -> String in try ExternalTool.run(["sqlite3", "-separator", "\t", file], input: ".timeout 10000\n" + sql + ";\n") }
+        return Target(name: "sqlite", url: "sqlite:" + file, query: query, tables: { prefix in
+            guard FileManager.default.fileExists(atPath: file) else { return [] }
+            return try query("SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, \(prefix.count)) = '\(prefix)' ORDER BY 1")
+                .split(separator: "\n").map(String.init)
+        })
+    }
+
+    static func replacingDatabase(_ admin: String, with name: String) throws -> String {
+        guard let slash = admin.range(of: "/", options: .backwards) else { throw FerryError.invalidOption("no database in \(admin)") }
+        return admin[..<slash.lowerBound] + "/" + name
     }
 }
