@@ -29,7 +29,18 @@ struct CopyChoices: ParsableArguments {
     @Option(name: .long, help: "Rows per batch.")
     var batchSize: Int = 10_000
 
+    @Option(name: .long, help: ArgumentHelp(
+        "With --mode upsert: read only rows whose COLUMN (an integer, date or timestamp that grows, such as updated_at) is above the last successful run's watermark: COLUMN for every table, or TABLE=COLUMN (repeatable).",
+        valueName: "[TABLE=]COLUMN"))
+    var incremental: [String] = []
+
+    @Option(name: .long, help: ArgumentHelp(
+        "With --incremental: read again this far below the watermark, for rows that committed late: a duration (0, 90s, 10m, 2h, 1d; default 5m) for timestamps and dates, a number for integer columns (default 0).",
+        valueName: "duration"))
+    var incrementalLookback: String?
+
     func validate() throws {
+        if incrementalLookback != nil && incremental.isEmpty { throw ValidationError("--incremental-lookback goes with --incremental COLUMN") }
         guard batchSize >= 1 && batchSize <= 1_000_000 else {
             throw ValidationError("--batch-size must be between 1 and 1000000, not \(batchSize)")
         }
@@ -47,6 +58,8 @@ struct CopyChoices: ParsableArguments {
         options.filters = self.where
         options.indexes = !noIndexes
         options.foreignKeys = !noForeignKeys
+        options.incremental = incremental
+        options.incrementalLookback = incrementalLookback
         return options
     }
 }

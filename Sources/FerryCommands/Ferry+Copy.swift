@@ -53,6 +53,7 @@ extension Ferry {
                   ferry copy postgres://dba@db/shop sqlite:eu.db --where "customer=country = 'DE'" --where "orders=total > 100"
                   ferry copy postgres://dba@db/shop sqlite:shop.db --schema public --jobs 4
                   ferry copy postgres://dba@db/shop mysql://app@dw/shop --tables orders --resume
+                  ferry copy postgres://dba@db/shop sqlite:shop.db --mode upsert --incremental updated_at
                   ferry copy mysql://app@db/shop postgres://dba@pg/shop --zero-dates null
                   ferry copy http://127.0.0.1:8080/ sqlite:laptop.db --token-file token.txt
                   ferry copy postgres://dba@db/pagila sqlite:p.db \\
@@ -202,6 +203,13 @@ extension Ferry {
                         Console.error(
                             "\(t.source): compared \(m.levels) level\(m.levels == 1 ? "" : "s") of range digests (\(m.digests) buckets\(m.rowHash == .lookup3 ? ", PostgreSQL's row hash" : "")); read \(m.sourceRowsRead) of "
                                 + "\(m.sourceRows) source rows and \(m.targetKeysRead) of \(m.targetRows) target keys")
+                    }
+                }
+                for t in summary.tables where t.status == .ok {
+                    if let w = t.watermark {
+                        Console.error("\(t.source): read \(t.rowsRead ?? t.rows) rows since the last run's watermark; watermark now \(w)")
+                    } else if let read = t.rowsRead, read != t.rows {
+                        Console.error("\(t.source): resumed: read \(read) rows, \(t.rows - read) were loaded by an earlier run")
                     }
                 }
                 Console.error(

@@ -73,6 +73,9 @@ extension Ferry {
             let session = try CopySession(source: sourceEndpoint, target: targetEndpoint, registry: registry)
             defer { session.close() }
             let options = try what.copyOptions()
+            if !options.incremental.isEmpty {
+                throw ValidationError("--incremental copies run as one unit (their watermark is one per table): leave out --shards, or --incremental")
+            }
             var snapshot: String?
             if holdSnapshot {
                 try session.source.beginSnapshot()

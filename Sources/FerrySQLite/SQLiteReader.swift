@@ -45,7 +45,8 @@ final class SQLiteReader: BatchReader {
         }
         let keyColumns = (keyRange?.key ?? []).map(keyColumn)
         let listColumns = (keyRange?.keyColumns ?? []).map(keyColumn)
-        let boundColumns = (keyRange?.after == nil || keyColumns.isEmpty ? [] : keyColumns) + (keyRange?.upTo == nil || keyColumns.isEmpty ? [] : keyColumns)
+        let boundColumns = (keyRange?.since.map { [keyColumn($0.column)] } ?? [])
+            + (keyRange?.after == nil || keyColumns.isEmpty ? [] : keyColumns) + (keyRange?.upTo == nil || keyColumns.isEmpty ? [] : keyColumns)
             + Array(repeating: listColumns, count: keyRange?.keys?.count ?? 0).flatMap { $0 }
         let rc = try SQLiteValueCodec.bind(statement.handle, values: binds, columns: boundColumns)
         guard rc == SQLITE_OK else { throw connection.error(rc, sql: sql) }

@@ -92,6 +92,46 @@ final class LargeCopyTests: XCTestCase {
         }
     }
 
+    /// A connection cut mid-load (a relay closing both directions at once) fails the copy with
+    /// one line that says how to continue; the same command with --resume continues after the
+    /// last committed chunk.
+    func testACutConnectionResumesFromItsLastChunk() throws {
+        let src = try source(rows: 400_000)
+        let target = try postgres(UUID().uuidString.prefix(8).lowercased())
+        let proxy = try ByteCountingProxy.inFront(of: target.url)
+        defer { proxy.stop() }
+        let args = ["copy", "sqlite:" + src, proxy.url(replacing: target.url), "--tables", "bench_orders", "--resume", "--chunk-rows", "20000", "--quiet"]
+        let p = Process()
+        p.executableURL = CLITests.binaryURL
+        p.arguments = args
+        let err = Pipe()
+        p.standardError = err
+        p.standardOutput = FileHandle.nullDevice
+        try p.run()
+        let deadline = Date().addingTimeInterval(120)
+        while p.isRunning && Date() < deadline {
+            if try target.tables("_ferry_loads").count == 1,
+               (Int(try target.query("SELECT max(rows_loaded) FROM _ferry_loads").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) >= 100_000 { break }
+            usleep(20_000)
+        }
+        proxy.cutConnections()
+        let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationStatus, 1, said)
+        XCTAssertTrue(said.contains("run the same copy with --resume to continue"), said)
+        XCTAssertFalse(said.contains(target.url), "a password in the output")
+        XCTAssertEqual(try target.tables("bench_orders"), [])
+
+        let r = try ferry(Array(args.dropLast()) + ["--json"])
+        XCTAssertEqual(r.code, 0, r.err)
+        let out = try JSONDecoder().decode(CopyOutput.self, from: Data(r.out.utf8))
+        let read = try XCTUnwrap(out.summary.tables.first?.rowsRead)
+        XCTAssertLessThan(read, 400_000 - 100_000 + 20_000 + 1, "the resumed run read more than one chunk again")
+        print("after a cut connection the resumed run read \(read) of 400000 rows")
+        let v = try ferry(["verify", "sqlite:" + src, target.url, "--tables", "bench_orders"])
+        XCTAssertEqual(v.code, 0, "\(v.out) \(v.err)")
+    }
+
     /// A killed `create` without --resume leaves no table under the target's name where the
     /// engine's DDL commits as it goes (MariaDB) and through the service; the next run removes
     /// what it left, says so, and copies.

@@ -67,6 +67,9 @@ public struct KeyRange: Sendable, Hashable {
     public var keys: [[Value]]?
     /// The columns `keys` are tuples of (the table's key; independent of `key`, which orders).
     public var keyColumns: [String] = []
+    /// Only rows whose `since.column` is above `since.value` (an incremental copy's watermark):
+    /// a structured condition, rendered by the driver like the key's bounds.
+    public var since: ColumnBound?
     public init(
         key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil, descending: Bool = false, filter: String? = nil,
         buckets: BucketFilter? = nil
@@ -81,6 +84,16 @@ public struct KeyRange: Sendable, Hashable {
     }
 }
 
+/// `column > value`: the lower bound of an incremental copy's rows.
+public struct ColumnBound: Sendable, Hashable {
+    public var column: String
+    public var value: Value
+    public init(column: String, value: Value) {
+        self.column = column
+        self.value = value
+    }
+}
+
 extension KeyRange {
     /// ` WHERE (k1, k2) > (…) AND (k1, k2) <= (…) ORDER BY k1, k2` for this range, with values
     /// rendered by the driver (`render` returns placeholders or literals for a key tuple).
@@ -90,6 +103,8 @@ extension KeyRange {
         if let buckets, let condition = DigestSQL.condition(buckets, in: dialect) { conditions.append(condition) }
         let lock = lockRows ? dialect.rowLockClause.map { " " + $0 } ?? "" : ""
         let tuple = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
+        // First among the rendered values: drivers that bind values take them in this order.
+        if let since { conditions.append("\(dialect.quote(since.column)) > \(try render([since.value]))") }
         if !key.isEmpty, let after { conditions.append("\(tuple) > (\(try render(after)))") }
         if !key.isEmpty, let upTo { conditions.append("\(tuple) <= (\(try render(upTo)))") }
         // After the bounds: drivers that bind values expect the bounds' values first.

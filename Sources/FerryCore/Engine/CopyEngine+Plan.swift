@@ -13,6 +13,9 @@ extension CopyEngine {
             warnings.append("--key \(t)=… names a table that is not being copied")
         }
 
+        if !options.incremental.isEmpty && options.mode != .upsert {
+            throw FerryError.invalidOption("--incremental writes the rows it reads by upsert: add --mode upsert (it refuses --mode \(options.mode.rawValue))")
+        }
         if options.mode.isKeyed {
             // Refused before anything is written: these modes walk both sides by key and write by key.
             let mode = "--mode \(options.mode.rawValue)"
@@ -166,6 +169,11 @@ extension CopyEngine {
             }
             plan.skippedObjects = skippedObjects
             plan.filter = filters[name]
+            plan.incremental = try Self.resolveIncremental(
+                options.incremental, lookback: options.incrementalLookback, table: name, columns: carried, conversions: resolved.conversions)
+            if !options.incremental.isEmpty && plan.incremental == nil {
+                warnings.append("table \(name): no --incremental column named for it; every row is read")
+            }
             plan.creates = creates
             plan.staging = stages ? staging : nil
             plan.existingTarget = existing

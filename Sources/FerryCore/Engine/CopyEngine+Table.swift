@@ -19,6 +19,13 @@ extension CopyEngine {
                 // Claimed (or resumed, or an expired one cleaned up) before the table's transaction.
                 staged = try claimStaging(table, staging: staging, target: target, options: options, mode: mode, progress: progress)
             }
+            // An incremental copy's watermark, as the last successful run left it.
+            var mark: (schema: TableSchema, name: String, old: (text: String, value: Value)?)?
+            if let inc = table.incremental {
+                let schema = try Watermarks.schema(target)
+                let name = Watermarks.name(source: source.endpoint.redacted, table: table, column: inc.column)
+                mark = (schema, name, try Watermarks.read(target, schema, name: name))
+            }
             try target.begin()
             // The load runs the planned DDL as planned, and writes into the planned (or described)
             // table. A new table loaded by plain inserts gets its keys after its rows where the
@@ -74,8 +81,16 @@ extension CopyEngine {
                         try commitChunk(staged, lastKey: last, rows: n, target: target)
                     }
                 }
+                var since: ColumnBound?
+                if let inc = table.incremental, let old = mark?.old {
+                    since = ColumnBound(column: inc.column, value: Watermarks.lowered(old.value, by: inc.lookback))
+                    merge?.tracking = (inc.index, inc.type)
+                } else if let inc = table.incremental {
+                    merge?.tracking = (inc.index, inc.type)
+                }
                 (rows, stored) = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
-                                          cancellation: cancellation, writer: merge, chunks: chunks)
+                                          cancellation: cancellation, writer: merge, chunks: chunks, since: since)
+                if table.incremental != nil { rowsRead = rows }
                 if let staged, staged.resumable {
                     rowsRead = rows
                     rows += staged.rowsBefore
@@ -99,6 +114,12 @@ extension CopyEngine {
             }
             var declined: [SkippedObject] = []
             if let objects = table.objects, !table.indexesAfterSwap { declined += try target.createIndexes(objects) }
+            var watermark: Value? = mark?.old?.value
+            if let mark, let largest = merge?.largest, largest != mark.old?.value {
+                // Moved in the rows' transaction, only if no other run moved it meanwhile.
+                try Watermarks.advance(target, mark.schema, name: mark.name, from: mark.old?.text, to: largest, rows: rows)
+                watermark = largest
+            }
             if let staged {
                 // Made visible whole. One swap at a time: a swap moves other tables' foreign keys,
                 // and two at once would move each other's (or deadlock).
@@ -122,6 +143,7 @@ extension CopyEngine {
                 rowsPerSecond: seconds > 0 ? Double(rows) / seconds : 0, skippedColumns: table.skipped,
                 status: .ok, error: nil)
             result.rowsRead = rowsRead
+            result.watermark = watermark.flatMap { table.incremental == nil ? nil : $0.description }
             result.counts = mirrored?.counts ?? merge?.counts
             // Staged keyed writes (the XML service) count when the commit applied them.
             if let applied = target.committedCounts, mode.isKeyed { result.counts = (result.counts ?? MergeCounts()) + applied }
@@ -159,12 +181,16 @@ extension CopyEngine {
         _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema,
         options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, writer custom: (any BatchWriter)? = nil,
         buckets: BucketFilter? = nil, keys: (columns: [String], values: [[Value]])? = nil, chunks: ChunkCommits? = nil,
-        bounds: (after: [Value]?, upTo: [Value]?)? = nil
+        bounds: (after: [Value]?, upTo: [Value]?)? = nil, since: ColumnBound? = nil
     ) throws -> (rows: Int64, stored: Int64?) {
         var range = table.filter == nil && buckets == nil ? nil : KeyRange(key: [], filter: table.filter, buckets: buckets)
         if let bounds, let key = table.key?.columns {
             // One unit's key range of the table.
             range = KeyRange(key: key, after: bounds.after, upTo: bounds.upTo, filter: table.filter)
+        }
+        if let since {
+            if range == nil { range = KeyRange(key: [], filter: table.filter) }
+            range?.since = since
         }
         if let chunks {
             // In key order, after the last key an earlier run committed.

@@ -51,6 +51,8 @@ public struct TablePlan: Sendable, Encodable {
     /// The staging table the load fills before it is made visible (renamed or swapped in);
     /// nil when the load writes into the target's own name in one transaction.
     public var staging: TableName?
+    /// `--incremental`: the column whose watermark limits the rows read; nil for every row.
+    public var incremental: IncrementalColumn?
     /// The table rows are written into, as the writer is given it: the created table (as
     /// planned), else the existing target (as described).
     public var writesInto: TableSchema { creates?.schema ?? existingTarget ?? targetSchema }
@@ -60,7 +62,7 @@ public struct TablePlan: Sendable, Encodable {
 
     private enum CodingKeys: String, CodingKey {
         case sourceSchema, targetSchema, columns, skipped, decisions, conversions, key, creates, existingTarget, ddl, targetExists
-        case objects, indexesAfterSwap, skippedObjects, filter, staging
+        case objects, indexesAfterSwap, skippedObjects, filter, staging, incremental
     }
 
     /// Every stored property, and the DDL and whether the target exists spelled out for readers of `--json`.
@@ -82,6 +84,7 @@ public struct TablePlan: Sendable, Encodable {
         try c.encode(skippedObjects, forKey: .skippedObjects)
         try c.encodeIfPresent(filter, forKey: .filter)
         try c.encodeIfPresent(staging, forKey: .staging)
+        try c.encodeIfPresent(incremental, forKey: .incremental)
     }
 }
 
@@ -132,6 +135,11 @@ public struct CopyOptions: Sendable {
     public var resume = false
     /// Rows per committed chunk of a resumable load: the most a resumed run reads again.
     public var chunkRows = 100_000
+    /// `--incremental`: `TABLE=COLUMN` for one table or a COLUMN for every table; with
+    /// `--mode upsert`, only rows above the column's watermark (less the lookback) are read.
+    public var incremental: [String] = []
+    /// `--incremental-lookback`: a duration (timestamps, dates) or a number (integers); nil: the default.
+    public var incrementalLookback: String?
 
     public init() {}
 }

@@ -6,6 +6,8 @@ public struct CopySummary: Sendable, Codable {
         public var rows: Int64
         /// Rows this run read, where a resumed load had committed others before (`rows` counts both).
         public var rowsRead: Int64?
+        /// An incremental copy's watermark after this run (the largest value of its column read so far).
+        public var watermark: String?
         public var seconds: Double
         public var rowsPerSecond: Double
         public var skippedColumns: [SkippedColumn]

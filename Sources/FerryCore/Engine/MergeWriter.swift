@@ -12,6 +12,9 @@ extension CopyEngine {
         /// is kept in `seen` (a mirror's deletes).
         let collectKeysAt: [Int]?
         private(set) var seen = Set<[UInt8]>()
+        /// An incremental copy's column (its place and type), and the largest value written in it.
+        var tracking: (index: Int, type: LogicalType)?
+        private(set) var largest: Value?
         init(target: any Connection, table: TableSchema, columns: [Column], key: [String], collectKeysAt: [Int]? = nil) {
             self.target = target
             self.table = table
@@ -21,6 +24,7 @@ extension CopyEngine {
         }
         func write(_ batch: RowBatch) throws {
             counts = counts + (try target.mergeRows(into: table, columns: columns, key: key, rows: batch))
+            if let t = tracking { largest = CopyEngine.largest(batch, index: t.index, type: t.type, above: largest) }
             if let at = collectKeysAt {
                 let types = columns.map(\.logicalType)
                 for row in 0..<batch.count { seen.insert(Self.keyText(batch, row: row, at: at, types: types)) }
