@@ -29,7 +29,8 @@ final class RowStream {
     /// `hints`: columns a client's cast rule reads in the engine's own text or JSON form, or with
     /// zero dates as NULL (named columns only: the driver builds the expression, never the request).
     init(service: ServiceHandlers, table name: TableName, after: [String], upTo: [String] = [], columns wanted: [String], hints: [String: ReadHints] = [:],
-         limit: Int, pageBytes: Int? = nil, descending: Bool = false, buckets: (key: [String], modulus: Int64, residues: [Int64], hash: KeyHash)? = nil, snapshot: String? = nil) throws {
+         limit: Int, pageBytes: Int? = nil, descending: Bool = false, buckets: (key: [String], modulus: Int64, residues: [Int64], hash: KeyHash)? = nil, since: (column: String, value: String)? = nil,
+         snapshot: String? = nil) throws {
         self.pageBytes = pageBytes ?? service.configuration.pageBytes
         let lease = try service.read(snapshot: snapshot)
         let c = lease.connection
@@ -91,6 +92,19 @@ final class RowStream {
                 }
             } else if !after.isEmpty || !upTo.isEmpty || descending || buckets != nil {
                 throw ServiceError.badRequest("table \(table) has no key: after, upto, order=desc and buckets need one", table: table.description)
+            }
+            if let since {
+                // Only rows above a value of one column (an incremental copy), typed by the table's
+                // own column: a structured bound the driver renders, never SQL from the request.
+                guard let col = schema.column(named: since.column), Self.followable(col.logicalType) else {
+                    throw ServiceError.badRequest("sincecolumn=\(since.column.prefix(64)) is not an integer, date or timestamp column of \(table)", table: table.description)
+                }
+                var buf = ColumnBuffer(storage: col.logicalType.storage)
+                do { try WireValue.appendKey(since.value, as: col.logicalType, to: &buf) } catch {
+                    throw ServiceError.badRequest("since: \(error)", table: table.description)
+                }
+                if range == nil { range = KeyRange(key: []) }
+                range?.since = ColumnBound(column: col.name, value: Value(column: buf, row: 0, type: col.logicalType))
             }
             self.reader = try c.reader(table: schema, columns: columns, keyRange: range, batchSize: min(limit, 10_000))
             self.lease = lease
@@ -166,3 +180,13 @@ final class RowStream {
 
 // unchecked: a page's stream (and its connection) is used by one request's steps, one at a time.
 extension RowStream: @unchecked Sendable {}
+
+extension RowStream {
+    /// Column types a `since=` bound may be on.
+    static func followable(_ type: LogicalType) -> Bool {
+        switch type {
+        case .int16, .int32, .int64, .date, .timestamp: return true
+        default: return false
+        }
+    }
+}

@@ -31,9 +31,13 @@ extension ServiceHandlers {
         case let other?: throw ServiceError.badRequest("order must be asc or desc, not '\(other.prefix(20))'", table: name.description)
         }
         let snapshot = r.value("snapshot")
+        let since = try r.value("since").map { value -> (column: String, value: String) in
+            guard let column = r.value("sincecolumn") else { throw ServiceError.badRequest("since= needs sincecolumn=, the column it bounds", table: name.description) }
+            return (column, value)
+        }
         let stream = try await Offload.run { [self] in
             try RowStream(service: self, table: name, after: after, upTo: upTo, columns: wanted, hints: readHints, limit: limit, pageBytes: pageBytes,
-                          descending: descending, buckets: buckets, snapshot: snapshot)
+                          descending: descending, buckets: buckets, since: since, snapshot: snapshot)
         }
         // gzip when the client asks for it (streamed, chunk by chunk).
         let gzip = r.headers["accept-encoding"].map { $0.lowercased().contains("gzip") } ?? false

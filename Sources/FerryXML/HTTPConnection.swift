@@ -87,7 +87,7 @@ public final class HTTPConnection: Connection {
             // One request up front: a wrong URL or token fails here, with a clear message.
             let reply = try client.send("GET", ProtocolRoute.capabilities.target())
             if reply.status == 404 && XMLDocuments.decodeError(reply.body)?.message.hasPrefix("no such endpoint") == true {
-                capabilities = Capabilities.all.subtracting([.changeFeed, .replicaApply])
+                capabilities = Capabilities.all.subtracting([.changeFeed, .replicaApply, .sinceFilter])
             } else {
                 guard (200..<300).contains(reply.status) else { throw client.error(reply, table: nil) }
                 let report = try XMLDocuments.decodeCapabilities(reply.body)
@@ -158,12 +158,26 @@ public final class HTTPConnection: Connection {
         if keyRange?.keys != nil {
             throw FerryError.invalidOption("the XML service reads by key range or key-hash bucket, not by a list of keys")
         }
+        if let since = keyRange?.since {
+            // Structured parameters the service renders itself; travels with every page of the walk.
+            try capabilities.require(.sinceFilter, for: "--incremental (rows above a watermark)", endpoint: endpoint.redacted)
+            guard let column = table.column(named: since.column) else { throw FerryError.columnNotFound(table: table.name, column: since.column) }
+            var plain = keyRange
+            plain?.since = nil
+            let items = [("sincecolumn", since.column), ("since", WireValue.keyText(since.value, type: column.logicalType))]
+            return try reader(table: table, columns: columns, keyRange: plain, batchSize: batchSize, filters: items)
+        }
+        return try reader(table: table, columns: columns, keyRange: keyRange, batchSize: batchSize, filters: [])
+    }
+
+    /// `reader`, with `filters` (structured parameters) sent with every request of the read.
+    func reader(table: TableSchema, columns: [Column], keyRange: KeyRange?, batchSize: Int, filters: [(String, String)]) throws -> any BatchReader {
         if let buckets = keyRange?.buckets, !capabilities.contains(.digests), var plain = keyRange {
             // A peer without the digests' second form hashes keys otherwise, or not at all: its
             // rows are read as they come (bounds and all, where it pages by key) and filtered here.
             plain.buckets = nil
             plain.limit = nil  // a limit counts the rows that pass the filter
-            let inner = try reader(table: table, columns: columns, keyRange: plain.after == nil && plain.upTo == nil && !plain.descending ? nil : plain, batchSize: batchSize)
+            let inner = try reader(table: table, columns: columns, keyRange: plain.after == nil && plain.upTo == nil && !plain.descending ? nil : plain, batchSize: batchSize, filters: filters)
             return try BucketFilteringReader(inner, columns: columns, filter: buckets, table: table.name, limit: keyRange?.limit)
         }
         if let range = keyRange, !range.key.isEmpty, range.key != (table.preferredKey?.columns ?? []) {
@@ -178,11 +192,11 @@ public final class HTTPConnection: Connection {
             if let r = keyRange, r.after != nil || r.upTo != nil || r.limit != nil || r.descending || r.buckets != nil || r.keys != nil {
                 try capabilities.require(.keyedReads, for: "reading \(table.name) by key range", endpoint: endpoint.redacted)
             }
-            return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize, after: nil, upTo: nil, limit: nil, keyed: false)
+            return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize, after: nil, upTo: nil, limit: nil, buckets: filters, keyed: false)
         }
         guard let buckets = keyRange?.buckets else {
             return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
-                                  after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit, descending: keyRange?.descending ?? false)
+                                  after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit, descending: keyRange?.descending ?? false, buckets: filters)
         }
         // Bucket filters travel as query parameters, a bounded number of buckets per walk: the
         // service filters next to its data, one walk after the other.
@@ -195,7 +209,7 @@ public final class HTTPConnection: Connection {
             guard index < parts.count else { return nil }
             defer { index += 1 }
             return try HTTPReader(connection: self, table: table, columns: columns, batchSize: batchSize,
-                                  after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit, buckets: parts[index])
+                                  after: keyRange?.after, upTo: keyRange?.upTo, limit: keyRange?.limit, buckets: parts[index] + filters)
         }
     }
 

@@ -29,14 +29,17 @@ public struct Capabilities: OptionSet, Sendable, Hashable, CustomStringConvertib
     /// A replica's changes of several tables and its record applied in one transaction
     /// (`ferry replicate` into it).
     public static let replicaApply = Capabilities(rawValue: 1 << 8)
+    /// Rows read only above a value of one column (`sincecolumn=`, `since=`): an incremental
+    /// copy's watermark, as structured parameters (never SQL).
+    public static let sinceFilter = Capabilities(rawValue: 1 << 9)
 
-    public static let all: Capabilities = [.source, .target, .keyedReads, .digests, .snapshots, .keyedWrites, .atomicPush, .changeFeed, .replicaApply]
+    public static let all: Capabilities = [.source, .target, .keyedReads, .digests, .snapshots, .keyedWrites, .atomicPush, .changeFeed, .replicaApply, .sinceFilter]
 
     /// Wire names, in documentation order.
     public static let names: [(String, Capabilities)] = [
         ("source", .source), ("target", .target), ("keyed-reads", .keyedReads), ("digests-2", .digests),
         ("snapshots", .snapshots), ("keyed-writes", .keyedWrites), ("atomic-push", .atomicPush),
-        ("change-feed", .changeFeed), ("replica-apply", .replicaApply),
+        ("change-feed", .changeFeed), ("replica-apply", .replicaApply), ("since-filter", .sinceFilter),
     ]
 
     /// The wire names of these capabilities.
