@@ -16,6 +16,11 @@ extension CopyEngine {
         if !options.incremental.isEmpty && options.mode != .upsert {
             throw FerryError.invalidOption("--incremental writes the rows it reads by upsert: add --mode upsert (it refuses --mode \(options.mode.rawValue))")
         }
+        if !options.incremental.isEmpty && target.stagesKeyedWrites {
+            // Its keyed writes apply table by table at commit: the watermark would not commit with the rows.
+            throw FerryError.invalidOption(
+                "--incremental into \(target.endpoint.redacted) is not supported yet: its watermark would not commit in the rows' transaction; copy into the database itself (the service works as an incremental source)")
+        }
         if options.mode.isKeyed {
             // Refused before anything is written: these modes walk both sides by key and write by key.
             let mode = "--mode \(options.mode.rawValue)"
