@@ -115,17 +115,17 @@ extension Ferry {
             Console.error("released the source snapshot")
         }
 
-        /// Written to a file beside `path`, then renamed onto it: a reader sees the whole plan or none.
+        /// Written to a file beside `path`, then renamed onto it (rename(2) replaces atomically):
+        /// a reader sees the whole plan or none.
         static func write(_ data: Data, to path: String) throws {
-            let url = URL(fileURLWithPath: path)
-            let temporary = url.deletingLastPathComponent().appendingPathComponent(".\(url.lastPathComponent).\(ProcessInfo.processInfo.processIdentifier).tmp")
+            let directory = (path as NSString).deletingLastPathComponent
+            let name = "." + (path as NSString).lastPathComponent + ".\(ProcessInfo.processInfo.processIdentifier).tmp"
+            let temporary = directory.isEmpty ? name : directory + "/" + name
             do {
-                try data.write(to: temporary)
-                if FileManager.default.fileExists(atPath: url.path) { _ = try FileManager.default.replaceItemAt(url, withItemAt: temporary) } else {
-                    try FileManager.default.moveItem(at: temporary, to: url)
-                }
+                try data.write(to: URL(fileURLWithPath: temporary))
+                guard rename(temporary, path) == 0 else { throw POSIXError(POSIXErrorCode(rawValue: errno) ?? .EIO) }
             } catch {
-                try? FileManager.default.removeItem(at: temporary)
+                try? FileManager.default.removeItem(atPath: temporary)
                 throw FerryError.invalidOption("cannot write the plan to \(path): \((error as NSError).localizedDescription)")
             }
         }
