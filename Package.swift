@@ -147,6 +147,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Metrics", package: "swift-metrics"),
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Yams", package: "Yams"),
             ]),
         .executableTarget(name: "ferry", dependencies: ["FerryCommands"]),
         // `swift package ferry …`: runs the tool with the permissions it needs declared.

@@ -20,6 +20,11 @@ struct CopyChoices: ParsableArguments {
         valueName: "[TABLE=]CONDITION"))
     var `where`: [String] = []
 
+    @Option(name: .long, help: ArgumentHelp(
+        "Copy only these columns: TABLE=COL,COL for one table, or COL,COL for every table named with --tables (repeatable).",
+        valueName: "[TABLE=]COLUMNS"))
+    var columns: [String] = []
+
     @Flag(name: .long, help: "Leave out the source's secondary indexes.")
     var noIndexes = false
 
@@ -59,6 +64,7 @@ struct CopyChoices: ParsableArguments {
         options.indexes = !noIndexes
         options.foreignKeys = !noForeignKeys
         options.incremental = incremental
+        options.columns = columns
         options.incrementalLookback = incrementalLookback
         return options
     }

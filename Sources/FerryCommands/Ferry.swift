@@ -23,7 +23,7 @@ public struct Ferry: ParsableCommand {
             \(ExitStatus.table)
             """,
         version: "0.1.0",
-        subcommands: [Tables.self, Describe.self, Copy.self, Plan.self, Verify.self, Replicate.self, Serve.self, Snapshot.self, Status.self, Push.self, Pull.self, SyncCommand.self, Drivers.self]
+        subcommands: [Tables.self, Describe.self, Copy.self, Plan.self, Run.self, Verify.self, Replicate.self, Serve.self, Snapshot.self, Status.self, Push.self, Pull.self, SyncCommand.self, Drivers.self]
     )
 
     public init() {}

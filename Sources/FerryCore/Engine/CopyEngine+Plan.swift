@@ -74,6 +74,22 @@ extension CopyEngine {
                     resolved.decisions[d].madeNullable = "zero dates are read as NULL"
                 }
             }
+            // `--columns`: only these columns are carried (in the table's order).
+            if let wanted = try Self.chosenColumns(options.columns, table: name, named: options.tables) {
+                for c in wanted where schema.column(named: c) == nil { throw FerryError.columnNotFound(table: name, column: c) }
+                let keep = resolved.read.indices.filter { wanted.contains(resolved.read[$0].name) }
+                var remap: [Int: Int] = [:]
+                for (new, old) in keep.enumerated() { remap[old] = new }
+                resolved.read = keep.map { resolved.read[$0] }
+                resolved.write = keep.map { resolved.write[$0] }
+                resolved.conversions = resolved.conversions.compactMap { c in
+                    guard let at = remap[c.index] else { return nil }
+                    var moved = c
+                    moved.index = at
+                    return moved
+                }
+                resolved.decisions = resolved.decisions.filter { wanted.contains($0.column) }
+            }
             let carried = resolved.read
             if carried.isEmpty {
                 warnings.append("table \(name): every column is skipped; the table is not copied")
@@ -213,6 +229,30 @@ extension CopyEngine {
                 }
                 for t in chosen { add(t, value) }
             }
+        }
+        return out
+    }
+
+    /// `--columns` for `table`: `TABLE=COL,COL` when TABLE names it, else a bare `COL,COL` when
+    /// the table was named with `--tables` (the last one given wins); nil: every column.
+    static func chosenColumns(_ values: [String], table: TableName, named: [TableName]) throws -> [String]? {
+        var out: [String]?
+        for value in values {
+            var list = value
+            if let eq = value.firstIndex(of: "=") {
+                guard table.matches(TableName(parsing: String(value[..<eq]))) else { continue }
+                list = String(value[value.index(after: eq)...])
+            } else {
+                guard named.contains(where: { table.matches($0) }) else {
+                    if named.isEmpty {
+                        throw FerryError.invalidOption("--columns '\(value)' applies to the tables named with --tables: name them, or write --columns TABLE=COL,COL")
+                    }
+                    continue
+                }
+            }
+            let columns = list.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }
+            guard !columns.isEmpty else { throw FerryError.invalidOption("--columns \(value): no column named") }
+            out = columns
         }
         return out
     }

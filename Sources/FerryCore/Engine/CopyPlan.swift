@@ -140,6 +140,8 @@ public struct CopyOptions: Sendable {
     public var incremental: [String] = []
     /// `--incremental-lookback`: a duration (timestamps, dates) or a number (integers); nil: the default.
     public var incrementalLookback: String?
+    /// `--columns TABLE=COL,COL` (or `COL,COL` for the tables named): only these columns are copied.
+    public var columns: [String] = []
 
     public init() {}
 }

@@ -14,9 +14,16 @@ public struct LoadOwner: Sendable, Hashable, CustomStringConvertible {
     public var run: String
 
     /// This process, with a run id of its own.
-    public static let current = LoadOwner(
-        host: ProcessInfo.processInfo.hostName, pid: ProcessInfo.processInfo.processIdentifier,
-        run: String(UInt32.random(in: 0...UInt32.max), radix: 16))
+    public static let current = LoadOwner(host: LoadOwner.hostName(), pid: getpid(), run: String(UInt32.random(in: 0...UInt32.max), radix: 16))
+
+    /// This machine's name as `gethostname` gives it (no name lookup: Foundation's `hostName`
+    /// asks the resolver, which is slow and must not run where an async task waits).
+    static func hostName() -> String {
+        var buffer = [CChar](repeating: 0, count: 256)
+        guard gethostname(&buffer, buffer.count - 1) == 0 else { return "localhost" }
+        let name = String(decoding: buffer.prefix { $0 != 0 }.map { UInt8(bitPattern: $0) }, as: UTF8.self)
+        return name.isEmpty ? "localhost" : name
+    }
 
     public init(host: String, pid: Int32, run: String) {
         self.host = host

@@ -27,6 +27,7 @@ public struct ShardPlan: Codable, Sendable {
         public var keys: [String: [String]]
         public var casts: [String]
         public var filters: [String]
+        public var columns: [String]
         public var indexes: Bool
         public var foreignKeys: Bool
         public var batchSize: Int
@@ -64,6 +65,7 @@ public struct ShardPlan: Codable, Sendable {
         for (t, cols) in options.keys { o.keys[TableName(parsing: t)] = cols }
         o.casts = CastRuleSet(try options.casts.enumerated().map { try CastRule(parsing: $1, origin: "the plan's cast #\($0 + 1)") })
         o.filters = options.filters
+        o.columns = options.columns
         o.indexes = options.indexes
         o.foreignKeys = options.foreignKeys
         o.batchSize = options.batchSize
@@ -168,7 +170,7 @@ extension CopyEngine {
         for (t, cols) in options.keys { keys[t.description] = cols }
         var out = ShardPlan(
             source: plan.source, target: plan.target, mode: plan.mode,
-            options: .init(tables: plan.tables.map(\.source.description), keys: keys, casts: options.casts.rules.map(\.text), filters: options.filters,
+            options: .init(tables: plan.tables.map(\.source.description), keys: keys, casts: options.casts.rules.map(\.text), filters: options.filters, columns: options.columns,
                            indexes: options.indexes, foreignKeys: options.foreignKeys, batchSize: options.batchSize),
             snapshot: snapshot, units: units, createdAt: ISO8601DateFormatter().string(from: Date()))
         out.id = out.contentHash()
