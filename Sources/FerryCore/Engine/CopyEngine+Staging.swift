@@ -45,6 +45,8 @@ extension CopyEngine {
         var rowsBefore: Int64 = 0
         var record: LoadProgress.Row?
         var keeper: LeaseKeeper?
+        /// Chunks written outside a transaction, each record after its rows (see `copyTable`).
+        var direct = false
 
         init(staging: TableName, leases: TableSchema?, progress: TableSchema?) {
             self.staging = staging
@@ -67,7 +69,7 @@ extension CopyEngine {
     func claimStaging(
         _ table: TablePlan, staging: TableName, target: any Connection, options: CopyOptions, mode: WriteMode, progress: ProgressReporter
     ) throws -> StagedLoad {
-        guard target.keepsLoadState else {
+        guard target.keepsLoadState || options.resume else {
             // The service checks who owns a staging table; one left by an earlier run is dropped.
             if try target.tableExists(staging) {
                 try target.dropTable(staging)
@@ -75,16 +77,20 @@ extension CopyEngine {
             }
             return StagedLoad(staging: staging, leases: nil, progress: nil)
         }
-        let leases = try LoadLeases.schema(target)
+        // Where the target keeps no leases (the service owns its staging tables by token), the
+        // progress of a resumable load is still recorded.
+        let leases = target.keepsLoadState ? try LoadLeases.schema(target) : nil
         let progressSchema = try LoadProgress.schema(target)
         let load = StagedLoad(staging: staging, leases: leases, progress: progressSchema)
-        let expired: LoadLeases.Row?
-        do {
-            expired = try LoadLeases.claim(target, leases, staging: staging, target: table.target, owner: .current)
-        } catch let held as LoadLeases.LeaseHeld {
-            throw FerryError.copyFailed(
-                table: table.source, endpoint: target.endpoint.redacted,
-                reason: "another Ferry is loading \(table.target) into \(staging.name) (\(held.lease.describeOwner())): wait for it to finish, or stop it and run again")
+        var expired: LoadLeases.Row?
+        if let leases {
+            do {
+                expired = try LoadLeases.claim(target, leases, staging: staging, target: table.target, owner: .current)
+            } catch let held as LoadLeases.LeaseHeld {
+                throw FerryError.copyFailed(
+                    table: table.source, endpoint: target.endpoint.redacted,
+                    reason: "another Ferry is loading \(table.target) into \(staging.name) (\(held.lease.describeOwner())): wait for it to finish, or stop it and run again")
+            }
         }
         var resume = options.resume
         if resume, Self.resumeKey(table) == nil {
@@ -96,7 +102,7 @@ extension CopyEngine {
         let fingerprint = Self.fingerprint(table, mode: mode)
         if resume, let record, exists {
             guard record.fingerprint == fingerprint else {
-                try? LoadLeases.release(target, leases, staging: staging)
+                if let leases { try? LoadLeases.release(target, leases, staging: staging) }
                 throw FerryError.copyFailed(
                     table: table.source, endpoint: target.endpoint.redacted,
                     reason: "the unfinished load in \(staging.name) holds other rows (other columns, key or filter than this copy's): run without --resume to start it over")
@@ -111,6 +117,7 @@ extension CopyEngine {
                         reason: "the unfinished load in \(staging.name) records a key Ferry cannot read back: run without --resume to start it over")
                 }
                 load.resumeAfter = key
+                if target.stagesKeyedWrites { try trim(staging, after: key, table: table, target: target, progress: progress) }
             }
             progress.note("note: \(table.target): resuming the load of \(record.startedAt) after \(record.rows) rows"
                 + (load.resumeAfter.map { " (after key " + RowValues.keyText(table.key?.columns ?? [], $0) + ")" } ?? ""))
@@ -130,12 +137,45 @@ extension CopyEngine {
                 staging: staging.description, target: table.target.description, fingerprint: fingerprint, afterKey: "", rows: 0,
                 source: target.endpoint.redacted, startedAt: ISO8601DateFormatter().string(from: Date()))
         }
-        if target.dialect.supportsConcurrentWriters {
+        if let leases, target.dialect.supportsConcurrentWriters {
             load.keeper = LeaseKeeper(registry: registry, endpoint: target.endpoint, schema: leases,
                                       lease: LoadLeases.Row(staging: staging.description, target: table.target.description,
                                                             owner: LoadOwner.current.stored, heartbeat: 0, seconds: LoadLeases.defaultSeconds))
         }
         return load
+    }
+
+    /// Removes the rows of `staging` past `key`: where a chunk's rows and its record commit in
+    /// two steps (the service merges the rows, then applies the record), the rows of a chunk
+    /// whose record never arrived are there, and the chunk is read again. Its keys are read by
+    /// the staging table's own key (at most a chunk of them) and deleted in one transaction.
+    func trim(_ staging: TableName, after key: [Value], table: TablePlan, target: any Connection, progress: ProgressReporter) throws {
+        guard let keyNames = table.key?.columns else { return }
+        let schema = try target.describe(staging, rowEstimate: false)
+        let columns = try keyNames.map { k in
+            guard let c = schema.column(named: k) else { throw FerryError.columnNotFound(table: staging, column: k) }
+            return c
+        }
+        let reader = try target.reader(table: schema, columns: columns, keyRange: KeyRange(key: keyNames, after: key), batchSize: 10_000)
+        var batches: [RowBatch] = []
+        do {
+            while let b = try reader.next() { batches.append(b) }
+            reader.close()
+        } catch {
+            reader.close()
+            throw error
+        }
+        let n = batches.reduce(0) { $0 + $1.count }
+        guard n > 0 else { return }
+        try target.begin()
+        do {
+            for b in batches { _ = try target.deleteRows(from: schema, key: columns, keys: b) }
+            try target.commit()
+        } catch {
+            try? target.rollback()
+            throw error
+        }
+        progress.note("note: \(table.target): removed \(n) rows of the chunk whose record did not arrive; they are read again")
     }
 
     /// In the table's transaction, as the load ends: the lease and the progress go with it.
@@ -165,6 +205,7 @@ extension CopyEngine {
                                                           heartbeat: LoadLeases.now(), seconds: LoadLeases.defaultSeconds), insert: false)
         }
         load.record = record
+        guard !load.direct else { return }
         try target.commit()
         try target.begin()
     }

@@ -65,6 +65,13 @@ extension CopyEngine {
                 }
             }
             let loadName = into.name
+            // Into a target whose keyed writes are staged for its commit (the service), a
+            // resumable load writes its chunks outside any transaction: each request commits on
+            // the service's side, each chunk's record after its rows, and a resume removes the
+            // rows past the last record (`trim`). No staging of its own is left behind by a kill.
+            let direct = staged?.resumable == true && target.stagesKeyedWrites
+            if direct { try target.commit() }
+            staged?.direct = direct
 
             var merge = mode.isKeyed ? MergeWriter(target: target, table: into, columns: table.targetSchema.columns, key: table.key?.columns ?? []) : nil
             var mirrored: (counts: MergeCounts, stats: CopySummary.MirrorStats)?
@@ -91,6 +98,7 @@ extension CopyEngine {
                 (rows, stored) = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
                                           cancellation: cancellation, writer: merge, chunks: chunks, since: since)
                 if table.incremental != nil { rowsRead = rows }
+                if direct { try target.begin() }
                 if let staged, staged.resumable {
                     rowsRead = rows
                     rows += staged.rowsBefore
