@@ -22,10 +22,10 @@ public struct ServiceRequestContext: RequestContext {
 /// and never logged.
 struct AuthMiddleware: RouterMiddleware {
     typealias Context = ServiceRequestContext
-    let tokens: [(bytes: [UInt8], scope: TokenScope)]
+    let tokens: [(bytes: [UInt8], scope: TokenScope, identity: String)]
 
     init(tokens: [(String, TokenScope)]) {
-        self.tokens = tokens.map { (Array($0.0.utf8), $0.1) }
+        self.tokens = tokens.map { (Array($0.0.utf8), $0.1, RequestPrincipal.identity(of: $0.0)) }
     }
 
     /// Equal length and bytes, in time that depends only on the lengths.
@@ -55,7 +55,7 @@ struct AuthMiddleware: RouterMiddleware {
         for (i, t) in tokens.enumerated() where Self.constantTimeEqual(token, t.bytes) { found = i }
         guard found >= 0 else { throw ServiceError.unauthorized }
         var context = context
-        context.principal = RequestPrincipal(scope: tokens[found].scope, token: found)
+        context.principal = RequestPrincipal(scope: tokens[found].scope, token: found, identity: tokens[found].identity)
         if !Self.isRead(request) { try context.principal.require(.write, "write") }
         return try await next(request, context)
     }

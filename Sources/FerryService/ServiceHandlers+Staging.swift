@@ -60,6 +60,7 @@ extension ServiceHandlers {
             defer { c.close() }
             let from = try served(stagingTable, in: c)
             try Self.transaction(c) { try c.swapTable(from, into: into) }
+            staging.forget(from)
         }
         return .xml(XMLDocuments.applied([("swapped", 1)]))
     }

@@ -65,7 +65,7 @@ extension ServiceHandlers {
                 if !c.dialect.supportsTransactionalDDL { try? c.dropTable(schema.name) }
                 throw error
             }
-            if Self.isStaging(schema.name) { staging.record(schema.name, token: principal.token) }
+            if Self.isStaging(schema.name) { staging.record(schema.name, principal) }
             return XMLDocuments.schema(try c.describe(schema.name))
         }
         return .xml(result, status: 201)

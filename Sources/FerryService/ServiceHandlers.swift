@@ -25,6 +25,22 @@ public final class ServiceHandlers: Sendable {
         snapshots = SnapshotStore(
             maxSnapshots: configuration.maxSnapshots, idleSeconds: configuration.snapshotIdleSeconds,
             lifetimeSeconds: configuration.snapshotLifetimeSeconds)
+        guard configuration.writable else { return }
+        // Who owns a resumable load's staging table, kept in the served database.
+        let open: @Sendable (Bool) throws -> any Connection = { [configuration] write in
+            try configuration.registry.connect(configuration.database, role: write ? .target : .source)
+        }
+        staging.store.withLock {
+            $0 = (load: { table in
+                guard let c = try? open(false) else { return nil }
+                defer { c.close() }
+                return (try? StagingOwnerRecords.owner(c, staging: table)) ?? nil
+            }, save: { table, owner in
+                guard let c = try? open(true) else { return }
+                defer { c.close() }
+                try? StagingOwnerRecords.set(c, staging: table, owner: owner)
+            })
+        }
     }
 
     /// Starts ending snapshots that clients abandoned (every 30 s).
@@ -211,20 +227,42 @@ public final class ServiceHandlers: Sendable {
 }
 
 /// The staging tables created by write tokens' loads, and by which token: a write token may
-/// drop, fill, merge or apply only its own. (Kept in memory: after a restart a staging table
-/// left behind by a failed load is a manage token's to drop.)
+/// drop, fill, merge or apply only its own. Kept in memory; a resumable load's staging table
+/// (`_ferry_load_…`, which outlives a run) also in the served database
+/// (`StagingOwnerRecords`, by the token's fingerprint), so that after a restart of the service
+/// its token still owns it. Ferry's bookkeeping tables (`_ferry_loads`, …) any write token may
+/// write (not drop).
 final class StagingOwners: Sendable {
-    private let owners = Locked<[TableName: Int]>([:])
+    private let owners = Locked<[TableName: String]>([:])
+    /// Reads and writes the records in the served database (set by the service).
+    let store: Locked<(load: @Sendable (TableName) -> String?, save: @Sendable (TableName, String?) -> Void)?> = Locked(nil)
 
-    func record(_ table: TableName, token: Int) { owners.withLock { $0[table] = token } }
-    func forget(_ table: TableName) { _ = owners.withLock { $0.removeValue(forKey: table) } }
-    func owner(of table: TableName) -> Int? { owners.withLock { $0[table] } }
+    static let bookkeeping: Set<String> = ["_ferry_loads", "_ferry_watermarks", "_ferry_units", "_ferry_leases"]
+    static func outlivesARun(_ table: TableName) -> Bool { table.name.hasPrefix(CopyEngine.internalPrefix + "load_") }
+
+    func record(_ table: TableName, _ principal: RequestPrincipal) {
+        owners.withLock { $0[table] = principal.identity }
+        if Self.outlivesARun(table), let save = store.withLock({ $0?.save }) { save(table, principal.identity) }
+    }
+
+    func forget(_ table: TableName) {
+        _ = owners.withLock { $0.removeValue(forKey: table) }
+        if Self.outlivesARun(table), let save = store.withLock({ $0?.save }) { save(table, nil) }
+    }
+
+    func owner(of table: TableName) -> String? {
+        if let o = owners.withLock({ $0[table] }) { return o }
+        guard Self.outlivesARun(table), let load = store.withLock({ $0?.load }), let o = load(table) else { return nil }
+        owners.withLock { $0[table] = o }
+        return o
+    }
 
     /// Refuses unless `principal` may use staging table `table`: manage tokens any, write tokens
-    /// their own.
+    /// their own (and Ferry's bookkeeping tables).
     func check(_ table: TableName, _ principal: RequestPrincipal, doing: String) throws {
         if principal.scope >= .manage { return }
-        guard owner(of: table) == principal.token else {
+        if Self.bookkeeping.contains(table.name) && doing != "drop" && principal.scope >= .write { return }
+        guard !principal.identity.isEmpty, owner(of: table) == principal.identity else {
             throw ServiceError(
                 status: 403, code: "forbidden", table: table.description,
                 message: "this token may \(doing) only the staging tables its own loads created, and \(table) is not one (a manage token, from the service's --token-file, may)")

@@ -22,9 +22,20 @@ public enum TokenScope: Int, Sendable, Comparable, CustomStringConvertible {
 public struct RequestPrincipal: Sendable {
     public var scope: TokenScope
     public var token: Int
-    public init(scope: TokenScope, token: Int) {
+    /// A fingerprint of the token (never the token): what a record of who owns a staging table
+    /// keeps, the same after a restart whatever the token's place in its file.
+    public var identity: String
+    public init(scope: TokenScope, token: Int, identity: String = "") {
         self.scope = scope
         self.token = token
+        self.identity = identity
+    }
+
+    /// The fingerprint of `token`: MD5 of the token behind a fixed prefix, in hex.
+    public static func identity(of token: String) -> String {
+        var md5 = MD5()
+        md5.update(Array(("ferry staging owner:" + token).utf8))
+        return md5.finalize().map { String(format: "%02x", $0) }.joined()
     }
     /// The user who started a plugin process.
     public static let owner = RequestPrincipal(scope: .manage, token: -1)

@@ -143,6 +143,35 @@ final class LargeCopyTests: XCTestCase {
         XCTAssertEqual(v.code, 0, "\(v.out) \(v.err)")
     }
 
+    /// A write token's resumable staging table stays its own after `ferry serve` restarts (the
+    /// owner is kept in the served database by the token's fingerprint, never the token): the
+    /// same token may still fill and drop it, another write token may not.
+    func testAStagingTablesOwnerSurvivesARestartOfTheService() throws {
+        let db = try postgres(UUID().uuidString.prefix(8).lowercased())
+        let mine = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let theirs = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokens = folder.path("write.txt")
+        try Data((mine + "\n" + theirs + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let served = try ServedDatabase(db.url, args: ["--write-token-file", tokens], token: mine, log: folder.path("serve.log"))
+        defer { served.stop() }
+        let schema = "<table name=\"_ferry_load_0123abcd_t\" engine=\"http\"><column name=\"id\" native=\"\" type=\"int64\" nullable=\"false\"/><primaryKey><c>id</c></primaryKey></table>"
+        func call(_ method: String, _ path: String, _ token: String, body: String? = nil) throws -> String {
+            var args = ["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method, "-H", "Authorization: Bearer \(token)"]
+            if let body { args += ["-H", "Content-Type: application/xml", "--data-binary", body] }
+            return try ExternalTool.run(args + ["http://127.0.0.1:\(served.serve.port)/\(path)"], input: "")
+        }
+        XCTAssertEqual(try call("POST", "v1/tables", mine, body: schema), "201")
+        XCTAssertEqual(try call("POST", "v1/tables/_ferry_load_0123abcd_t/rows", mine, body: "<rows><r><v>1</v></r></rows>"), "200")
+        try served.crash()
+        XCTAssertEqual(try call("POST", "v1/tables/_ferry_load_0123abcd_t/rows", theirs, body: "<rows><r><v>2</v></r></rows>"), "403")
+        XCTAssertEqual(try call("POST", "v1/tables/_ferry_load_0123abcd_t/rows", mine, body: "<rows><r><v>3</v></r></rows>"), "200")
+        XCTAssertEqual(try call("DELETE", "v1/tables/_ferry_load_0123abcd_t", theirs), "403")
+        XCTAssertEqual(try call("DELETE", "v1/tables/_ferry_load_0123abcd_t", mine), "200")
+        let kept = try db.query("SELECT owner FROM _ferry_staging_owners").trimmingCharacters(in: .whitespacesAndNewlines)
+        XCTAssertEqual(kept, "", "the record goes with the table")
+        XCTAssertFalse(try db.query("SELECT count(*) FROM _ferry_staging_owners").contains(mine))
+    }
+
     /// A killed `create` without --resume leaves no table under the target's name where the
     /// engine's DDL commits as it goes (MariaDB) and through the service; the next run removes
     /// what it left, says so, and copies.

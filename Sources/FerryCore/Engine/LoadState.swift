@@ -218,6 +218,42 @@ public enum LoadProgress {
     }
 }
 
+/// Who owns each resumable staging table a service's tokens made (`_ferry_staging_owners`
+/// of the served database): a fingerprint of the token, never the token. Kept so that a write
+/// token still owns its unfinished load after `ferry serve` restarts.
+public enum StagingOwnerRecords {
+    public static let table = TableName("_ferry_staging_owners")
+    static let columns: [Column] = [
+        Column(name: "staging", nativeType: "", logicalType: .text(maxLength: 128, fixed: false), isNullable: false),
+        Column(name: "owner", nativeType: "", logicalType: .text(maxLength: 64, fixed: false), isNullable: false),
+    ]
+
+    /// The owner recorded for `staging`, or nil (no record, or no records table).
+    public static func owner(_ c: any Connection, staging: TableName) throws -> String? {
+        guard try c.tableExists(table) else { return nil }
+        let schema = try c.describe(table, rowEstimate: false)
+        return try StateTable.row(c, schema, columns: columns, key: .text(staging.description))?[1].textValue
+    }
+
+    /// Records (or, with nil, removes) the owner of `staging`, in a transaction of its own.
+    public static func set(_ c: any Connection, staging: TableName, owner: String?) throws {
+        if owner == nil, try !c.tableExists(table) { return }
+        let schema = try StateTable.schema(c, table, columns: columns, key: ["staging"])
+        try c.begin()
+        do {
+            if let owner {
+                try StateTable.write(c, schema, columns: columns, key: ["staging"], values: [.text(staging.description), .text(owner)], insert: false)
+            } else {
+                try StateTable.delete(c, schema, key: .text(staging.description))
+            }
+            try c.commit()
+        } catch {
+            try? c.rollback()
+            throw error
+        }
+    }
+}
+
 /// Ferry's own small tables in a target (one text key), read and written through the
 /// `Connection` seams only: no SQL of any engine here.
 enum StateTable {
