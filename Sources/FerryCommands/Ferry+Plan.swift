@@ -55,6 +55,11 @@ extension Ferry {
         @Flag(name: .long, help: "Export the source's snapshot for every unit and hold it until this process is stopped (PostgreSQL, a Ferry service).")
         var holdSnapshot = false
 
+        @Option(name: .long, help: ArgumentHelp(
+            "Cut tables larger than this (the catalog's row estimate) at the quantiles of a random sample of their keys instead of reading every key (PostgreSQL TABLESAMPLE, MySQL and SQLite by a random condition); 0 samples every table.",
+            valueName: "rows"))
+        var sampleAbove: Int64 = CopyEngine.sampleAbove
+
         @OptionGroup var what: CopyChoices
 
         @OptionGroup var driverSettings: DriverSettings
@@ -65,6 +70,7 @@ extension Ferry {
 
         func validate() throws {
             guard shards >= 1 && shards <= 100_000 else { throw ValidationError("--shards must be between 1 and 100000, not \(shards)") }
+            guard sampleAbove >= 0 else { throw ValidationError("--sample-above is a number of rows, 0 or more") }
         }
 
         func run() throws {
@@ -86,7 +92,8 @@ extension Ferry {
                 snapshot = id
             }
             let plan = try session.plan(options)
-            let shard = try CopyEngine(registry: registry).shardPlan(plan, source: session.source, options: options, shards: shards, snapshot: snapshot)
+            let shard = try CopyEngine(registry: registry).shardPlan(
+                plan, source: session.source, options: options, shards: shards, snapshot: snapshot, sampleAbove: sampleAbove)
             let encoder = JSONEncoder()
             encoder.outputFormatting = [.prettyPrinted, .sortedKeys, .withoutEscapingSlashes]
             let data = try encoder.encode(shard)
@@ -135,7 +142,7 @@ extension Ferry {
             var lines = ["plan \(plan.id): \(plan.units.count) units, \(total) rows, mode \(plan.mode.rawValue), from \(plan.source) to \(plan.target)"
                 + (plan.snapshot.map { ", in source snapshot \($0)" } ?? "")]
             for u in plan.units {
-                let pieces = u.pieces.map { "\($0.name) (\($0.rows))" }.joined(separator: ", ")
+                let pieces = u.pieces.map { "\($0.name) (\($0.estimated == true ? "~" : "")\($0.rows))" }.joined(separator: ", ")
                 lines.append("  unit \(u.index): \(u.rows) rows" + (pieces.isEmpty ? " (nothing to do)" : ": " + pieces))
             }
             let f = file ?? "plan.json"

@@ -20,6 +20,7 @@ public struct MySQLDialect: Dialect {
 
     public var supportsTransactionalDDL: Bool { false }
     public var rowLockClause: String? { "FOR UPDATE" }
+    public func sampleCondition(_ fraction: Double) -> String? { "RAND() < " + String(format: "%.9f", min(1, max(0, fraction))) }
     public var indexNamesArePerTable: Bool { true }
     public var maxIdentifierLength: Int { 64 }
     public var foreignKeysNeedEqualTypes: Bool { true }

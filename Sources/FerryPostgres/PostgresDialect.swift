@@ -9,6 +9,9 @@ public struct PostgresDialect: Dialect {
     public init(serverEncodingIsUTF8: Bool = false) { self.serverEncodingIsUTF8 = serverEncodingIsUTF8 }
     public var engine: Engine { .postgres }
     public var rowLockClause: String? { "FOR UPDATE" }
+    public func tableSample(_ fraction: Double) -> String? {
+        "TABLESAMPLE SYSTEM (" + String(format: "%.6f", min(100, max(0.000001, fraction * 100))) + ")"
+    }
     public var upsertSyntax: UpsertSyntax { .onConflict }
     public var enumSyntax: EnumSyntax { .namedType }
     public var identitySyntax: IdentitySyntax { .generatedByDefault }

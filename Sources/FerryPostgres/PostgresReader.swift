@@ -73,6 +73,7 @@ final class PostgresReader: BatchReader {
         self.kinds = kinds
         let only = try connection.readsWithOnly(table.name) ? "ONLY " : ""
         var sql = "SELECT " + select.joined(separator: ", ") + " FROM " + only + d.quote(table.name)
+        if let sample = keyRange?.sample, let clause = d.tableSample(sample) { sql += " " + clause }
         if let range = keyRange { sql += try range.sqlSuffix(dialect: d) { try PostgresValueCodec.literals($0, connection) } }
         let copy = "COPY (\(sql)) TO STDOUT (FORMAT binary)"
         // Inside a copy's read snapshot, a failed read must not abort the snapshot for the next table.

@@ -9,6 +9,9 @@ public struct SQLiteDialect: Dialect {
     public var enumSyntax: EnumSyntax { .checkConstraint }
     public var identitySyntax: IdentitySyntax { .rowidAlias }
     public var supportsTransactionalDDL: Bool { true }
+    public func sampleCondition(_ fraction: Double) -> String? {
+        "(random() & 1048575) < " + String(Int((min(1, max(0, fraction)) * 1_048_576).rounded(.up)))
+    }
     /// SQLite serialises writers on a file; loading tables one after another is faster than
     /// making them wait on each other's locks.
     public var supportsConcurrentWriters: Bool { false }

@@ -147,6 +147,41 @@ final class ShardTests: XCTestCase {
         XCTAssertTrue(r.err.contains("was changed after `ferry plan` wrote it"), r.err)
     }
 
+    /// Large tables are cut at the quantiles of a random sample of their keys (forced here with
+    /// --sample-above 0): PostgreSQL's TABLESAMPLE, MariaDB's and SQLite's random conditions.
+    /// A hot range still gives three non-empty units within 2x of each other in rows.
+    func testSampledCutsOnEveryEngine() throws {
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        let pg = try helper.postgres(tag), maria = try helper.mariadb(tag)
+        let lite = helper.sqlite(folder.path("sampled.db"))
+        _ = try pg.query("CREATE TABLE hot (id bigint PRIMARY KEY, v text); INSERT INTO hot SELECT CASE WHEN g <= 90000 THEN 500000 + g ELSE g::bigint * 1000000 END, 'v' || g FROM generate_series(1, 100000) g; ANALYZE hot")
+        _ = try maria.query("CREATE TABLE hot (id BIGINT PRIMARY KEY, v VARCHAR(20)); INSERT INTO hot SELECT IF(seq <= 90000, 500000 + seq, seq * 1000000), CONCAT('v', seq) FROM seq_1_to_100000; ANALYZE TABLE hot")
+        _ = try lite.query("CREATE TABLE hot (id INTEGER PRIMARY KEY, v TEXT); WITH RECURSIVE g(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM g WHERE n < 100000) INSERT INTO hot SELECT CASE WHEN n <= 90000 THEN 500000 + n ELSE n * 1000000 END, 'v' || n FROM g")
+        let target = try helper.postgres(tag + "t")
+        for source in [pg, maria, lite] {
+            let file = folder.path("sampled-\(source.name).json")
+            let r = try ferry(["plan", source.url, target.url, "--tables", "hot", "--shards", "3", "--sample-above", "0", "--output", file])
+            XCTAssertEqual(r.code, 0, r.err)
+            XCTAssertTrue(r.err.contains("(~"), "\(source.name): the rows are estimates: \(r.err)")
+            let base = ["copy", source.url, target.url, "--plan", file]
+            XCTAssertEqual(try ferry(base + ["--prepare"]).code, 0)
+            var sizes: [Int64] = []
+            for i in 0..<3 {
+                let u = try ferry(base + ["--shard", "\(i)/3", "--json"])
+                XCTAssertEqual(u.code, 0, u.err)
+                struct Out: Decodable { var rows: Int64 }
+                sizes.append(try JSONDecoder().decode(Out.self, from: Data(u.out.utf8)).rows)
+            }
+            print("\(source.name), sampled: units of \(sizes.map(String.init).joined(separator: ", ")) rows")
+            XCTAssertEqual(sizes.reduce(0, +), 100_000)
+            XCTAssertTrue(sizes.allSatisfy { $0 > 0 }, "\(source.name): \(sizes)")
+            XCTAssertLessThanOrEqual(sizes.max() ?? 0, 2 * (sizes.min() ?? 0), "\(source.name): \(sizes)")
+            XCTAssertEqual(try ferry(base + ["--finish"]).code, 0)
+            XCTAssertEqual(try ferry(["verify", source.url, target.url, "--tables", "hot"]).code, 0)
+            _ = try target.query("DROP TABLE hot; DELETE FROM _ferry_units")
+        }
+    }
+
     /// A PostgreSQL source's snapshot held by `ferry plan --hold-snapshot`: rows changed at the
     /// source after the plan are not in any unit; once the holder stops, a unit fails in one
     /// line rather than read a newer state.

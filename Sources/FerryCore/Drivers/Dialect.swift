@@ -70,6 +70,13 @@ public protocol Dialect: Sendable {
     /// express it for that type (reported, never guessed). Expressions are the caller's
     /// business (kept only between databases of one engine).
     func defaultSQL(_ value: ColumnDefault, for type: LogicalType) -> String?
+    /// Text after a table's name in a SELECT that reads a random sample of about `fraction` of
+    /// its rows (PostgreSQL `TABLESAMPLE SYSTEM (p)`: whole pages, cheap); nil where the engine
+    /// samples by a condition instead (`sampleCondition`), or not at all. Default: nil.
+    func tableSample(_ fraction: Double) -> String?
+    /// A WHERE condition true for a random `fraction` of the rows (MySQL `RAND() < f`, SQLite
+    /// by `random()`); nil where the engine has none. Default: nil.
+    func sampleCondition(_ fraction: Double) -> String?
 }
 
 /// How an engine writes "insert, or update the row with the same key".
@@ -107,6 +114,11 @@ public enum IdentitySyntax: Sendable, Hashable {
 }
 
 extension Dialect {
+    public func tableSample(_ fraction: Double) -> String? { nil }
+    public func sampleCondition(_ fraction: Double) -> String? { nil }
+    /// True where a read can ask for a random sample of a table's rows.
+    public var samples: Bool { tableSample(0.5) != nil || sampleCondition(0.5) != nil }
+
     public func quote(_ identifier: String) -> String {
         // Most names hold no quote: no Foundation search (describe quotes names by the hundred).
         guard identifier.utf8.contains(UInt8(ascii: "\"")) else { return "\"" + identifier + "\"" }

@@ -70,6 +70,9 @@ public struct KeyRange: Sendable, Hashable {
     /// Only rows whose `since.column` is above `since.value` (an incremental copy's watermark):
     /// a structured condition, rendered by the driver like the key's bounds.
     public var since: ColumnBound?
+    /// Only a random sample of about this fraction of the rows (`Dialect.tableSample` or
+    /// `sampleCondition`): how a plan finds where to cut a large table's key.
+    public var sample: Double?
     public init(
         key: [String], after: [Value]? = nil, upTo: [Value]? = nil, limit: Int? = nil, descending: Bool = false, filter: String? = nil,
         buckets: BucketFilter? = nil
@@ -101,6 +104,7 @@ extension KeyRange {
     public func sqlSuffix(dialect: any Dialect, render: ([Value]) throws -> String) rethrows -> String {
         var conditions: [String] = filter.map { ["(" + $0 + ")"] } ?? []
         if let buckets, let condition = DigestSQL.condition(buckets, in: dialect) { conditions.append(condition) }
+        if let sample, dialect.tableSample(sample) == nil, let condition = dialect.sampleCondition(sample) { conditions.append(condition) }
         let lock = lockRows ? dialect.rowLockClause.map { " " + $0 } ?? "" : ""
         let tuple = "(" + key.map { dialect.quote($0) }.joined(separator: ", ") + ")"
         // First among the rendered values: drivers that bind values take them in this order.

@@ -54,6 +54,9 @@ public struct ShardPlan: Codable, Sendable {
         /// The piece's place among the pieces of its table.
         public var part: Int
         public var parts: Int
+        /// True when `rows` is an estimate: the table was cut at the quantiles of a random sample
+        /// of its keys (a large table), not counted.
+        public var estimated: Bool? = nil
 
         public var name: String { parts > 1 ? "\(table) part \(part + 1)/\(parts)" : table }
     }
@@ -123,7 +126,9 @@ extension CopyEngine {
     /// source (only the key's columns, inside the source's snapshot when the caller began one),
     /// so that gaps, hot ranges, text keys and composite keys still give balanced, non-empty
     /// ranges; then the pieces go, largest first, to the unit with the fewest rows.
-    public func shardPlan(_ plan: CopyPlan, source: any Connection, options: CopyOptions, shards: Int, snapshot: String?) throws -> ShardPlan {
+    public func shardPlan(
+        _ plan: CopyPlan, source: any Connection, options: CopyOptions, shards: Int, snapshot: String?, sampleAbove: Int64 = CopyEngine.sampleAbove
+    ) throws -> ShardPlan {
         guard shards >= 1 else { throw FerryError.invalidOption("--shards must be at least 1") }
         guard plan.mode == .create || plan.mode == .upsert else {
             throw FerryError.invalidOption(
@@ -133,8 +138,14 @@ extension CopyEngine {
         var pieces: [ShardPlan.Piece] = []
         var total: Int64 = 0
         var rowsOf: [Int64] = []
+        // A table above `sampleAbove` rows (by the catalog's estimate) is cut at the quantiles of
+        // a random sample of its keys, where the engine samples; else its keys are read whole.
+        var sampled: [Bool] = []
         for t in plan.tables {
-            let n = try countSource(t, source: source)
+            let estimate = t.sourceSchema.rowEstimate ?? 0
+            let sample = source.dialect.samples && estimate > sampleAbove && t.key != nil && Self.resumeKey(t) != nil
+            let n = sample ? estimate : try countSource(t, source: source)
+            sampled.append(sample)
             rowsOf.append(n)
             total += n
         }
@@ -147,15 +158,17 @@ extension CopyEngine {
                 pieces.append(ShardPlan.Piece(table: t.source.description, target: t.target.description, key: key, after: nil, upTo: nil, rows: n, part: 0, parts: 1))
                 continue
             }
-            let bounds = try keyBoundaries(t, source: source, rows: n, parts: parts)
+            let bounds = sampled[i] ? try sampledBoundaries(t, source: source, rows: n, parts: parts) : try keyBoundaries(t, source: source, rows: n, parts: parts)
             var after: [Value]?
             var taken: Int64 = 0
             for p in 0..<parts {
                 let upTo = p < bounds.count ? bounds[p].key : nil
                 let through = p < bounds.count ? bounds[p].rank : n
-                pieces.append(ShardPlan.Piece(
+                var piece = ShardPlan.Piece(
                     table: t.source.description, target: t.target.description, key: key, after: after.map(KeyText.items), upTo: upTo.map(KeyText.items),
-                    rows: through - taken, part: p, parts: parts))
+                    rows: through - taken, part: p, parts: parts)
+                if sampled[i] { piece.estimated = true }
+                pieces.append(piece)
                 taken = through
                 after = upTo
             }
@@ -174,6 +187,42 @@ extension CopyEngine {
                            indexes: options.indexes, foreignKeys: options.foreignKeys, batchSize: options.batchSize),
             snapshot: snapshot, units: units, createdAt: ISO8601DateFormatter().string(from: Date()))
         out.id = out.contentHash()
+        return out
+    }
+
+    /// Tables above this many rows (the catalog's estimate) are cut from a sample of their keys.
+    public static let sampleAbove: Int64 = 5_000_000
+    /// Keys a sampled cut reads: enough for quantiles within a fraction of a percent.
+    static let sampleKeys: Int64 = 50_000
+
+    /// Boundaries at the quantiles of a random sample of about `sampleKeys` keys (read in key
+    /// order, by the engine's sampling: PostgreSQL's TABLESAMPLE SYSTEM reads only the sampled
+    /// pages), their ranks scaled to the table's `rows`.
+    func sampledBoundaries(_ table: TablePlan, source: any Connection, rows: Int64, parts: Int) throws -> [(key: [Value], rank: Int64)] {
+        guard let key = table.key?.columns else { return [] }
+        let columns = try key.map { k in
+            guard let c = table.sourceSchema.column(named: k) else { throw FerryError.columnNotFound(table: table.source, column: k) }
+            return c
+        }
+        let types = columns.map(\.logicalType)
+        var range = KeyRange(key: key, filter: table.filter)
+        range.sample = min(1, Double(Self.sampleKeys) / Double(max(rows, 1)))
+        let reader = try source.reader(table: table.sourceSchema, columns: columns, keyRange: range, batchSize: 50_000)
+        defer { reader.close() }
+        var keys: [[Value]] = []
+        while let batch = try reader.next() {
+            for r in 0..<batch.count { keys.append(batch.row(r, types: types)) }
+        }
+        guard keys.count >= parts * 2 else {
+            // Too few sampled (a tiny or filtered table): its keys are read whole.
+            return try keyBoundaries(table, source: source, rows: try countSource(table, source: source), parts: parts)
+        }
+        var out: [(key: [Value], rank: Int64)] = []
+        for i in 1..<parts {
+            let at = keys.count * i / parts - 1
+            if let last = out.last, last.key == keys[at] { continue }
+            out.append((keys[at], rows * Int64(i) / Int64(parts)))
+        }
         return out
     }
 
