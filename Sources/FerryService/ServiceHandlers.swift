@@ -242,7 +242,8 @@ final class StagingOwners: Sendable {
 
     func record(_ table: TableName, _ principal: RequestPrincipal) {
         owners.withLock { $0[table] = principal.identity }
-        if Self.outlivesARun(table), let save = store.withLock({ $0?.save }) { save(table, principal.identity) }
+        // Only a write token's: a manage token may use any staging table anyway.
+        if Self.outlivesARun(table), principal.scope < .manage, let save = store.withLock({ $0?.save }) { save(table, principal.identity) }
     }
 
     func forget(_ table: TableName) {

@@ -69,6 +69,15 @@ extension CopyEngine {
     func claimStaging(
         _ table: TablePlan, staging: TableName, target: any Connection, options: CopyOptions, mode: WriteMode, progress: ProgressReporter
     ) throws -> StagedLoad {
+        // Leases and records only where a staging table outlives the load's transaction: with
+        // --resume, or where DDL commits as it goes (MySQL). A PostgreSQL or SQLite load without
+        // --resume creates its staging table inside its transaction: no other run sees it, and a
+        // crash takes it away (Ferry's tables are not made in such a target for nothing).
+        let outlives = options.resume || !target.dialect.supportsTransactionalDDL
+        if target.keepsLoadState && !outlives, try !target.tableExists(staging) {
+            return StagedLoad(staging: staging, leases: nil, progress: nil)
+        }
+        // (A staging table there already is another run's, live or left: its lease decides.)
         guard target.keepsLoadState || options.resume else {
             // The service checks who owns a staging table; one left by an earlier run is dropped.
             if try target.tableExists(staging) {
