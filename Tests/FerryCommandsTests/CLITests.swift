@@ -66,7 +66,7 @@ final class CLITests: XCTestCase {
     }
 
     func testHelpHasExamples() throws {
-        for cmd in [[], ["tables"], ["describe"], ["copy"]] {
+        for cmd in [[], ["tables"], ["describe"], ["copy"], ["plan"], ["run"]] {
             let r = try ferry(cmd + ["--help"])
             XCTAssertEqual(r.code, 0, r.err)
             XCTAssertTrue(r.out.contains("Examples:") || r.out.contains("Example"), "\(cmd): \(r.out)")

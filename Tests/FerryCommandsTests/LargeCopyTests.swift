@@ -79,6 +79,12 @@ final class LargeCopyTests: XCTestCase {
             })
             XCTAssertEqual(try target.tables("bench_orders"), [], "\(target.name): a killed load left a table under the target's name")
             XCTAssertEqual(try target.tables("_ferry_load_").count, 1, "\(target.name): the killed load's staging table")
+            if target.url.hasPrefix("http"), let staging = try target.tables("_ferry_load_").first {
+                // Through the service a chunk's rows and its record commit one after the other: a
+                // kill between them leaves rows past the record, which the resumed run removes
+                // before it reads that chunk again. Such rows, made here at once.
+                _ = try target.query("INSERT INTO \"\(staging)\" (id, customer_id, qty, sku) VALUES (9000000001, 1, 1, 'past the record'), (9000000002, 2, 2, 'past the record')")
+            }
 
             let r = try ferry(args + ["--json"])
             XCTAssertEqual(r.code, 0, "\(target.name): \(r.err)")
