@@ -216,6 +216,42 @@ final class ShardTests: XCTestCase {
         XCTAssertEqual(try target.query("SELECT count(*), min(id) FROM t").trimmingCharacters(in: .whitespacesAndNewlines), "20000\t1")
     }
 
+    /// A served PostgreSQL source: `--hold-snapshot` holds the service's snapshot id for the
+    /// units (a read token may), which read in it; once the holder stops, a unit fails in one
+    /// line naming the ended snapshot.
+    func testAServedSourcesSnapshotHeldForTheUnits() throws {
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        let source = try helper.postgres(tag + "src"), target = try helper.postgres(tag + "dst")
+        _ = try source.query("CREATE TABLE t (id bigint PRIMARY KEY, v text); INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 30000) g")
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokenFile = folder.path("read.txt")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokenFile))
+        let serve = try ServeProcess(source.url, ["--read-only-token-file", tokenFile], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        let url = serve.url(token: token)
+        let file = folder.path("served.json")
+        let holder = Process()
+        holder.executableURL = CLITests.binaryURL
+        holder.arguments = ["plan", url, target.url, "--shards", "3", "--hold-snapshot", "--output", file]
+        holder.standardError = FileHandle.nullDevice
+        try holder.run()
+        defer { if holder.isRunning { kill(holder.processIdentifier, SIGKILL) } }
+        let deadline = Date().addingTimeInterval(60)
+        while !FileManager.default.fileExists(atPath: file) && holder.isRunning && Date() < deadline { usleep(50_000) }
+        XCTAssertFalse(try String(contentsOfFile: file, encoding: .utf8).contains(token))
+        _ = try source.query("DELETE FROM t WHERE id <= 100")
+        let base = ["copy", url, target.url, "--plan", file]
+        XCTAssertEqual(try ferry(base + ["--prepare"]).code, 0)
+        for i in 0..<2 { XCTAssertEqual(try ferry(base + ["--shard", "\(i)/3"]).code, 0) }
+        kill(holder.processIdentifier, SIGTERM)
+        holder.waitUntilExit()
+        XCTAssertEqual(holder.terminationStatus, 0)
+        let r = try ferry(base + ["--shard", "2/3", "--quiet"])
+        XCTAssertEqual(r.code, 1, r.err)
+        XCTAssertTrue(r.err.contains("is unknown or has ended"), r.err)
+        XCTAssertEqual(try target.query("SELECT count(*), min(id) FROM t").trimmingCharacters(in: .whitespacesAndNewlines), "20000\t1")
+    }
+
     /// samples/scale-out/parallel.sh for real: 4 units, 2 at a time, PostgreSQL to MariaDB;
     /// and the Kubernetes manifest read back: an Indexed Job whose index becomes --shard, the
     /// plan from a ConfigMap, passwords from a Secret and nowhere in the manifest.
