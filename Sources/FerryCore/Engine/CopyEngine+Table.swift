@@ -106,7 +106,15 @@ extension CopyEngine {
                 }
             }
             if cancellation?.isCancelled == true { throw FerryError.cancelled }
-            if let planned = keysAfterLoad { try target.addDeferredKeys(planned) }
+            if let planned = keysAfterLoad {
+                // A resumed load whose earlier run added the keys already (MySQL's ALTER TABLE
+                // commits: a kill after it and before the rename) leaves them as they are.
+                var added = false
+                if staged?.record != nil, planned.deferredKeys != nil {
+                    added = try !target.describe(loadName, rowEstimate: false).primaryKey.isEmpty
+                }
+                if !added { try target.addDeferredKeys(planned) }
+            }
 
             if mode == .create || mode == .replace {
                 // What the target said it stored, else a count of the new table.
