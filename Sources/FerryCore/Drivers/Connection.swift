@@ -294,6 +294,25 @@ extension Connection {
     public func unfreezeWrites() throws {}
     public var keepsLoadState: Bool { true }
 
+    /// Deletes the rows of `table` inside `range` (nil: every row) by their `key`: the keys read
+    /// first (the connection reads or writes, not both at once), then deleted, in the caller's
+    /// transaction. Returns the keys deleted (where deletes are staged, as the service's are, the
+    /// rows go at `commit`).
+    @discardableResult
+    public func deleteRows(from table: TableSchema, key: [Column], in range: KeyRange?) throws -> Int {
+        let reader = try self.reader(table: table, columns: key, keyRange: range, batchSize: 10_000)
+        var batches: [RowBatch] = []
+        do {
+            while let b = try reader.next() { batches.append(b) }
+            reader.close()
+        } catch {
+            reader.close()
+            throw error
+        }
+        for b in batches { _ = try deleteRows(from: table, key: key, keys: b) }
+        return batches.reduce(0) { $0 + $1.count }
+    }
+
     /// Plans and creates a table of `schema` named `name`; returns the table as created.
     @discardableResult
     public func createTable(_ schema: TableSchema, named name: TableName) throws -> TableSchema {

@@ -165,25 +165,16 @@ extension CopyEngine {
             guard let c = schema.column(named: k) else { throw FerryError.columnNotFound(table: staging, column: k) }
             return c
         }
-        let reader = try target.reader(table: schema, columns: columns, keyRange: KeyRange(key: keyNames, after: key), batchSize: 10_000)
-        var batches: [RowBatch] = []
-        do {
-            while let b = try reader.next() { batches.append(b) }
-            reader.close()
-        } catch {
-            reader.close()
-            throw error
-        }
-        let n = batches.reduce(0) { $0 + $1.count }
-        guard n > 0 else { return }
         try target.begin()
+        let n: Int
         do {
-            for b in batches { _ = try target.deleteRows(from: schema, key: columns, keys: b) }
+            n = try target.deleteRows(from: schema, key: columns, in: KeyRange(key: keyNames, after: key))
             try target.commit()
         } catch {
             try? target.rollback()
             throw error
         }
+        guard n > 0 else { return }
         progress.note("note: \(table.target): removed \(n) rows of the chunk whose record did not arrive; they are read again")
     }
 

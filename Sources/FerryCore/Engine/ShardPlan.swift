@@ -200,10 +200,7 @@ extension CopyEngine {
     /// pages), their ranks scaled to the table's `rows`.
     func sampledBoundaries(_ table: TablePlan, source: any Connection, rows: Int64, parts: Int) throws -> [(key: [Value], rank: Int64)] {
         guard let key = table.key?.columns else { return [] }
-        let columns = try key.map { k in
-            guard let c = table.sourceSchema.column(named: k) else { throw FerryError.columnNotFound(table: table.source, column: k) }
-            return c
-        }
+        let columns = try Self.keyColumns(table)
         let types = columns.map(\.logicalType)
         var range = KeyRange(key: key, filter: table.filter)
         range.sample = min(1, Double(Self.sampleKeys) / Double(max(rows, 1)))
@@ -226,6 +223,14 @@ extension CopyEngine {
         return out
     }
 
+    /// The key's columns as the source table has them.
+    static func keyColumns(_ table: TablePlan) throws -> [Column] {
+        try (table.key?.columns ?? []).map { k in
+            guard let c = table.sourceSchema.column(named: k) else { throw FerryError.columnNotFound(table: table.source, column: k) }
+            return c
+        }
+    }
+
     /// The rows a piece of `table` (inside its filter) holds at the source.
     func countSource(_ table: TablePlan, source: any Connection) throws -> Int64 {
         guard table.filter != nil else { return try source.countRows(table.source) }
@@ -241,10 +246,7 @@ extension CopyEngine {
     /// last key of a range, with the rows up to it.
     func keyBoundaries(_ table: TablePlan, source: any Connection, rows: Int64, parts: Int) throws -> [(key: [Value], rank: Int64)] {
         guard let key = table.key?.columns else { return [] }
-        let columns = try key.map { k in
-            guard let c = table.sourceSchema.column(named: k) else { throw FerryError.columnNotFound(table: table.source, column: k) }
-            return c
-        }
+        let columns = try Self.keyColumns(table)
         let types = columns.map(\.logicalType)
         let ranks = (1..<parts).map { rows * Int64($0) / Int64(parts) }
         let reader = try source.reader(table: table.sourceSchema, columns: columns, keyRange: KeyRange(key: key, filter: table.filter), batchSize: 50_000)

@@ -495,15 +495,6 @@ public struct Replicator {
 
     /// Every row of `table` deleted by key (a TRUNCATE at the source), in the caller's transaction.
     private func deleteAll(_ table: TableSchema, key: [Column], _ target: any Connection) throws {
-        let reader = try target.reader(table: table, columns: key, keyRange: nil, batchSize: 10_000)
-        var batches: [RowBatch] = []
-        do {
-            while let b = try reader.next() { batches.append(b) }
-            reader.close()
-        } catch {
-            reader.close()
-            throw error
-        }
-        for b in batches { _ = try target.deleteRows(from: table, key: key, keys: b) }
+        try target.deleteRows(from: table, key: key, in: nil)
     }
 }
