@@ -15,8 +15,10 @@ extension Ferry {
                 target table is left exactly as it was. A new table is never seen half loaded:
                 where the engine's DDL commits as it goes (MySQL, the XML service) rows load into
                 a staging table renamed at the end. With --resume, rows load in key order in
-                chunks that commit on their own, and the same command with --resume continues
-                an unfinished load after its last chunk. Types are mapped engine to engine;
+                chunks that commit on their own into a staging table (renamed in for create,
+                swapped in for replace, merged into the existing table in one transaction for
+                append and upsert), and the same command with --resume continues an unfinished
+                load after its last chunk. Types are mapped engine to engine;
                 columns whose type Ferry cannot carry are skipped and reported.
 
                 Modes:
@@ -107,7 +109,7 @@ extension Ferry {
 
         @Flag(name: .long, help: ArgumentHelp(
             "Load each keyed table in key-ordered chunks that commit into its staging table; run again with --resume to continue an unfinished load.",
-            discussion: "The target table appears only when its load is complete. After a crash, a kill or a cut connection the same command with --resume re-reads at most one chunk."))
+            discussion: "The target table appears (create, replace) or changes (append, upsert: the staging table is merged in one transaction) only when its load is complete. After a crash, a kill or a cut connection the same command with --resume re-reads at most one chunk."))
         var resume = false
 
         @Option(name: .long, help: "With --resume: rows per committed chunk (the most a resumed run reads again).")
@@ -152,9 +154,8 @@ extension Ferry {
                 throw ValidationError("--max-delete and --allow-empty-source are for --mode mirror")
             }
             guard chunkRows >= 1 else { throw ValidationError("--chunk-rows must be at least 1, not \(chunkRows)") }
-            if resume && !(mode == .create || mode == .replace) {
-                throw ValidationError(
-                    "--resume loads create and replace copies for now; --mode \(mode.rawValue) runs in one transaction per table (\(mode == .mirror ? "a rerun of a mirror moves only what differs" : "run it again after a failure: nothing of a failed table was committed"))")
+            if resume && mode == .mirror {
+                throw ValidationError("--resume is for create, replace, append and upsert copies: a rerun of --mode mirror moves only what differs")
             }
             options.resume = resume
             options.chunkRows = chunkRows

@@ -537,6 +537,33 @@ public final class MySQLConnection: Connection {
         }
     }
 
+    public func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts? {
+        let q = { (s: String) in self.dialect.quote(s) }
+        let target = dialect.quote(table.name)
+        let from = dialect.quote(staging)
+        let list = columns.map { q($0.name) }.joined(separator: ", ")
+        var sql = "INSERT INTO \(target) (\(list)) SELECT \(list) FROM \(from)"
+        var present: Int64 = 0
+        var total: Int64 = 0
+        if let key, !key.isEmpty {
+            // Counted as `mergeRows` counts. (Two keys the target's collation would merge were
+            // refused by the staging table's key, which has the same collation.)
+            func count(_ sql: String) throws -> Int64 { try query(sql).first?.first.flatMap { $0.flatMap { Int64($0) } } ?? 0 }
+            total = try count("SELECT count(*) FROM \(from)")
+            present = try count("SELECT count(*) FROM \(from) m JOIN \(target) t ON " + key.map { "m.\(q($0)) = t.\(q($0))" }.joined(separator: " AND "))
+            sql += dialect.upsertClause(key: key, others: columns.map(\.name).filter { !key.contains($0) }) ?? ""
+        }
+        try execute(sql)
+        // An upsert's affected rows: 1 for a row inserted, 2 for one updated, 0 for one left equal.
+        let affected = Int64(mysql_affected_rows(mysql))
+        // DROP TABLE commits: the rows, and what the transaction wrote before them, at once.
+        try dropTable(staging)
+        guard key?.isEmpty == false else { return MergeCounts(inserted: affected) }
+        let inserted = total - present
+        let updated = (affected - inserted) / 2
+        return MergeCounts(inserted: inserted, updated: updated, unchanged: present - updated)
+    }
+
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
         guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
         guard !rows.isEmpty else { return 0 }

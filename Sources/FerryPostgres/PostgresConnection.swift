@@ -454,15 +454,7 @@ public final class PostgresConnection: Connection {
         guard !rows.isEmpty else { return MergeCounts() }
         let q = { (s: String) in self.dialect.quote(s) }
         let list = columns.map { q($0.name) }.joined(separator: ", ")
-        let others = columns.map(\.name).filter { !key.contains($0) }
-        let differs = others.map { name -> String in
-            // json has no equality operator: compare its text.
-            let cast = table.column(named: name)?.logicalType == .json ? "::text" : ""
-            return "t.\(q(name))\(cast) IS DISTINCT FROM excluded.\(q(name))\(cast)"
-        }.joined(separator: " OR ")
-        let conflict = " ON CONFLICT (" + key.map(q).joined(separator: ", ") + ") "
-            + (others.isEmpty ? "DO NOTHING"
-                : "DO UPDATE SET " + others.map { "\(q($0)) = excluded.\(q($0))" }.joined(separator: ", ") + " WHERE " + differs)
+        let conflict = mergeConflict(table, columns: columns, key: key)
         let r = try withScratchResult(table, columns: columns, rows: rows) { scratch in
             "WITH r AS (INSERT INTO \(dialect.quote(table.name)) AS t (\(list)) OVERRIDING SYSTEM VALUE SELECT \(list) FROM \(scratch)"
                 + conflict + " RETURNING (xmax = 0) AS inserted) SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted) FROM r"
@@ -470,6 +462,41 @@ public final class PostgresConnection: Connection {
         let inserted = r.int(0, 0) ?? 0
         let updated = r.int(0, 1) ?? 0
         return MergeCounts(inserted: inserted, updated: updated, unchanged: Int64(rows.count) - inserted - updated)
+    }
+
+    /// The upsert clause of a merge into `table` (aliased `t`): rows whose other columns differ
+    /// are updated, equal ones left alone.
+    private func mergeConflict(_ table: TableSchema, columns: [Column], key: [String]) -> String {
+        let q = { (s: String) in self.dialect.quote(s) }
+        let others = columns.map(\.name).filter { !key.contains($0) }
+        let differs = others.map { name -> String in
+            // json has no equality operator: compare its text.
+            let cast = table.column(named: name)?.logicalType == .json ? "::text" : ""
+            return "t.\(q(name))\(cast) IS DISTINCT FROM excluded.\(q(name))\(cast)"
+        }.joined(separator: " OR ")
+        return " ON CONFLICT (" + key.map(q).joined(separator: ", ") + ") "
+            + (others.isEmpty ? "DO NOTHING"
+                : "DO UPDATE SET " + others.map { "\(q($0)) = excluded.\(q($0))" }.joined(separator: ", ") + " WHERE " + differs)
+    }
+
+    public func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts? {
+        let q = { (s: String) in self.dialect.quote(s) }
+        let list = columns.map { q($0.name) }.joined(separator: ", ")
+        let insert = "INSERT INTO \(dialect.quote(table.name)) AS t (\(list)) OVERRIDING SYSTEM VALUE SELECT \(list) FROM \(dialect.quote(staging))"
+        let counts: MergeCounts
+        if let key {
+            // As `mergeRows`: rows that differ are rewritten, and each kind is counted.
+            let r = try query("WITH r AS (" + insert + mergeConflict(table, columns: columns, key: key) + " RETURNING (xmax = 0) AS inserted) "
+                              + "SELECT count(*) FILTER (WHERE inserted), count(*) FILTER (WHERE NOT inserted), "
+                              + "(SELECT count(*) FROM \(dialect.quote(staging))) FROM r")
+            let inserted = r.int(0, 0) ?? 0
+            let updated = r.int(0, 1) ?? 0
+            counts = MergeCounts(inserted: inserted, updated: updated, unchanged: (r.int(0, 2) ?? 0) - inserted - updated)
+        } else {
+            counts = MergeCounts(inserted: Int64(try query(insert).commandRows ?? 0))
+        }
+        try dropTable(staging)
+        return counts
     }
 
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {

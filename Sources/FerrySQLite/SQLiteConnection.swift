@@ -429,6 +429,41 @@ public final class SQLiteConnection: Connection {
         return MergeCounts(inserted: inserted, updated: updated, unchanged: present - updated)
     }
 
+    public func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts? {
+        let q = { (s: String) in self.dialect.quote(s) }
+        let target = dialect.quote(qualified(table.name))
+        let from = dialect.quote(qualified(staging))
+        let list = columns.map { q($0.name) }.joined(separator: ", ")
+        // (A condition before ON CONFLICT: the parser would read ON as a join's.)
+        let insert = "INSERT INTO \(target) (\(list)) SELECT \(list) FROM \(from) WHERE true"
+        var counts: MergeCounts
+        if let key, !key.isEmpty {
+            // As `mergeRows`: only rows that differ are rewritten, and each kind is counted. (Two
+            // keys the target's collation would merge were refused by the staging table's key.)
+            func count(_ sql: String) throws -> Int64 {
+                let s = try prepare(sql)
+                _ = try s.step()
+                defer { s.reset() }
+                return s.columnInt(0)
+            }
+            let total = try count("SELECT count(*) FROM \(from)")
+            let present = try count("SELECT count(*) FROM \(from) m JOIN \(target) t ON " + key.map { "m.\(q($0)) = t.\(q($0))" }.joined(separator: " AND "))
+            let others = columns.map(\.name).filter { !key.contains($0) }
+            try execute(insert + " ON CONFLICT (" + key.map(q).joined(separator: ", ") + ") "
+                + (others.isEmpty ? "DO NOTHING"
+                    : "DO UPDATE SET " + others.map { "\(q($0)) = excluded.\(q($0))" }.joined(separator: ", ")
+                        + " WHERE " + others.map { "\(q($0)) IS NOT excluded.\(q($0))" }.joined(separator: " OR ")))
+            let changed = Int64(sqlite3_changes(db))
+            let inserted = total - present
+            counts = MergeCounts(inserted: inserted, updated: changed - inserted, unchanged: present - (changed - inserted))
+        } else {
+            try execute(insert)
+            counts = MergeCounts(inserted: Int64(sqlite3_changes(db)))
+        }
+        try dropTable(staging)
+        return counts
+    }
+
     public func upsertRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> Int {
         guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
         let q = { (s: String) in self.dialect.quote(s) }

@@ -13,6 +13,8 @@ public final class HTTPConnection: Connection {
     /// Tables created since `begin`, and appends waiting to be merged (staging → target).
     private var created: Set<TableName> = []
     private var pendingMerges: [(staging: TableName, target: TableName)] = []
+    /// Serial counters to move once the merges are in (a merge applies at commit).
+    private var pendingSerials: [TableName] = []
     /// Keyed writes waiting for `commit`, by target table: staged upserts and deletes, applied
     /// by one `POST …/apply` each.
     private var pendingApplies: [TableName: PendingApply] = [:]
@@ -374,6 +376,31 @@ public final class HTTPConnection: Connection {
         return MergeCounts()
     }
 
+    /// The service moves the rows at `commit`, in one transaction, and drops the staging table
+    /// there: `merge` for an append, `apply` (with its counts) for an upsert.
+    public func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts? {
+        guard inTransaction else {
+            try begin()
+            do {
+                _ = try moveRows(from: staging, into: table, columns: columns, key: key)
+                try commit()
+            } catch {
+                try? rollback()
+                throw error
+            }
+            return committedCounts
+        }
+        guard let key else {
+            pendingMerges.append((staging, table.name))
+            return nil
+        }
+        var pending = pendingApplies[table.name] ?? PendingApply(key: key)
+        guard pending.key == key, pending.upserts == nil else { throw FerryError.invalidOption("one transaction writes \(table.name) by one key") }
+        pending.upserts = staging
+        pendingApplies[table.name] = pending
+        return nil
+    }
+
     /// Posts `rows` to the staging table of `table` that `slot` names (created on first use),
     /// for the commit's apply.
     private func stageRows(
@@ -410,24 +437,7 @@ public final class HTTPConnection: Connection {
 
     /// A staging table of `columns` typed as in `table`, without keys (a failed load drops it).
     func stage(_ staging: TableName, shapedLike table: TableSchema, columns: [Column]) throws {
-        var schema = table
-        for c in columns where schema.column(named: c.name) == nil {
-            throw FerryError.columnNotFound(table: table.name, column: c.name)
-        }
-        schema.columns = columns.compactMap { c in table.column(named: c.name) }.map { c in
-            var c = c
-            c.serial = nil
-            c.defaultValue = nil
-            c.defaultExpression = nil
-            c.updateExpression = nil
-            return c
-        }
-        schema.primaryKey = []
-        schema.uniqueKeys = []
-        schema.indexes = []
-        schema.foreignKeys = []
-        schema.checks = []
-        try createTable(schema, named: staging)
+        try createStaging(staging, shapedLike: table, columns: columns)
     }
 
     public func expectRows(_ table: TableSchema, key: [Column], rows: Int64, filter: String?) throws {
@@ -527,6 +537,7 @@ public final class HTTPConnection: Connection {
         inTransaction = true
         created = []
         pendingMerges = []
+        pendingSerials = []
         pendingApplies = [:]
         committedCounts = nil
     }
@@ -548,6 +559,10 @@ public final class HTTPConnection: Connection {
             }
         }
         pendingMerges = []
+        for table in pendingSerials {
+            _ = try client.expect("POST", ProtocolRoute.resetSerial.target(table: table), table: table)
+        }
+        pendingSerials = []
         var counts: MergeCounts?
         for (table, apply) in pendingApplies.sorted(by: { $0.key.description < $1.key.description }) {
             var query = apply.key.map { ("key", $0) }
@@ -576,12 +591,17 @@ public final class HTTPConnection: Connection {
         }
         for t in created { try? dropTable(t) }
         pendingMerges = []
+        pendingSerials = []
         pendingApplies = [:]
         created = []
         inTransaction = false
     }
 
     public func resetSerial(_ table: TableName, schema: TableSchema) throws {
+        if inTransaction, pendingApplies[table] == nil, pendingMerges.contains(where: { $0.target == table }) {
+            pendingSerials.append(table)
+            return
+        }
         if inTransaction, pendingApplies[table] != nil {
             // After the staged rows are in: the apply moves the counters in its transaction.
             pendingApplies[table]?.resetSerial = true

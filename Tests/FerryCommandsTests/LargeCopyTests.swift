@@ -20,7 +20,7 @@ final class LargeCopyTests: XCTestCase {
 
     /// Starts `ferry ARGS`, waits until `ready` holds (polled), then a random moment more, checks
     /// `whileRunning`, and kills it with SIGKILL.
-    func killMidway(_ args: [String], seed: inout SplitMix64, ready: () throws -> Bool, whileRunning: () throws -> Void,
+    func killMidway(_ args: [String], seed: inout SplitMix64, jitter: UInt64 = 400_000, ready: () throws -> Bool, whileRunning: () throws -> Void,
                     file: StaticString = #filePath, line: UInt = #line) throws {
         let p = Process()
         p.executableURL = CLITests.binaryURL
@@ -35,7 +35,7 @@ final class LargeCopyTests: XCTestCase {
             guard p.isRunning, Date() < deadline else { return }
             usleep(20_000)
         }
-        usleep(UInt32(seed.next() % 400_000))
+        usleep(UInt32(seed.next() % jitter))
         try whileRunning()
         XCTAssertTrue(p.isRunning, "ferry ended before it was killed: make the table larger", file: file, line: line)
         kill(p.processIdentifier, SIGKILL)
@@ -59,14 +59,8 @@ final class LargeCopyTests: XCTestCase {
         let tag = UUID().uuidString.prefix(8).lowercased()
         var seed = SplitMix64(seed: UInt64(ProcessInfo.processInfo.environment["FERRY_TEST_SEED"] ?? "") ?? UInt64.random(in: 0...UInt64.max))
         // And through the service: a served PostgreSQL database, looked into directly.
-        var served = try postgres(tag + "s")
-        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let tokenFile = folder.path("manage.txt")
-        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokenFile))
-        let serve = try ServeProcess(served.url, ["--token-file", tokenFile], log: folder.path("serve.log"))
+        let (served, serve) = try fixture.served(try postgres(tag + "s"), tokens: "--token-file")
         defer { serve.stop() }
-        served.name = "served postgres"
-        served.url = serve.url(token: token)
         for target in [try postgres(tag), try mariadb(tag), sqlite(folder.path("target.db")), served] {
             let args = ["copy", "sqlite:" + src, target.url, "--tables", "bench_orders", "--resume", "--chunk-rows", "50000"]
             // Killed after a random number of committed rows, up to about two thirds of the table.
@@ -107,6 +101,97 @@ final class LargeCopyTests: XCTestCase {
             let listed = try ferry(["tables", target.url])
             XCTAssertFalse(listed.out.contains("_ferry_"), listed.out)
         }
+    }
+
+    /// `--mode append` and `--mode upsert` with --resume, killed (SIGKILL) after their first
+    /// chunks on every engine as target and through the service: the existing table does not
+    /// change while the rows load into the staging table nor after the kill; the rerun reads
+    /// fewer rows than it loads, merges the staging table in one transaction, and the target ends
+    /// equal to the source.
+    func testKilledAppendAndUpsertResumeAndMergeWhole() throws {
+        let n = 150_000
+        let src = try source(rows: n)
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        var seed = SplitMix64(seed: UInt64(ProcessInfo.processInfo.environment["FERRY_TEST_SEED"] ?? "") ?? UInt64.random(in: 0...UInt64.max))
+        let direct = try postgres(tag + "s")
+        let (served, serve) = try fixture.served(direct, tokens: "--write-token-file")
+        defer { serve.stop() }
+        for target in [sqlite(folder.path("target.db")), try postgres(tag), try mariadb(tag), served] {
+            // Looked into directly, also behind the service.
+            let watched = target.url.hasPrefix("http") ? direct : target
+            // (Created directly: the service's write token writes rows, it does not create tables.)
+            let first = try ferry(["copy", "sqlite:" + src, watched.url, "--tables", "bench_orders", "--where", "id <= \(n / 3)", "--quiet"])
+            XCTAssertEqual(first.code, 0, "\(target.name): \(first.err)")
+            func state() throws -> String { try watched.query("SELECT count(*), sum(qty) FROM bench_orders").trimmingCharacters(in: .whitespacesAndNewlines) }
+            for (mode, extra, loads) in [("append", ["--where", "id > \(n / 3)"], n - n / 3), ("upsert", [], n)] {
+                if mode == "upsert" {
+                    // Rows that differ, and rows the target lacks.
+                    _ = try watched.query("UPDATE bench_orders SET qty = qty + 5000 WHERE id % 7 = 0")
+                    _ = try watched.query("DELETE FROM bench_orders WHERE id > \(n * 5 / 6)")
+                }
+                let before = try state()
+                let args = ["copy", "sqlite:" + src, target.url, "--tables", "bench_orders", "--mode", mode, "--resume", "--chunk-rows", "10000"] + extra
+                // (Soon after: a load of this size takes about a second.)
+                let after = 10_000 + Int(seed.next() % UInt64(loads / 3))
+                try killMidway(args, seed: &seed, jitter: 20_000, ready: {
+                    guard try watched.tables("_ferry_loads").count == 1 else { return false }
+                    return (Int(try watched.query("SELECT max(rows_loaded) FROM _ferry_loads").trimmingCharacters(in: .whitespacesAndNewlines)) ?? 0) >= after
+                }, whileRunning: {
+                    XCTAssertEqual(try state(), before, "\(target.name) \(mode): the table changed before its load was complete")
+                })
+                XCTAssertEqual(try state(), before, "\(target.name) \(mode): a killed load changed the table")
+                XCTAssertEqual(try watched.tables("_ferry_load_").count, 1, "\(target.name) \(mode): the killed load's staging table")
+
+                let r = try ferry(args + ["--json"])
+                XCTAssertEqual(r.code, 0, "\(target.name) \(mode): \(r.err)")
+                let out = try JSONDecoder().decode(CopyOutput.self, from: Data(r.out.utf8))
+                XCTAssertEqual(out.summary.tables.first?.rows, Int64(loads), "\(target.name) \(mode)")
+                let read = try XCTUnwrap(out.summary.tables.first?.rowsRead, "\(target.name) \(mode)")
+                XCTAssertLessThan(read, Int64(loads), "\(target.name) \(mode): the resumed run read every row again")
+                XCTAssertGreaterThan(read, 0, "\(target.name) \(mode)")
+                print("\(target.name) \(mode): the resumed run read \(read) of \(loads) rows")
+                let v = try ferry(["verify", "sqlite:" + src, target.url, "--tables", "bench_orders"])
+                XCTAssertEqual(v.code, 0, "\(target.name) \(mode): \(v.out) \(v.err)")
+                XCTAssertEqual(try watched.tables("_ferry_load_"), [], "\(target.name) \(mode): a staging table was left behind")
+                XCTAssertEqual(try watched.tables("_ferry_append_"), [], "\(target.name) \(mode): a staging table was left behind")
+                XCTAssertEqual(try watched.tables("_ferry_upsert_"), [], "\(target.name) \(mode): a staging table was left behind")
+                XCTAssertEqual(try watched.query("SELECT count(*) FROM _ferry_loads").trimmingCharacters(in: .whitespacesAndNewlines), "0", target.name)
+            }
+        }
+    }
+
+    /// A resumable append whose merge fails (a key the table holds already) keeps its staging
+    /// table for the next --resume; a rerun that finds the record of a load whose staging table
+    /// is gone (merged: the service removes the record in a request after the merge) loads
+    /// nothing again.
+    func testAFailedMergeKeepsItsChunksAndAMergedLoadIsNotLoadedTwice() throws {
+        let src = try source(rows: 30_000)
+        let target = sqlite(folder.path("target.db"))
+        XCTAssertEqual(try ferry(["copy", "sqlite:" + src, target.url, "--tables", "bench_orders", "--where", "id <= 100", "--quiet"]).code, 0)
+        let args = ["copy", "sqlite:" + src, target.url, "--tables", "bench_orders", "--mode", "append", "--resume", "--chunk-rows", "1000"]
+        let failed = try ferry(args)
+        XCTAssertEqual(failed.code, 1, failed.err)
+        XCTAssertTrue(failed.err.contains("run the same copy with --resume to merge them"), failed.err)
+        XCTAssertEqual(try target.query("SELECT count(*) FROM bench_orders").trimmingCharacters(in: .whitespacesAndNewlines), "100")
+        let staging = try XCTUnwrap(try target.tables("_ferry_load_").first)
+        // As if its merge had gone in and only the record's removal had not.
+        _ = try target.query("DELETE FROM \"\(staging)\"; DROP TABLE \"\(staging)\"")
+        let again = try ferry(args)
+        XCTAssertEqual(again.code, 0, again.err)
+        XCTAssertTrue(again.err.contains("was merged whole by its run"), again.err)
+        XCTAssertEqual(try target.query("SELECT count(*) FROM bench_orders").trimmingCharacters(in: .whitespacesAndNewlines), "100")
+        XCTAssertEqual(try target.query("SELECT count(*) FROM _ferry_loads").trimmingCharacters(in: .whitespacesAndNewlines), "0")
+        // Modes --resume does not take, in one line each.
+        let mirror = try ferry(["copy", "sqlite:" + src, target.url, "--tables", "bench_orders", "--mode", "mirror", "--resume"])
+        XCTAssertEqual(mirror.code, 2, mirror.err)
+        XCTAssertTrue(mirror.err.contains("a rerun of --mode mirror moves only what differs"), mirror.err)
+        let incremental = try ferry(["copy", "sqlite:" + src, target.url, "--tables", "bench_orders", "--mode", "upsert", "--incremental", "id", "--resume"])
+        XCTAssertNotEqual(incremental.code, 0, incremental.err)
+        XCTAssertTrue(incremental.err.contains("--resume and --incremental do not go together"), incremental.err)
+        XCTAssertEqual(incremental.err.split(separator: "\n").count, 1, incremental.err)
+        // The next append is a new one (and fails again on the same keys, changing nothing).
+        XCTAssertEqual(try ferry(args).code, 1)
+        XCTAssertEqual(try target.query("SELECT count(*) FROM bench_orders").trimmingCharacters(in: .whitespacesAndNewlines), "100")
     }
 
     /// A connection cut mid-load (a relay closing both directions at once) fails the copy with
@@ -294,6 +379,20 @@ struct Fixture {
             return try query("SELECT name FROM sqlite_master WHERE type = 'table' AND substr(name, 1, \(prefix.count)) = '\(prefix)' ORDER BY 1")
                 .split(separator: "\n").map(String.init)
         })
+    }
+
+    /// `database` served by a `ferry serve` of its own, with one token of the kind `tokens`
+    /// names (`--token-file`: manage; `--write-token-file`: write); the target reaches it
+    /// through the service and still looks into the database directly.
+    func served(_ database: Target, tokens: String) throws -> (Target, ServeProcess) {
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokenFile = folder.path("tokens-\(UUID().uuidString.prefix(8)).txt")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokenFile))
+        let serve = try ServeProcess(database.url, [tokens, tokenFile], log: folder.path("serve.log"))
+        var served = database
+        served.name = "served " + database.name
+        served.url = serve.url(token: token)
+        return (served, serve)
     }
 
     static func replacingDatabase(_ admin: String, with name: String) throws -> String {

@@ -96,6 +96,13 @@ public protocol Connection: AnyObject {
     /// (then `committedCounts` has them). Runs in the caller's transaction.
     func deleteRows(from table: TableSchema, key: [Column], keys: RowBatch) throws -> Int
 
+    /// Moves every row of `staging` (a table of this database holding `columns`, as made by
+    /// `createStaging`) into `table` in the caller's transaction — appended, or with `key`
+    /// upserted by it — and drops `staging` with them: how a resumable append or upsert is made
+    /// visible whole. Returns what the engine counted, nil where it does not say. Where DDL
+    /// commits (MySQL) the drop commits the rows and whatever the transaction wrote before.
+    func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts?
+
     /// Range digests of `request` over `table` (see `BucketDigest`), computed next to the data:
     /// in the engine's SQL where its dialect is a `DigestSQLDialect`, else by Ferry reading
     /// the rows (the default; right for engines in the same process, such as SQLite).
@@ -294,6 +301,12 @@ extension Connection {
     public func unfreezeWrites() throws {}
     public var keepsLoadState: Bool { true }
 
+    public func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts? {
+        throw FerryError.copyFailed(
+            table: table.name, endpoint: endpoint.redacted,
+            reason: "this target cannot move a staging table's rows into a table: load it without --resume")
+    }
+
     /// Deletes the rows of `table` inside `range` (nil: every row) by their `key`: the keys read
     /// first (the connection reads or writes, not both at once), then deleted, in the caller's
     /// transaction. Returns the keys deleted (where deletes are staged, as the service's are, the
@@ -311,6 +324,31 @@ extension Connection {
         }
         for b in batches { _ = try deleteRows(from: table, key: key, keys: b) }
         return batches.reduce(0) { $0 + $1.count }
+    }
+
+    /// A table named `staging` of `columns` typed as in `table` (as described), with no index,
+    /// default or serial, and no key but `key` when given (a resumable load trims and continues
+    /// by it): rows are loaded into it and moved into `table` whole later. Returns it as created.
+    @discardableResult
+    public func createStaging(_ staging: TableName, shapedLike table: TableSchema, columns: [Column], key: [String]? = nil) throws -> TableSchema {
+        var schema = table
+        for c in columns where schema.column(named: c.name) == nil {
+            throw FerryError.columnNotFound(table: table.name, column: c.name)
+        }
+        schema.columns = columns.compactMap { c in table.column(named: c.name) }.map { c in
+            var c = c
+            c.serial = nil
+            c.defaultValue = nil
+            c.defaultExpression = nil
+            c.updateExpression = nil
+            return c
+        }
+        schema.primaryKey = key.flatMap { key in key.allSatisfy { k in schema.columns.contains { $0.name == k } } ? key : nil } ?? []
+        schema.uniqueKeys = []
+        schema.indexes = []
+        schema.foreignKeys = []
+        schema.checks = []
+        return try createTable(schema, named: staging)
     }
 
     /// Plans and creates a table of `schema` named `name`; returns the table as created.

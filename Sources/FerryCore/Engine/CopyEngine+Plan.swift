@@ -16,6 +16,12 @@ extension CopyEngine {
         if !options.incremental.isEmpty && options.mode != .upsert {
             throw FerryError.invalidOption("--incremental writes the rows it reads by upsert: add --mode upsert (it refuses --mode \(options.mode.rawValue))")
         }
+        if options.resume && options.mode == .mirror {
+            throw FerryError.invalidOption("--resume is for create, replace, append and upsert copies: a rerun of --mode mirror moves only what differs")
+        }
+        if options.resume && !options.incremental.isEmpty {
+            throw FerryError.invalidOption("--resume and --incremental do not go together: an incremental run reads only the rows past its watermark, and a failed one is simply run again")
+        }
         if !options.incremental.isEmpty && target.stagesKeyedWrites {
             // Its keyed writes apply table by table at commit: the watermark would not commit with the rows.
             throw FerryError.invalidOption(
@@ -157,10 +163,13 @@ extension CopyEngine {
             // or the load commits chunk by chunk (--resume).
             let unit = "\(source.endpoint.redacted) \(name) \(targetName) \(options.mode.rawValue)"
             let staging = Self.stagingName(for: targetName, unit: unit, maxLength: target.dialect.maxIdentifierLength)
+            // A resumable append or upsert loads a staging table too: renamed in where the target
+            // lacks the table, else merged into it whole at the end.
             let stages = options.mode == .replace || (options.mode == .create && (options.resume || !target.dialect.supportsTransactionalDDL))
+                || (options.resume && (options.mode == .append || options.mode == .upsert))
             let creates: PlannedTable? = switch options.mode {
             case .create, .replace: try target.planTable(targetSchema, named: stages ? staging : targetName)
-            case .append, .upsert, .mirror: existing == nil ? try target.planTable(targetSchema, named: targetName) : nil
+            case .append, .upsert, .mirror: existing == nil ? try target.planTable(targetSchema, named: stages ? staging : targetName) : nil
             }
             if options.mode.isKeyed {
                 guard let key, key.columns.allSatisfy(carriedNames.contains) else { throw FerryError.noKey(table: name) }

@@ -47,6 +47,8 @@ extension CopyEngine {
         var keeper: LeaseKeeper?
         /// Chunks written outside a transaction, each record after its rows (see `copyTable`).
         var direct = false
+        /// The record of an earlier run whose staging table was merged (see `claimStaging`).
+        var merged: LoadProgress.Row?
 
         init(staging: TableName, leases: TableSchema?, progress: TableSchema?) {
             self.staging = staging
@@ -130,6 +132,12 @@ extension CopyEngine {
             }
             progress.note("note: \(table.target): resuming the load of \(record.startedAt) after \(record.rows) rows"
                 + (load.resumeAfter.map { " (after key " + RowValues.keyText(table.key?.columns ?? [], $0) + ")" } ?? ""))
+        } else if resume, let record, !exists, table.mergesStaging, record.fingerprint == fingerprint {
+            // A merge removes the staging table and the record in one transaction, except
+            // through the service, which applies the record's removal after the merge: a kill
+            // between the two leaves this. The rows are in; loading them again would double an append.
+            load.merged = record
+            return load
         } else {
             if exists {
                 try target.dropTable(staging)

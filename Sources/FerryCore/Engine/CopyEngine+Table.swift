@@ -13,11 +13,26 @@ extension CopyEngine {
         var rowsRead: Int64?
         var created: TableName?
         var staged: StagedLoad?
+        var merging = false
         progress.started(label, estimate: table.sourceSchema.rowEstimate)
         do {
             if let staging = table.staging {
                 // Claimed (or resumed, or an expired one cleaned up) before the table's transaction.
                 staged = try claimStaging(table, staging: staging, target: target, options: options, mode: mode, progress: progress)
+                if let staged, let done = staged.merged {
+                    // An earlier run merged its staging table; only its record was left.
+                    try target.begin()
+                    try finishStaging(staged, target: target)
+                    try target.commit()
+                    progress.note("note: \(table.target): the load of \(done.startedAt) was merged whole by its run (\(done.rows) rows); nothing is left to resume")
+                    let seconds = Date().timeIntervalSince(started)
+                    progress.finished(label, rows: done.rows, seconds: seconds, error: nil)
+                    var result = CopySummary.Table(
+                        source: label, target: table.target.description, rows: done.rows, seconds: seconds, rowsPerSecond: 0,
+                        skippedColumns: table.skipped, status: .ok, error: nil)
+                    result.rowsRead = 0
+                    return result
+                }
             }
             // An incremental copy's watermark, as the last successful run left it.
             var mark: (schema: TableSchema, name: String, old: (text: String, value: Value)?)?
@@ -32,29 +47,39 @@ extension CopyEngine {
             // engine builds them faster so (`PlannedTable.deferredKeys`).
             var into = table.writesInto
             var keysAfterLoad: PlannedTable?
+            /// Creates the planned staging table, or takes up the one an earlier run's chunks are in.
+            func stage(_ make: () throws -> TableSchema?) throws {
+                if let staged, staged.resumable, try target.tableExists(staged.staging) {
+                    // An earlier run's chunks are in it.
+                    into = try target.describe(staged.staging, rowEstimate: false)
+                    return
+                }
+                if let made = try make() { into = made }
+                if let staged, staged.resumable {
+                    // Committed before the first chunk, with the record chunks update.
+                    if let record = staged.record, let p = staged.progress { try LoadProgress.write(target, p, record) }
+                    try target.commit()
+                    try target.begin()
+                }
+            }
+            // An append or upsert whose staging table is merged into the existing table at the end.
+            var mergeInto: TableSchema?
             switch mode {
             case .create, .replace:
                 if mode == .create, try target.tableExists(table.target) {
                     throw FerryError.targetTableExists(table: table.target, endpoint: target.endpoint.redacted)
                 }
                 if let planned = table.creates {
-                    if let staged, staged.resumable, try target.tableExists(planned.schema.name) {
-                        // An earlier run's chunks are in it.
-                        into = try target.describe(planned.schema.name, rowEstimate: false)
-                    } else {
-                        try target.createTableDeferringKeys(planned)
-                        if let staged, staged.resumable {
-                            // Committed before the first chunk, with the record chunks update.
-                            if let record = staged.record, let p = staged.progress { try LoadProgress.write(target, p, record) }
-                            try target.commit()
-                            try target.begin()
-                        }
-                    }
+                    try stage { try target.createTableDeferringKeys(planned); return nil }
                     keysAfterLoad = planned
                 }
                 created = staged == nil ? table.target : nil
             case .append, .upsert, .mirror:
-                if let planned = table.creates {
+                if let planned = table.creates, staged != nil {
+                    // A resumable load of a table the target lacks: staged and renamed in, as a create's.
+                    try stage { try target.createTableDeferringKeys(planned); return nil }
+                    keysAfterLoad = planned
+                } else if let planned = table.creates {
                     if try target.tableExists(planned.schema.name) {
                         // Created by someone else since the plan: write into it as it is.
                         into = try target.describe(planned.schema.name, rowEstimate: false)
@@ -62,6 +87,10 @@ extension CopyEngine {
                         try target.createTable(planned)
                         created = planned.schema.name
                     }
+                } else if let staged, let existing = table.existingTarget {
+                    try stage { try target.createStaging(staged.staging, shapedLike: existing, columns: table.targetSchema.columns,
+                                                           key: staged.resumable ? table.key?.columns : nil) }
+                    mergeInto = existing
                 }
             }
             let loadName = into.name
@@ -73,7 +102,8 @@ extension CopyEngine {
             if direct { try target.commit() }
             staged?.direct = direct
 
-            var merge = mode.isKeyed ? MergeWriter(target: target, table: into, columns: table.targetSchema.columns, key: table.key?.columns ?? []) : nil
+            // (Rows into a staging table are plain inserts: its merge does the keyed work.)
+            var merge = mode.isKeyed && staged == nil ? MergeWriter(target: target, table: into, columns: table.targetSchema.columns, key: table.key?.columns ?? []) : nil
             var mirrored: (counts: MergeCounts, stats: CopySummary.MirrorStats)?
             var stored: Int64?
             if mode == .mirror && created == nil {
@@ -116,7 +146,7 @@ extension CopyEngine {
                 if !added { try target.addDeferredKeys(planned) }
             }
 
-            if mode == .create || mode == .replace {
+            if mode == .create || mode == .replace || keysAfterLoad != nil {
                 // What the target said it stored, else a count of the new table.
                 let landed = try stored ?? target.countRows(loadName)
                 guard landed == rows else {
@@ -125,7 +155,7 @@ extension CopyEngine {
                         reason: "\(rows) rows were read but the target table holds \(landed)")
                 }
             }
-            if table.targetSchema.columns.contains(where: \.isSerial) {
+            if table.targetSchema.columns.contains(where: \.isSerial) && mergeInto == nil {
                 try target.resetSerial(loadName, schema: table.targetSchema)
             }
             var declined: [SkippedObject] = []
@@ -136,12 +166,24 @@ extension CopyEngine {
                 try Watermarks.advance(target, mark.schema, name: mark.name, from: mark.old?.text, to: largest, rows: rows)
                 watermark = largest
             }
-            if let staged {
+            var moved: MergeCounts?
+            if let staged, let mergeInto {
+                // Merged whole, in one transaction with the end of its record and lease.
+                try finishStaging(staged, target: target)
+                merging = true
+                moved = try target.moveRows(from: loadName, into: mergeInto, columns: table.targetSchema.columns,
+                                            key: mode == .upsert ? table.key?.columns : nil)
+                if table.targetSchema.columns.contains(where: \.isSerial) {
+                    try target.resetSerial(mergeInto.name, schema: table.targetSchema)
+                }
+                try target.commit()
+                staged.keeper?.stop()
+            } else if let staged {
                 // Made visible whole. One swap at a time: a swap moves other tables' foreign keys,
                 // and two at once would move each other's (or deadlock).
                 try finishStaging(staged, target: target)
                 try swaps.withLock { _ in
-                    if mode == .create, try target.tableExists(table.target) {
+                    if mode != .replace, try target.tableExists(table.target) {
                         throw FerryError.targetTableExists(table: table.target, endpoint: target.endpoint.redacted)
                     }
                     try target.swapTable(loadName, into: table.target)
@@ -160,7 +202,7 @@ extension CopyEngine {
                 status: .ok, error: nil)
             result.rowsRead = rowsRead
             result.watermark = watermark.flatMap { table.incremental == nil ? nil : $0.description }
-            result.counts = mirrored?.counts ?? merge?.counts
+            result.counts = mirrored?.counts ?? merge?.counts ?? (mode.isKeyed ? moved : nil)
             // Staged keyed writes (the XML service) count when the commit applied them.
             if let applied = target.committedCounts, mode.isKeyed { result.counts = (result.counts ?? MergeCounts()) + applied }
             result.mirror = mirrored?.stats
@@ -178,7 +220,9 @@ extension CopyEngine {
             if let staged { abandonStaging(staged, target: target) }
             let seconds = Date().timeIntervalSince(started)
             var message = Self.describe(error, table: table.source)
-            if let staged, staged.resumable, let done = staged.record?.rows, done > 0 {
+            if let staged, staged.resumable, merging {
+                message += " (the loaded rows are kept in \(staged.staging.name): fix what \(table.target) refused and run the same copy with --resume to merge them, or run it without --resume to start over)"
+            } else if let staged, staged.resumable, let done = staged.record?.rows, done > 0 {
                 message += " (\(done) rows are kept in \(staged.staging.name): run the same copy with --resume to continue after them)"
             }
             progress.finished(label, rows: rows, seconds: seconds, error: message)

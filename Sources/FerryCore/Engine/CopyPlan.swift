@@ -53,6 +53,9 @@ public struct TablePlan: Sendable, Encodable {
     public var staging: TableName?
     /// `--incremental`: the column whose watermark limits the rows read; nil for every row.
     public var incremental: IncrementalColumn?
+    /// True when a staging table is merged into the existing target at the end (a resumable
+    /// append or upsert) rather than renamed or swapped in.
+    public var mergesStaging: Bool { staging != nil && creates == nil }
     /// The table rows are written into, as the writer is given it: the created table (as
     /// planned), else the existing target (as described).
     public var writesInto: TableSchema { creates?.schema ?? existingTarget ?? targetSchema }
