@@ -60,6 +60,9 @@ extension Ferry {
             valueName: "rows"))
         var sampleAbove: Int64 = CopyEngine.sampleAbove
 
+        @Flag(name: .shortAndLong, help: "With --output: no summary on stderr.")
+        var quiet = false
+
         @OptionGroup var what: CopyChoices
 
         @OptionGroup var driverSettings: DriverSettings
@@ -99,7 +102,7 @@ extension Ferry {
             let data = try encoder.encode(shard)
             if let output {
                 try Self.write(data, to: output)
-                Console.error(Self.summary(shard, file: output))
+                if !quiet { Console.error(Self.summary(shard, file: output)) }
             } else if json.json {
                 Console.out(String(decoding: data, as: UTF8.self))
             } else {

@@ -36,6 +36,9 @@ struct ReplicationFile {
         "incremental-lookback": "--incremental-lookback", "indexes": "--no-indexes", "foreign-keys": "--no-foreign-keys",
         "max-delete": "--max-delete", "allow-empty-source": "--allow-empty-source", "jobs": "--jobs", "schema": "--schema", "verify": "--verify",
     ]
+    /// Keys that cut a copy into work units (`ferry plan`'s options): tables with `shards: N`
+    /// run as the N units of a plan, prepared, run in turn and finished.
+    static let shardKeys: [String: String] = ["shards": "--shards", "sample-above": "--sample-above"]
     /// Keys of `replicate:` and the `ferry replicate` option each becomes.
     static let replicateKeys: [String: String] = [
         "tables": "--tables", "exclude": "--exclude", "casts": "--cast", "schema": "--schema", "jobs": "--jobs",
@@ -96,13 +99,15 @@ struct ReplicationFile {
         if let d = seen["defaults"] {
             guard let m = d.mapping else { throw at(d, "defaults: is a mapping of copy options (mode, key, casts, …)") }
             for (k, v) in m {
-                guard let key = k.string, Self.runWide[key] != nil || (Self.tableScoped[key] != nil && key != "key" && key != "columns") else {
+                guard let key = k.string, Self.runWide[key] != nil || Self.shardKeys[key] != nil || (Self.tableScoped[key] != nil && key != "key" && key != "columns") else {
                     throw at(k, "unknown key '\(k.string ?? "?")' in defaults (known: \(Self.optionKeys(defaults: true)))")
                 }
                 defaults.append((key, k, v))
             }
         }
         var groups: [[String]: (tables: [String], arguments: [String])] = [:]
+        /// Where each sharded group's `shards:` was given (its mistakes are placed there).
+        var shardNodes: [[String]: Node] = [:]
         var order: [[String]] = []
         if let ts = seen["tables"] {
             guard let list = ts.sequence else { throw at(ts, "tables: is a list of tables, each `- name: TABLE` with its options") }
@@ -116,7 +121,7 @@ struct ReplicationFile {
                         guard let key = k.string else { throw at(k, "a key is text") }
                         if key == "name" {
                             name = try scalar(v, "name")
-                        } else if Self.runWide[key] != nil || Self.tableScoped[key] != nil {
+                        } else if Self.runWide[key] != nil || Self.tableScoped[key] != nil || Self.shardKeys[key] != nil {
                             entry.append((key, k, v))
                         } else {
                             throw at(k, "unknown key '\(key)' in tables[\(i)] (known: name, \(Self.optionKeys(defaults: false)))")
@@ -135,13 +140,26 @@ struct ReplicationFile {
                 }
                 for (key, k, v) in entry { try add(key, k, v, table: table, runWide: &runWide, scoped: &scoped) }
                 if groups[runWide] == nil { order.append(runWide) }
+                if let n = (entry + defaults).first(where: { $0.0 == "shards" }) { shardNodes[runWide] = shardNodes[runWide] ?? n.2 }
                 groups[runWide, default: ([], [])].tables.append(table)
                 groups[runWide]?.arguments += ["--tables", table] + scoped
             }
         }
         for key in order {
             guard let g = groups[key] else { continue }
-            steps.append(Step(command: "copy", arguments: [source, target] + common + key + g.arguments, tables: g.tables))
+            let arguments = [source, target] + common + key + g.arguments
+            if let node = shardNodes[key] {
+                // `ferry plan`'s options: what it does not take does not go with shards.
+                do {
+                    _ = try Ferry.Plan.parse(arguments)
+                } catch {
+                    throw at(node, "shards: runs these tables as the units of `ferry plan`, which refuses the rest of their options: "
+                        + Ferry.Copy.message(for: error).replacingOccurrences(of: "Error: ", with: ""))
+                }
+                steps.append(Step(command: "shards", arguments: arguments, tables: g.tables))
+            } else {
+                steps.append(Step(command: "copy", arguments: arguments, tables: g.tables))
+            }
         }
         if let r = seen["replicate"] {
             var arguments = [source, target] + common
@@ -169,7 +187,7 @@ struct ReplicationFile {
     }
 
     static func optionKeys(defaults: Bool) -> String {
-        (Array(runWide.keys) + tableScoped.keys.filter { !defaults || ($0 != "key" && $0 != "columns") }).sorted().joined(separator: ", ")
+        (Array(runWide.keys) + Array(shardKeys.keys) + tableScoped.keys.filter { !defaults || ($0 != "key" && $0 != "columns") }).sorted().joined(separator: ", ")
     }
 
     /// One key of a table entry as the options it gives, each checked by `ferry copy`'s parser.
@@ -179,6 +197,16 @@ struct ReplicationFile {
             let given = [flag, table + "=" + value]
             try check("copy", given, at: v)
             scoped += given
+            return
+        }
+        if let flag = Self.shardKeys[key] {
+            let given = [flag, try scalar(v, key)]
+            do {
+                _ = try Ferry.Plan.parse(["sqlite:a", "sqlite:b"] + (key == "shards" ? [] : ["--shards", "1"]) + given)
+            } catch {
+                throw at(v, Ferry.Copy.message(for: error).replacingOccurrences(of: "Error: ", with: ""))
+            }
+            runWide += given
             return
         }
         guard let flag = Self.runWide[key] else { throw at(k, "unknown key '\(key)'") }

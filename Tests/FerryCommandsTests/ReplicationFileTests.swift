@@ -100,6 +100,68 @@ final class ReplicationFileTests: XCTestCase {
         _ = try ferry(["replicate", pg.url, "sqlite:" + replica, "--drop"])
     }
 
+    /// Tables with `shards: N` run as the N units of a plan (prepared, run in turn, finished);
+    /// `--write-plans DIR` writes that plan for a scheduler instead, and its units run from it.
+    func testShardedTablesRunAsUnits() throws {
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        let pg = try fixture.postgres(tag)
+        _ = try pg.query("""
+            CREATE TABLE orders (order_id bigint PRIMARY KEY, customer int NOT NULL, note text);
+            INSERT INTO orders SELECT g * 7, g % 50, CASE WHEN g % 5 = 0 THEN NULL ELSE 'note ' || g END FROM generate_series(1, 12000) g;
+            CREATE INDEX orders_customer ON orders (customer);
+            CREATE TABLE customers (id int PRIMARY KEY, name text NOT NULL);
+            INSERT INTO customers SELECT g, 'customer ' || g FROM generate_series(1, 50) g
+            """)
+        let maria = try fixture.mariadb(tag)
+        let file = try write("big.yaml", """
+            source: \(pg.url)
+            target: \(maria.url)
+            tables:
+              - name: orders
+                shards: 3
+              - customers
+
+            """)
+        var r = try ferry(["run", file, "--dry-run"])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(r.out.contains("3 units, 12000 rows") && r.out.contains("unit 2: 4000 rows"), r.out)
+        XCTAssertEqual(try maria.tables("orders"), [], "a dry run created a table")
+        r = try ferry(["run", file])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(r.err.contains("3 units of orders") && r.err.contains("unit 2/3 of plan") && r.err.contains("finished plan"), r.err)
+        XCTAssertFalse(r.err.contains(pg.url) || r.err.contains(maria.url), "a password in the output: \(r.err)")
+        var v = try ferry(["verify", pg.url, maria.url])
+        XCTAssertEqual(v.code, 0, "\(v.out) \(v.err)")
+        XCTAssertEqual(try maria.query("SELECT count(*) FROM information_schema.statistics WHERE table_schema = DATABASE() AND index_name = 'orders_customer'")
+            .trimmingCharacters(in: .whitespacesAndNewlines), "1", "finish made the index")
+
+        // For a scheduler: the plan written, and its units run from it into another target.
+        let other = fixture.sqlite(folder.path("other.db"))
+        let second = try write("big2.yaml", """
+            source: \(pg.url)
+            target: \(other.url)
+            tables:
+              - name: orders
+                shards: 2
+                sample-above: 0
+
+            """)
+        let plans = folder.path("plans")
+        r = try ferry(["run", second, "--write-plans", plans])
+        XCTAssertEqual(r.code, 0, r.err)
+        let plan = plans + "/big2-step1.plan.json"
+        XCTAssertTrue(r.out.contains("ferry copy --plan \(plan) --shard I/2"), r.out)
+        XCTAssertEqual(try other.tables("orders"), [], "--write-plans ran a unit")
+        let text = try String(contentsOfFile: plan, encoding: .utf8)
+        XCTAssertFalse(text.contains(try XCTUnwrap(Endpoint(parsing: pg.url).password)), "a password in the plan")
+        for step in [["--prepare"], ["--shard", "1/2"], ["--shard", "0/2"], ["--finish"]] {
+            let u = try ferry(["copy", pg.url, other.url, "--plan", plan] + step)
+            XCTAssertEqual(u.code, 0, "\(step): \(u.err)")
+        }
+        v = try ferry(["verify", pg.url, other.url, "--tables", "orders"])
+        XCTAssertEqual(v.code, 0, "\(v.out) \(v.err)")
+    }
+
     func testBadFilesNameTheLine() throws {
         let cases: [(String, String, String)] = [
             ("source: sqlite:a.db\ntarget: sqlite:b.db\ntables:\n  - name: t\n    mode: upsrt\n", "5:11", "upsrt"),
@@ -111,6 +173,8 @@ final class ReplicationFileTests: XCTestCase {
             ("target: sqlite:b.db\ntables: [t]\n", "1:1", "no source:"),
             ("source: sqlite:a.db\ntarget: sqlite:b.db\nsorce: x\n", "3:1", "unknown key 'sorce'"),
             ("source: sqlite:a.db\ntarget: sqlite:b.db\ntables:\n  - name: t\n    mode: [a\n", "", "not YAML"),
+            ("source: sqlite:a.db\ntarget: sqlite:b.db\ntables:\n  - name: t\n    shards: 0\n", "5:13", "--shards must be between 1 and 100000"),
+            ("source: sqlite:a.db\ntarget: sqlite:b.db\ntables:\n  - name: t\n    shards: 4\n    resume: true\n", "5:13", "shards: runs these tables as the units of `ferry plan`"),
         ]
         for (i, (text, position, fragment)) in cases.enumerated() {
             let file = try write("bad-\(i).yaml", text)
