@@ -92,7 +92,7 @@ public struct ServerConfiguration: Sendable {
             maxSnapshots: maxSnapshots, snapshotIdleSeconds: snapshotIdleSeconds, snapshotLifetimeSeconds: snapshotLifetimeSeconds,
             name: "ferry serve", version: ServerConfiguration.version,
             // Served with read-only tokens only: nothing can be written through it.
-            capabilities: (writable ? .all : Capabilities.all.subtracting([.target, .keyedWrites, .atomicPush, .replicaApply]))
+            capabilities: (writable ? .all : Capabilities.all.subtracting([.target, .keyedWrites, .atomicPush, .replicaApply, .applyWatermark]))
                 .subtracting(followable ? [] : .changeFeed),
             allowFeed: allowFeed)
     }

@@ -67,8 +67,9 @@ extension ServiceHandlers {
 
     /// Keyed writes staged by the http driver, applied in one transaction: the keys of
     /// `deletes` deleted, the rows of `upserts` inserted or (where they differ) updated by
-    /// `key`, serial counters moved, and the row count checked against `expect`; both
-    /// staging tables dropped. Any failure applies nothing.
+    /// `key`, serial counters moved, and the row count checked against `expect`; an
+    /// incremental copy's watermark (`watermark=NAME&watermark-from=OLD&watermark-to=NEW`)
+    /// moved only if it still holds OLD; both staging tables dropped. Any failure applies nothing.
     func apply(_ r: ServiceRequest) async throws -> ServiceResponse {
         let name = try r.table()
         let keyNames = r.values("key")
@@ -79,10 +80,18 @@ extension ServiceHandlers {
             return n
         }
         let resetSerial = r.value("reset-serial") == "1"
+        let watermark = try r.value("watermark").map { mark -> WatermarkMove in
+            guard let to = r.value("watermark-to"), KeyText.decode(to) != nil, let rows = r.value("watermark-rows").flatMap({ Int64($0) }), rows >= 0,
+                  r.value("watermark-from").map({ KeyText.decode($0) != nil }) ?? true
+            else {
+                throw ServiceError.badRequest("watermark= needs watermark-to= (a stored key value), watermark-rows= (a row count) and, after the first run, watermark-from=", table: name.description)
+            }
+            return WatermarkMove(name: mark, from: r.value("watermark-from"), to: to, rows: rows)
+        }
         let logger = r.logger
         let principal = r.principal
         try mayWrite(name, r, doing: "apply into")
-        guard upserts != nil || deletes != nil else {
+        guard upserts != nil || deletes != nil || watermark != nil else {
             throw ServiceError.badRequest("apply needs ?upserts=STAGING and/or ?deletes=STAGING", table: name.description)
         }
         let counts = try await Offload.run { [self] () -> [(String, Int)] in
@@ -129,6 +138,8 @@ extension ServiceHandlers {
                     }
                 }
             }
+            // Made before the transaction: on MySQL a CREATE TABLE commits.
+            let marks = try watermark.map { _ in try Watermarks.schema(c) }
             let applied = try Self.transaction(c) { () -> MergeCounts in
                 var counts = MergeCounts()
                 // Deletes first: a row going away may free a unique value an upsert takes.
@@ -148,6 +159,13 @@ extension ServiceHandlers {
                         throw ServiceError(
                             status: 409, code: "conflict", table: t.description,
                             message: "after applying, \(t) would hold \(n) rows where \(expect) were expected; this table's key comparison merges keys the source keeps apart (a case-insensitive collation?); nothing was applied")
+                    }
+                }
+                if let watermark, let marks {
+                    do {
+                        try Watermarks.apply(watermark, c, marks)
+                    } catch FerryError.notReady(let message) {
+                        throw ServiceError(status: 409, code: "conflict", table: t.description, message: message)
                     }
                 }
                 // Last: on MySQL moving a counter is DDL, which commits.

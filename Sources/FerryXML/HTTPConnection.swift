@@ -38,6 +38,7 @@ public final class HTTPConnection: Connection {
         var key: [String]
         var expect: Int64?
         var resetSerial = false
+        var watermark: WatermarkMove?
     }
     /// Rows asked for per page when reading (the service caps it at its own maximum, and ends a
     /// page at its page size in bytes — 8 MiB for `ferry serve` — whatever the rows, which is what
@@ -89,7 +90,7 @@ public final class HTTPConnection: Connection {
             // One request up front: a wrong URL or token fails here, with a clear message.
             let reply = try client.send("GET", ProtocolRoute.capabilities.target())
             if reply.status == 404 && XMLDocuments.decodeError(reply.body)?.message.hasPrefix("no such endpoint") == true {
-                capabilities = Capabilities.all.subtracting([.changeFeed, .replicaApply, .sinceFilter])
+                capabilities = Capabilities.all.subtracting([.changeFeed, .replicaApply, .sinceFilter, .applyWatermark])
             } else {
                 guard (200..<300).contains(reply.status) else { throw client.error(reply, table: nil) }
                 let report = try XMLDocuments.decodeCapabilities(reply.body)
@@ -376,6 +377,17 @@ public final class HTTPConnection: Connection {
         return MergeCounts()
     }
 
+    /// Sent with the apply of `table`'s staged rows at `commit` (`watermark=`…): the service
+    /// moves it in that transaction, only if it still holds `move.from`.
+    public func stageWatermark(_ move: WatermarkMove, with table: TableSchema, key: [String]) throws {
+        try capabilities.require(.applyWatermark, for: "--incremental into it (the watermark moves with the rows)", endpoint: endpoint.redacted)
+        guard inTransaction else { throw FerryError.invalidOption("\(endpoint.redacted): a watermark moves inside the rows' transaction") }
+        var pending = pendingApplies[table.name] ?? PendingApply(key: key)
+        guard pending.key == key else { throw FerryError.invalidOption("one transaction writes \(table.name) by one key") }
+        pending.watermark = move
+        pendingApplies[table.name] = pending
+    }
+
     /// The service moves the rows at `commit`, in one transaction, and drops the staging table
     /// there: `merge` for an append, `apply` (with its counts) for an upsert.
     public func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts? {
@@ -570,6 +582,10 @@ public final class HTTPConnection: Connection {
             if let d = apply.deletes { query.append(("deletes", d.description)) }
             if let e = apply.expect { query.append(("expect", String(e))) }
             if apply.resetSerial { query.append(("reset-serial", "1")) }
+            if let w = apply.watermark {
+                query += [("watermark", w.name), ("watermark-to", w.to), ("watermark-rows", String(w.rows))]
+                if let from = w.from { query.append(("watermark-from", from)) }
+            }
             let applied = try XMLDocuments.decodeApplied(client.expect("POST", ProtocolRoute.apply.target(table: table) + ProtocolRoute.query(query), table: table))
             func n(_ k: String) -> Int64 { applied[k] ?? 0 }
             counts = (counts ?? MergeCounts()) + MergeCounts(inserted: n("inserted"), updated: n("updated"), unchanged: n("unchanged"), deleted: n("deleted"))

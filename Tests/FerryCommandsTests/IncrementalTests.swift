@@ -26,9 +26,11 @@ final class IncrementalTests: XCTestCase {
         return try XCTUnwrap(out.summary.tables.first, file: file, line: line)
     }
 
-    /// A PostgreSQL source followed by its `updated_at` into SQLite and MariaDB, and through a
-    /// served PostgreSQL into SQLite: the second run reads the rows added and updated since the
-    /// first (and, with the default lookback of 5 minutes, the one row at the old watermark).
+    /// A PostgreSQL source followed by its `updated_at` into SQLite and MariaDB, through a
+    /// served PostgreSQL into SQLite, and into a served SQLite file (a write token; the watermark
+    /// moves in the service's apply of the rows): the second run reads the rows added and updated
+    /// since the first (and, with the default lookback of 5 minutes, the one row at the old
+    /// watermark).
     func testTheSecondRunReadsOnlyWhatChanged() throws {
         let tag = UUID().uuidString.prefix(8).lowercased()
         let source = try fixture.postgres(tag)
@@ -42,7 +44,13 @@ final class IncrementalTests: XCTestCase {
         let serve = try ServeProcess(source.url, ["--read-only-token-file", tokenFile], log: folder.path("serve.log"))
         defer { serve.stop() }
         let maria = try fixture.mariadb(tag)
-        let pairs = [(source.url, fixture.sqlite(folder.path("direct.db"))), (source.url, maria), (serve.url(token: token), fixture.sqlite(folder.path("served.db")))]
+        // A served target: its table made directly (a write token writes rows, not tables).
+        let servedFile = fixture.sqlite(folder.path("served-target.db"))
+        XCTAssertEqual(try ferry(["copy", source.url, servedFile.url, "--tables", "orders", "--where", "id < 0", "--quiet"]).code, 0)
+        let (servedTarget, serveTarget) = try fixture.served(servedFile, tokens: "--write-token-file")
+        defer { serveTarget.stop() }
+        let pairs = [(source.url, fixture.sqlite(folder.path("direct.db"))), (source.url, maria), (serve.url(token: token), fixture.sqlite(folder.path("served.db"))),
+                     (source.url, servedTarget)]
         for (from, to) in pairs {
             let first = try run(["copy", from, to.url, "--tables", "orders", "--mode", "upsert", "--incremental", "updated_at"])
             XCTAssertEqual(first.rows, 20_000, to.name)
@@ -99,17 +107,29 @@ final class IncrementalTests: XCTestCase {
     }
 
     /// Two runs at once against one target, both reading from the same watermark: one moves
-    /// it, the other fails without committing anything, and the target is right either way.
+    /// it, the other fails without committing anything, and the target is right either way —
+    /// directly, and through the service (whose apply checks the watermark it moves).
     func testTwoRunsAtOnceCannotBothMoveTheWatermark() throws {
         let tag = UUID().uuidString.prefix(8).lowercased()
-        let source = try fixture.postgres(tag + "src"), target = try fixture.postgres(tag + "dst")
+        try twoRunsAtOnce(try fixture.postgres(tag + "src"), try fixture.postgres(tag + "dst"), rows: 400_000, served: false)
+        try twoRunsAtOnce(try fixture.postgres(tag + "src2"), try fixture.postgres(tag + "dst2"), rows: 60_000, served: true)
+    }
+
+    func twoRunsAtOnce(_ source: Fixture.Target, _ direct: Fixture.Target, rows: Int, served: Bool) throws {
         _ = try source.query("""
             CREATE TABLE items (id bigint PRIMARY KEY, v text, version bigint NOT NULL);
             INSERT INTO items SELECT g, 'v' || g, g FROM generate_series(1, 1000) g
             """)
+        var target = direct
+        var serve: ServeProcess?
+        if served {
+            XCTAssertEqual(try ferry(["copy", source.url, direct.url, "--tables", "items", "--where", "id < 0", "--quiet"]).code, 0)
+            (target, serve) = try fixture.served(direct, tokens: "--write-token-file")
+        }
+        defer { serve?.stop() }
         let args = ["copy", source.url, target.url, "--tables", "items", "--mode", "upsert", "--incremental", "version"]
         XCTAssertEqual(try run(args).rowsRead, 1_000)
-        _ = try source.query("INSERT INTO items SELECT g, 'v' || g, g FROM generate_series(1001, 400000) g")
+        _ = try source.query("INSERT INTO items SELECT g, 'v' || g, g FROM generate_series(1001, \(rows)) g")
         let results = Locked<[CLITests.Result]>([])
         let workers = (0..<2).map { i in
             Worker(name: "run-\(i)") {
@@ -121,8 +141,8 @@ final class IncrementalTests: XCTestCase {
         XCTAssertEqual(done.count, 2)
         let failed = done.filter { $0.code != 0 }
         XCTAssertEqual(failed.count, 1, done.map(\.err).joined(separator: "\n"))
-        XCTAssertTrue(failed.first?.err.contains("another run moved the watermark") == true, failed.first?.err ?? "")
-        XCTAssertEqual(try target.query("SELECT watermark FROM _ferry_watermarks").trimmingCharacters(in: .whitespacesAndNewlines), #"[["int","400000"]]"#)
+        XCTAssertTrue(failed.first?.err.contains("another run moved the watermark") == true, "\(target.name): " + (failed.first?.err ?? ""))
+        XCTAssertEqual(try direct.query("SELECT watermark FROM _ferry_watermarks").trimmingCharacters(in: .whitespacesAndNewlines), #"[["int","\#(rows)"]]"#)
         XCTAssertEqual(try ferry(["verify", source.url, target.url, "--tables", "items"]).code, 0)
     }
 }

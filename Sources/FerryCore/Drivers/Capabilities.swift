@@ -32,14 +32,19 @@ public struct Capabilities: OptionSet, Sendable, Hashable, CustomStringConvertib
     /// Rows read only above a value of one column (`sincecolumn=`, `since=`): an incremental
     /// copy's watermark, as structured parameters (never SQL).
     public static let sinceFilter = Capabilities(rawValue: 1 << 9)
+    /// An apply of a table's staged upserts that moves an incremental copy's watermark in the
+    /// same transaction, only if it still holds the value the copy read (`watermark=` on `…/apply`).
+    public static let applyWatermark = Capabilities(rawValue: 1 << 10)
 
-    public static let all: Capabilities = [.source, .target, .keyedReads, .digests, .snapshots, .keyedWrites, .atomicPush, .changeFeed, .replicaApply, .sinceFilter]
+    public static let all: Capabilities = [
+        .source, .target, .keyedReads, .digests, .snapshots, .keyedWrites, .atomicPush, .changeFeed, .replicaApply, .sinceFilter, .applyWatermark,
+    ]
 
     /// Wire names, in documentation order.
     public static let names: [(String, Capabilities)] = [
         ("source", .source), ("target", .target), ("keyed-reads", .keyedReads), ("digests-2", .digests),
         ("snapshots", .snapshots), ("keyed-writes", .keyedWrites), ("atomic-push", .atomicPush),
-        ("change-feed", .changeFeed), ("replica-apply", .replicaApply), ("since-filter", .sinceFilter),
+        ("change-feed", .changeFeed), ("replica-apply", .replicaApply), ("since-filter", .sinceFilter), ("apply-watermark", .applyWatermark),
     ]
 
     /// The wire names of these capabilities.

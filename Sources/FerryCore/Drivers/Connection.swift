@@ -103,6 +103,11 @@ public protocol Connection: AnyObject {
     /// commits (MySQL) the drop commits the rows and whatever the transaction wrote before.
     func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts?
 
+    /// Where keyed writes are staged for `commit` (`stagesKeyedWrites`): moves an incremental
+    /// copy's watermark in the same transaction as the staged rows of `table` (keyed by `key`),
+    /// only if it still holds `move.from`. Default: refused.
+    func stageWatermark(_ move: WatermarkMove, with table: TableSchema, key: [String]) throws
+
     /// Range digests of `request` over `table` (see `BucketDigest`), computed next to the data:
     /// in the engine's SQL where its dialect is a `DigestSQLDialect`, else by Ferry reading
     /// the rows (the default; right for engines in the same process, such as SQLite).
@@ -300,6 +305,10 @@ extension Connection {
     public func freezeWrites() throws -> Bool { false }
     public func unfreezeWrites() throws {}
     public var keepsLoadState: Bool { true }
+
+    public func stageWatermark(_ move: WatermarkMove, with table: TableSchema, key: [String]) throws {
+        throw FerryError.invalidOption("\(endpoint.redacted) cannot move a watermark with its rows: --incremental into it is not supported")
+    }
 
     public func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts? {
         throw FerryError.copyFailed(

@@ -23,9 +23,8 @@ extension CopyEngine {
             throw FerryError.invalidOption("--resume and --incremental do not go together: an incremental run reads only the rows past its watermark, and a failed one is simply run again")
         }
         if !options.incremental.isEmpty && target.stagesKeyedWrites {
-            // Its keyed writes apply table by table at commit: the watermark would not commit with the rows.
-            throw FerryError.invalidOption(
-                "--incremental into \(target.endpoint.redacted) is not supported yet: its watermark would not commit in the rows' transaction; copy into the database itself (the service works as an incremental source)")
+            // Its keyed writes apply table by table at commit: the watermark goes with them.
+            try target.capabilities.require(.applyWatermark, for: "--incremental into it (the watermark moves with the rows)", endpoint: target.endpoint.redacted)
         }
         if options.mode.isKeyed {
             // Refused before anything is written: these modes walk both sides by key and write by key.

@@ -163,7 +163,8 @@ extension CopyEngine {
             var watermark: Value? = mark?.old?.value
             if let mark, let largest = merge?.largest, largest != mark.old?.value {
                 // Moved in the rows' transaction, only if no other run moved it meanwhile.
-                try Watermarks.advance(target, mark.schema, name: mark.name, from: mark.old?.text, to: largest, rows: rows)
+                try Watermarks.advance(target, mark.schema, name: mark.name, from: mark.old?.text, to: largest, rows: rows,
+                                       rowsOf: into, key: table.key?.columns ?? [])
                 watermark = largest
             }
             var moved: MergeCounts?

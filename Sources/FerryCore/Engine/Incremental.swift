@@ -69,9 +69,25 @@ public enum Lookback {
     }
 }
 
+/// A watermark to move with a table's rows (`Connection.stageWatermark`): `name` from `from`
+/// (nil: no watermark yet) to `to`, both as stored (`KeyText`).
+public struct WatermarkMove: Sendable, Equatable {
+    public var name: String
+    public var from: String?
+    public var to: String
+    public var rows: Int64
+
+    public init(name: String, from: String?, to: String, rows: Int64) {
+        self.name = name
+        self.from = from
+        self.to = to
+        self.rows = rows
+    }
+}
+
 /// The watermarks of incremental copies in the target: one row per target table, column and
 /// source.
-enum Watermarks {
+public enum Watermarks {
     static let table = TableName("_ferry_watermarks")
     static let columns: [Column] = [
         Column(name: "name", nativeType: "", logicalType: .text(maxLength: 500, fixed: false), isNullable: false),
@@ -80,7 +96,7 @@ enum Watermarks {
         Column(name: "updated_at", nativeType: "", logicalType: .text(maxLength: 40, fixed: false), isNullable: false),
     ]
 
-    static func schema(_ c: any Connection) throws -> TableSchema {
+    public static func schema(_ c: any Connection) throws -> TableSchema {
         try StateTable.schema(c, table, columns: columns, key: ["name"])
     }
 
@@ -100,20 +116,30 @@ enum Watermarks {
 
     /// Moves `name` from `old` to `new` in the caller's transaction, only if it still is `old`:
     /// the row as read is deleted (exactly one, or another run moved it) and the new one inserted
-    /// (a second first run fails on the key).
-    static func advance(_ c: any Connection, _ schema: TableSchema, name: String, from old: String?, to new: Value, rows: Int64) throws {
+    /// (a second first run fails on the key). Where the target stages its keyed writes for
+    /// `commit` (the service), the move goes with the staged rows of `rowsOf` instead, applied
+    /// by the service in their transaction with the same check.
+    static func advance(_ c: any Connection, _ schema: TableSchema, name: String, from old: String?, to new: Value, rows: Int64,
+                        rowsOf table: TableSchema, key: [String]) throws {
+        let move = WatermarkMove(name: name, from: old, to: KeyText.encode([new]), rows: rows)
+        if c.stagesKeyedWrites { return try c.stageWatermark(move, with: table, key: key) }
+        try apply(move, c, schema)
+    }
+
+    /// Moves the watermark as `move` says, in the caller's transaction (see `advance`).
+    public static func apply(_ move: WatermarkMove, _ c: any Connection, _ schema: TableSchema) throws {
         let moved = FerryError.notReady(
-            "another run moved the watermark of \(name) while this one read: nothing of this run was committed; run it again")
-        if let old {
+            "another run moved the watermark of \(move.name) while this one read: nothing of this run was committed; run it again")
+        if let old = move.from {
             let cols = try StateTable.described(schema, [columns[0], columns[1]])
-            let exact = try RowBatch(rows: [[.text(name), .text(old)]], types: cols.map(\.logicalType))
+            let exact = try RowBatch(rows: [[.text(move.name), .text(old)]], types: cols.map(\.logicalType))
             guard try c.deleteRows(from: schema, key: cols, keys: exact) == 1 else { throw moved }
         }
         do {
             try StateTable.write(c, schema, columns: columns, key: ["name"],
-                                 values: [.text(name), .text(KeyText.encode([new])), .int(rows), .text(ISO8601DateFormatter().string(from: Date()))], insert: true)
+                                 values: [.text(move.name), .text(move.to), .int(move.rows), .text(ISO8601DateFormatter().string(from: Date()))], insert: true)
         } catch {
-            if old == nil, (try? read(c, schema, name: name)) != nil { throw moved }
+            if move.from == nil, (try? read(c, schema, name: move.name)) != nil { throw moved }
             throw error
         }
     }
