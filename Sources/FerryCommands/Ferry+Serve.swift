@@ -62,6 +62,12 @@ extension Ferry {
             discussion: "Rows are written as they arrive, never held: this bounds one transaction, not memory. Clients send longer loads in several requests of at most half of it."))
         var maxLoadMb: Int = 1024
 
+        @Option(name: .long, help: ArgumentHelp(
+            "Seconds after which a client's unused staging table (an append, upsert or replica load in flight) is taken for abandoned and dropped.",
+            discussion: "A client killed mid-load leaves its staging table; the service drops it once unused this long, and drops those of a stopped or killed ferry serve (its lease in _ferry_leases expired) when it starts. Resumable loads' staging tables (_ferry_load_…) wait for --resume instead.",
+            valueName: "seconds"))
+        var stagingIdleLimit: Int = 1_800
+
         func validate() throws {
             guard tokenFile != nil || writeTokenFile != nil || readOnlyTokenFile != nil else {
                 throw ValidationError("give at least one of --token-file, --write-token-file and --read-only-token-file: no token, no data")
@@ -70,6 +76,7 @@ extension Ferry {
             guard parseListen() != nil else { throw ValidationError("--listen must be HOST:PORT, e.g. 127.0.0.1:8080") }
             guard maxBodyMb >= 1 else { throw ValidationError("--max-body-mb must be at least 1") }
             guard maxLoadMb >= 1 && maxLoadMb <= 1 << 20 else { throw ValidationError("--max-load-mb must be between 1 and 1048576") }
+            guard stagingIdleLimit >= 1 else { throw ValidationError("--staging-idle-limit is a number of seconds, at least 1") }
         }
 
         func parseListen() -> (String, Int)? {
@@ -108,6 +115,7 @@ extension Ferry {
                 host: host, port: port, tlsCertificate: tlsCert, tlsKey: tlsKey, maxBodyBytes: maxBodyMb << 20,
                 maxLoadBytes: maxLoadMb << 20)
             config.allowFeed = allowFeed
+            config.stagingIdleSeconds = Double(stagingIdleLimit)
             config.followable = followable
             let scheme = config.tlsCertificate == nil ? "http" : "https"
             if config.exposedWithoutTLS {

@@ -184,20 +184,42 @@ final class AsyncHTTPDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
             }
             if piece.readableBytes > 0 {
                 let written = writer.write(.byteBuffer(piece))
-                if let previous = inFlight {
-                    do { try previous.wait() } catch { ok = false }
-                }
+                if let previous = inFlight, !self.written(previous) { ok = false }
                 inFlight = written
             }
             if atEnd || exchange.isFinished { break }
         }
-        if ok, let last = inFlight { _ = try? last.wait() }
+        if ok, let last = inFlight { _ = self.written(last) }
         bodyAsked.lock()
         let done = bodyDone
         bodyDone = nil
         self.writer = nil
         bodyAsked.unlock()
         done?.succeed(())
+    }
+
+    /// Waits until `write` is done — true when it was written — or the exchange ended: a write
+    /// into a connection that failed (the service killed mid-upload) may never complete, and
+    /// waiting on it alone hung the upload, and the copy with it, for ever.
+    private func written(_ write: EventLoopFuture<Void>) -> Bool {
+        final class Outcome: @unchecked Sendable {  // unchecked: `value` only under `done`
+            let done = NSCondition()
+            var value: Bool?
+        }
+        let outcome = Outcome()
+        write.whenComplete { r in
+            outcome.done.lock()
+            if case .success = r { outcome.value = true } else { outcome.value = false }
+            outcome.done.broadcast()
+            outcome.done.unlock()
+        }
+        outcome.done.lock()
+        defer { outcome.done.unlock() }
+        while outcome.value == nil {
+            if exchange.isFinished || bodyAsked.withLock({ ended }) { return false }
+            _ = outcome.done.wait(until: Date().addingTimeInterval(0.05))
+        }
+        return outcome.value == true
     }
 
     /// A failure as one line: NIO's and the client's errors print their case names.

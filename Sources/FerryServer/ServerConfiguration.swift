@@ -40,6 +40,8 @@ public struct ServerConfiguration: Sendable {
     public var maxSnapshots = 16
     public var snapshotIdleSeconds: Double = 300
     public var snapshotLifetimeSeconds: Double = 3_600
+    /// A client's transient staging table unused for this long is dropped (`--staging-idle-limit`).
+    public var stagingIdleSeconds: Double = 1_800
     /// Any token may start and remove a change feed (`--allow-feed`), not only manage tokens.
     public var allowFeed = false
     /// The served database has a change capture (PostgreSQL, MariaDB, SQLite): the service
@@ -86,7 +88,7 @@ public struct ServerConfiguration: Sendable {
     /// What the protocol's handlers serve.
     var service: ServiceConfiguration {
         let writable = !readWriteTokens.isEmpty || !writeTokens.isEmpty
-        return ServiceConfiguration(
+        var c = ServiceConfiguration(
             database: database, registry: registry, writable: writable, tables: tables,
             maxBodyBytes: maxBodyBytes, maxLoadBytes: maxLoadBytes, defaultPageRows: defaultPageRows, maxPageRows: maxPageRows, pageBytes: pageBytes,
             maxSnapshots: maxSnapshots, snapshotIdleSeconds: snapshotIdleSeconds, snapshotLifetimeSeconds: snapshotLifetimeSeconds,
@@ -95,6 +97,8 @@ public struct ServerConfiguration: Sendable {
             capabilities: (writable ? .all : Capabilities.all.subtracting([.target, .keyedWrites, .atomicPush, .replicaApply, .applyWatermark]))
                 .subtracting(followable ? [] : .changeFeed),
             allowFeed: allowFeed)
+        c.stagingIdleSeconds = stagingIdleSeconds
+        return c
     }
 
     /// Ferry's version, as `GET /v1/capabilities` announces it.

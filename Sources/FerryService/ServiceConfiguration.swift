@@ -30,6 +30,9 @@ public struct ServiceConfiguration: Sendable {
     public var maxSnapshots: Int
     public var snapshotIdleSeconds: Double
     public var snapshotLifetimeSeconds: Double
+    /// A load's transient staging table (`_ferry_append_…`, `_ferry_upsert_…`, …) unused for this
+    /// long is taken for abandoned (its client killed) and dropped.
+    public var stagingIdleSeconds: Double = 1_800
     /// What `GET /v1/capabilities` announces (what the served driver can do; a transport that
     /// serves it read-only announces less).
     public var name: String

@@ -84,6 +84,8 @@ extension ServiceHandlers {
     func insertRows(_ r: ServiceRequest) async throws -> ServiceResponse {
         let name = try r.table()
         try mayWrite(name, r, doing: "load into")
+        let done = staging.writes(into: name)
+        defer { done() }
         let wanted = r.values("columns")
         let native = r.values("native")
         let pipe = BodyPipe()

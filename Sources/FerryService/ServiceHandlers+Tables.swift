@@ -59,13 +59,16 @@ extension ServiceHandlers {
             if try c.tableExists(schema.name) {
                 throw FerryError.targetTableExists(table: schema.name, endpoint: "this service")
             }
+            // Recorded first: a sweep never takes a staging table being made for one no longer used.
+            if Self.isStaging(schema.name) { staging.record(schema.name, principal) }
             do {
+                if StagingOwners.isTransient(schema.name) { try StagingJanitor.lease(schema.name, on: c) }
                 try Self.transaction(c) { _ = try c.createTable(schema, named: schema.name) }
             } catch {
                 if !c.dialect.supportsTransactionalDDL { try? c.dropTable(schema.name) }
+                if Self.isStaging(schema.name) { staging.forget(schema.name) }
                 throw error
             }
-            if Self.isStaging(schema.name) { staging.record(schema.name, principal) }
             return XMLDocuments.schema(try c.describe(schema.name))
         }
         return .xml(result, status: 201)

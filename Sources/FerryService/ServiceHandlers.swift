@@ -19,6 +19,8 @@ public final class ServiceHandlers: Sendable {
     let staging = StagingOwners()
     /// Change feeds kept open between a client's pages.
     let feeds = FeedStore()
+    /// Drops the transient staging tables of killed clients and services.
+    let janitor = StagingJanitor()
 
     public init(configuration: ServiceConfiguration) {
         self.configuration = configuration
@@ -26,6 +28,7 @@ public final class ServiceHandlers: Sendable {
             maxSnapshots: configuration.maxSnapshots, idleSeconds: configuration.snapshotIdleSeconds,
             lifetimeSeconds: configuration.snapshotLifetimeSeconds)
         guard configuration.writable else { return }
+        janitor.handlers = self
         // Who owns a resumable load's staging table, kept in the served database.
         let open: @Sendable (Bool) throws -> any Connection = { [configuration] write in
             try configuration.registry.connect(configuration.database, role: write ? .target : .source)
@@ -43,8 +46,12 @@ public final class ServiceHandlers: Sendable {
         }
     }
 
-    /// Starts ending snapshots that clients abandoned (every 30 s).
-    public func startSweeping() { snapshots.startSweeping() }
+    /// Starts ending snapshots that clients abandoned (every 30 s), and dropping the transient
+    /// staging tables of loads whose client or service is gone (at once, then every minute).
+    public func startSweeping() {
+        snapshots.startSweeping()
+        if configuration.writable { janitor.start() }
+    }
 
     /// Ends every snapshot held (the service or the plugin is stopping).
     public func releaseAll() {
@@ -239,16 +246,54 @@ final class StagingOwners: Sendable {
 
     static let bookkeeping: Set<String> = ["_ferry_loads", "_ferry_watermarks", "_ferry_units", "_ferry_leases"]
     static func outlivesARun(_ table: TableName) -> Bool { table.name.hasPrefix(CopyEngine.internalPrefix + "load_") }
+    /// A load's transient staging tables (the http driver's `_ferry_append_…`, `_ferry_upsert_…`,
+    /// `_ferry_delete_…`, `_ferry_replica_…`), made and dropped within one of its transactions:
+    /// leased by the service that made them (`StagingJanitor`).
+    static func isTransient(_ table: TableName) -> Bool {
+        ["append_", "upsert_", "delete_", "replica_"].contains { table.name.hasPrefix(CopyEngine.internalPrefix + $0) }
+    }
+
+    /// When each transient staging table of this service was last used, and the requests
+    /// writing into it now (a table being written is never idle, however long the request).
+    private let used = Locked<[TableName: Date]>([:])
+    private let writing = Locked<[TableName: Int]>([:])
+
+    /// A request writes into `table` until `done` (touched at both ends).
+    func writes(into table: TableName) -> @Sendable () -> Void {
+        guard Self.isTransient(table) else { return {} }
+        writing.withLock { $0[table, default: 0] += 1 }
+        return { [self] in
+            writing.withLock { w in
+                w[table, default: 1] -= 1
+                if w[table] == 0 { w[table] = nil }
+            }
+            used.withLock { if $0[table] != nil { $0[table] = Date() } }
+        }
+    }
 
     func record(_ table: TableName, _ principal: RequestPrincipal) {
         owners.withLock { $0[table] = principal.identity }
+        if Self.isTransient(table) { used.withLock { $0[table] = Date() } }
         // Only a write token's: a manage token may use any staging table anyway.
         if Self.outlivesARun(table), principal.scope < .manage, let save = store.withLock({ $0?.save }) { save(table, principal.identity) }
     }
 
     func forget(_ table: TableName) {
         _ = owners.withLock { $0.removeValue(forKey: table) }
+        _ = used.withLock { $0.removeValue(forKey: table) }
         if Self.outlivesARun(table), let save = store.withLock({ $0?.save }) { save(table, nil) }
+    }
+
+    /// The transient staging tables in use (made here, not yet merged, applied or dropped).
+    var inUse: [TableName] { used.withLock { Array($0.keys) } }
+
+    /// Takes out (and returns) the transient staging tables unused for `seconds`.
+    func takeIdle(longerThan seconds: Double) -> [TableName] {
+        let now = Date()
+        let busy = writing.withLock { Set($0.keys) }
+        let idle = used.withLock { u in u.filter { now.timeIntervalSince($0.value) > seconds && !busy.contains($0.key) }.map(\.key) }
+        for t in idle { forget(t) }
+        return idle
     }
 
     func owner(of table: TableName) -> String? {
@@ -261,6 +306,7 @@ final class StagingOwners: Sendable {
     /// Refuses unless `principal` may use staging table `table`: manage tokens any, write tokens
     /// their own (and Ferry's bookkeeping tables).
     func check(_ table: TableName, _ principal: RequestPrincipal, doing: String) throws {
+        used.withLock { if $0[table] != nil { $0[table] = Date() } }
         if principal.scope >= .manage { return }
         if Self.bookkeeping.contains(table.name) && doing != "drop" && principal.scope >= .write { return }
         guard !principal.identity.isEmpty, owner(of: table) == principal.identity else {

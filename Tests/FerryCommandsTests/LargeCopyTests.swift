@@ -263,6 +263,55 @@ final class LargeCopyTests: XCTestCase {
         XCTAssertFalse(try db.query("SELECT count(*) FROM _ferry_staging_owners").contains(mine))
     }
 
+    /// The transient staging tables a load through the service makes (`_ferry_append_…`) do
+    /// not outlive their client or the service: one left by a killed client is dropped once
+    /// unused for `--staging-idle-limit`, and one left by a killed `ferry serve` by the next
+    /// service at its start (the dead one's lease in `_ferry_leases` has expired).
+    func testTheServiceDropsTheStagingTablesOfKilledClientsAndServices() throws {
+        let src = try source(rows: 300_000)
+        let db = try postgres(UUID().uuidString.prefix(8).lowercased())
+        XCTAssertEqual(try ferry(["copy", "sqlite:" + src, db.url, "--tables", "bench_orders", "--where", "id < 0", "--quiet"]).code, 0)
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokens = folder.path("write.txt")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let served = try ServedDatabase(db.url, args: ["--write-token-file", tokens, "--staging-idle-limit", "2"], token: token, log: folder.path("serve.log"))
+        defer { served.stop() }
+        let args = ["copy", "sqlite:" + src, served.url, "--tables", "bench_orders", "--mode", "append"]
+        func waitUntilGone(_ what: String) {
+            let deadline = Date().addingTimeInterval(30)
+            while ((try? db.tables("_ferry_append_")) ?? ["?"]) != [] && Date() < deadline { usleep(100_000) }
+            XCTAssertEqual(try db.tables("_ferry_append_"), [], what)
+            XCTAssertEqual(try db.query("SELECT count(*) FROM _ferry_leases WHERE staging LIKE '%append%'").trimmingCharacters(in: .whitespacesAndNewlines), "0", what)
+        }
+
+        var seed = SplitMix64(seed: 1)
+        try killMidway(args, seed: &seed, jitter: 1, ready: { try !db.tables("_ferry_append_").isEmpty }, whileRunning: {})
+        XCTAssertEqual(try db.tables("_ferry_append_").count, 1, "the killed client's staging table")
+        waitUntilGone("a killed client's staging table")
+        XCTAssertTrue(served.serve.logText.contains("dropped the staging table") && served.serve.logText.contains("its client is gone"), served.serve.logText)
+
+        let client = Process()
+        client.executableURL = CLITests.binaryURL
+        client.arguments = args
+        client.standardError = FileHandle.nullDevice
+        client.standardOutput = FileHandle.nullDevice
+        try client.run()
+        defer { if client.isRunning { kill(client.processIdentifier, SIGKILL) } }
+        let deadline = Date().addingTimeInterval(60)
+        while try db.tables("_ferry_append_").isEmpty && client.isRunning && Date() < deadline { usleep(20_000) }
+        try served.crash()
+        client.waitUntilExit()
+        XCTAssertNotEqual(client.terminationStatus, 0, "the copy went on without its service")
+        waitUntilGone("a killed service's staging table")
+        XCTAssertEqual(try db.query("SELECT count(*) FROM bench_orders").trimmingCharacters(in: .whitespacesAndNewlines), "0")
+
+        let r = try ferry(args)
+        XCTAssertEqual(r.code, 0, r.err)
+        let v = try ferry(["verify", "sqlite:" + src, db.url, "--tables", "bench_orders"])
+        XCTAssertEqual(v.code, 0, "\(v.out) \(v.err)")
+        XCTAssertEqual(try db.tables("_ferry_append_"), [])
+    }
+
     /// A killed `create` without --resume leaves no table under the target's name where the
     /// engine's DDL commits as it goes (MariaDB) and through the service; the next run removes
     /// what it left, says so, and copies.

@@ -69,6 +69,14 @@ public enum LoadLeases {
         public var heartbeat: Int64
         public var seconds: Int64
 
+        public init(staging: String, target: String, owner: String, heartbeat: Int64, seconds: Int64) {
+            self.staging = staging
+            self.target = target
+            self.owner = owner
+            self.heartbeat = heartbeat
+            self.seconds = seconds
+        }
+
         /// True while the owner may still be loading.
         public func isLive(now: Int64 = LoadLeases.now()) -> Bool {
             if let o = LoadOwner(stored: owner), !o.mayBeAlive { return false }
@@ -156,6 +164,26 @@ public enum LoadLeases {
             try? c.rollback()
             throw error
         }
+    }
+
+    /// Every lease in the table.
+    public static func all(_ c: any Connection, _ schema: TableSchema) throws -> [Row] {
+        let cols = try StateTable.described(schema, columns)
+        let reader = try c.reader(table: schema, columns: cols, keyRange: nil, batchSize: 1_000)
+        defer { reader.close() }
+        var rows: [Row] = []
+        while let b = try reader.next() {
+            for i in 0..<b.count {
+                let v = b.row(i, types: cols.map(\.logicalType))
+                rows.append(Row(staging: v[0].textValue, target: v[1].textValue, owner: v[2].textValue, heartbeat: v[3].intValue, seconds: v[4].intValue))
+            }
+        }
+        return rows
+    }
+
+    /// A lease of this process on `staging`, for `seconds` without a heartbeat, written alone.
+    public static func hold(_ c: any Connection, _ schema: TableSchema, staging: TableName, target: String, seconds: Int64) throws {
+        try write(c, schema, Row(staging: staging.description, target: target, owner: LoadOwner.current.stored, heartbeat: now(), seconds: seconds), insert: true)
     }
 
     /// Removes the lease on `staging` (in the caller's transaction, where there is one).
