@@ -18,16 +18,22 @@ final class LargeCopyTests: XCTestCase {
     func mariadb(_ tag: String) throws -> Fixture.Target { try fixture.mariadb(tag) }
     func sqlite(_ file: String) -> Fixture.Target { fixture.sqlite(file) }
 
-    /// Starts `ferry ARGS`, waits until `ready` holds (polled), then a random moment more, checks
-    /// `whileRunning`, and kills it with SIGKILL.
-    func killMidway(_ args: [String], seed: inout SplitMix64, jitter: UInt64 = 400_000, ready: () throws -> Bool, whileRunning: () throws -> Void,
-                    file: StaticString = #filePath, line: UInt = #line) throws {
+    /// `ferry ARGS` started, its output dropped.
+    func start(_ args: [String]) throws -> Process {
         let p = Process()
         p.executableURL = CLITests.binaryURL
         p.arguments = args
         p.standardError = FileHandle.nullDevice
         p.standardOutput = FileHandle.nullDevice
         try p.run()
+        return p
+    }
+
+    /// Starts `ferry ARGS`, waits until `ready` holds (polled), then a random moment more, checks
+    /// `whileRunning`, and kills it with SIGKILL.
+    func killMidway(_ args: [String], seed: inout SplitMix64, jitter: UInt64 = 400_000, ready: () throws -> Bool, whileRunning: () throws -> Void,
+                    file: StaticString = #filePath, line: UInt = #line) throws {
+        let p = try start(args)
         defer { if p.isRunning { kill(p.processIdentifier, SIGKILL); p.waitUntilExit() } }
         let deadline = Date().addingTimeInterval(120)
         while !(try ready()) {
@@ -290,12 +296,7 @@ final class LargeCopyTests: XCTestCase {
         waitUntilGone("a killed client's staging table")
         XCTAssertTrue(served.serve.logText.contains("dropped the staging table") && served.serve.logText.contains("its client is gone"), served.serve.logText)
 
-        let client = Process()
-        client.executableURL = CLITests.binaryURL
-        client.arguments = args
-        client.standardError = FileHandle.nullDevice
-        client.standardOutput = FileHandle.nullDevice
-        try client.run()
+        let client = try start(args)
         defer { if client.isRunning { kill(client.processIdentifier, SIGKILL) } }
         let deadline = Date().addingTimeInterval(60)
         while try db.tables("_ferry_append_").isEmpty && client.isRunning && Date() < deadline { usleep(20_000) }
@@ -350,12 +351,7 @@ final class LargeCopyTests: XCTestCase {
         let tag = UUID().uuidString.prefix(8).lowercased()
         let target = try mariadb(tag)
         let args = ["copy", "sqlite:" + src, target.url, "--tables", "bench_orders", "--resume", "--chunk-rows", "20000"]
-        let first = Process()
-        first.executableURL = CLITests.binaryURL
-        first.arguments = args
-        first.standardError = FileHandle.nullDevice
-        first.standardOutput = FileHandle.nullDevice
-        try first.run()
+        let first = try start(args)
         defer { if first.isRunning { kill(first.processIdentifier, SIGKILL) } }
         let deadline = Date().addingTimeInterval(60)
         while try target.tables("_ferry_load_").isEmpty && Date() < deadline && first.isRunning { usleep(20_000) }
