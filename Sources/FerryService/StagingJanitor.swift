@@ -46,6 +46,9 @@ final class StagingJanitor: @unchecked Sendable {
         guard let h = handlers, let c = try? h.open(write: true) else { return }
         defer { c.close() }
         do {
+            // No lease table, no transient staging table made through a service: nothing to do
+            // (and none is made in a database only read or written row by row).
+            guard try c.tableExists(LoadLeases.table) else { return }
             let schema = try LoadLeases.schema(c)
             for t in h.staging.takeIdle(longerThan: h.configuration.stagingIdleSeconds) {
                 try drop(t, c, schema, why: "unused for \(Int(h.configuration.stagingIdleSeconds)) s: its client is gone")

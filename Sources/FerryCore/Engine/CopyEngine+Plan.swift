@@ -163,9 +163,13 @@ extension CopyEngine {
             let unit = "\(source.endpoint.redacted) \(name) \(targetName) \(options.mode.rawValue)"
             let staging = Self.stagingName(for: targetName, unit: unit, maxLength: target.dialect.maxIdentifierLength)
             // A resumable append or upsert loads a staging table too: renamed in where the target
-            // lacks the table, else merged into it whole at the end.
+            // lacks the table, else merged into it whole at the end. One that creates the table
+            // where DDL commits (MySQL, the service) stages as a create does: a kill never leaves
+            // a table under the target's name. (Not an incremental one: its first run, killed,
+            // leaves the rows it upserted, and the next run reads them again.)
+            let fills = options.mode == .append || options.mode == .upsert
             let stages = options.mode == .replace || (options.mode == .create && (options.resume || !target.dialect.supportsTransactionalDDL))
-                || (options.resume && (options.mode == .append || options.mode == .upsert))
+                || (fills && (options.resume || (existing == nil && !target.dialect.supportsTransactionalDDL && options.incremental.isEmpty)))
             let creates: PlannedTable? = switch options.mode {
             case .create, .replace: try target.planTable(targetSchema, named: stages ? staging : targetName)
             case .append, .upsert, .mirror: existing == nil ? try target.planTable(targetSchema, named: stages ? staging : targetName) : nil

@@ -204,6 +204,8 @@ extension CopyEngine {
             result.rowsRead = rowsRead
             result.watermark = watermark.flatMap { table.incremental == nil ? nil : $0.description }
             result.counts = mirrored?.counts ?? merge?.counts ?? (mode.isKeyed ? moved : nil)
+            // A keyed load into a new staging table, renamed in: every row was new.
+            if mode.isKeyed, result.counts == nil, keysAfterLoad != nil { result.counts = MergeCounts(inserted: rows) }
             // Staged keyed writes (the XML service) count when the commit applied them.
             if let applied = target.committedCounts, mode.isKeyed { result.counts = (result.counts ?? MergeCounts()) + applied }
             result.mirror = mirrored?.stats
