@@ -1,5 +1,6 @@
 import CSQLite
 import FerryCore
+import Foundation
 
 /// A failure reported by SQLite, with the context Ferry adds: where (the file) and, for
 /// statements, which SQL (never bound values).
@@ -18,7 +19,18 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     }
 
     init(db: OpaquePointer?, code: Int32, sql: String?, endpoint: String) {
-        let message = db.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(code))
+        var message = db.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(code))
+        // A write the system refused: why, from the failed call's errno.
+        if let db, [SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_READONLY].contains(code & 0xff) {
+            switch sqlite3_system_errno(db) {
+            case EFBIG: message += " (the file may not grow past its size limit: ulimit -f)"
+            case ENOSPC: message += " (no space left on the device)"
+            case EROFS: message += " (a read-only file system)"
+            case EDQUOT: message += " (the disk quota is used up)"
+            case EACCES, EPERM: message += " (permission denied)"
+            default: break
+            }
+        }
         self.init(code: code, message: message, sql: sql, endpoint: endpoint)
     }
 

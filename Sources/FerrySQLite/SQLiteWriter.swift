@@ -136,6 +136,10 @@ final class SQLiteWriter: BatchWriter {
                 sqlite3_reset(st)
                 if rc == SQLITE_DONE {
                     changed += Int(sqlite3_changes(statement.connection.db))
+                } else if !Self.isRowError(rc) {
+                    // The file's or the connection's (disk full, I/O, a lock): no row is to blame,
+                    // and SQLite may have rolled the transaction back.
+                    throw statement.connection.error(rc, sql: nil)
                 } else {
                     // A failed INSERT changes nothing (its statement is rolled back whole): the same
                     // rows one by one find the one refused, and its error.
@@ -158,8 +162,23 @@ final class SQLiteWriter: BatchWriter {
             sqlite3_reset(st)
             guard rc == SQLITE_DONE else {
                 let e = statement.connection.error(rc, sql: nil)
+                guard Self.isRowError(rc) else { throw e }
                 throw BatchRowError(row: row, error: .invalidValue(table: table, column: nil, key: nil, message: e.message))
             }
+        }
+    }
+
+    /// False for the errors of the file or the connection rather than of a row: a full disk or a
+    /// file that may not grow (`ulimit -f`), I/O, memory, a lock, a read-only or damaged file.
+    /// SQLite answers some of them by rolling the transaction back: the rows are not tried one
+    /// by one (each would fail as "no such table"), and the error is the connection's.
+    static func isRowError(_ rc: Int32) -> Bool {
+        switch rc & 0xff {
+        case SQLITE_FULL, SQLITE_IOERR, SQLITE_NOMEM, SQLITE_CORRUPT, SQLITE_NOTADB, SQLITE_READONLY, SQLITE_CANTOPEN,
+             SQLITE_BUSY, SQLITE_LOCKED, SQLITE_INTERRUPT, SQLITE_PROTOCOL, SQLITE_ABORT:
+            return false
+        default:
+            return true
         }
     }
 

@@ -134,6 +134,9 @@ public final class ServiceHandlers: Sendable {
     /// Ferry's own staging tables (the `_ferry_` prefix) are served when they exist, so that
     /// a client can load and swap or merge them.
     func served(_ name: TableName, in connection: any Connection) throws -> TableName {
+        // No table's name holds a NUL, and a C library would read the name only up to it
+        // (`Artist%00` passed the lookup as `Artist`, then failed in the engine).
+        guard !name.name.contains("\0"), !(name.schema?.contains("\0") ?? false) else { throw ServiceError.notFound(name) }
         // A catalog lookup of the one name (listing every table would count every table's rows).
         guard try connection.tableExists(name) else { throw ServiceError.notFound(name) }
         if Self.isStaging(name) { return name }

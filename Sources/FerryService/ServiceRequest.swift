@@ -91,6 +91,8 @@ public struct ServiceRequest: Sendable {
         guard let raw = parameters["table"], let name = raw.removingPercentEncoding, !name.isEmpty else {
             throw ServiceError.badRequest("no table in the path")
         }
+        // (See `ServiceHandlers.served`: a NUL ends a name where C reads it.)
+        guard !name.contains("\0") else { throw ServiceError.notFound(TableName(parsing: name.replacingOccurrences(of: "\0", with: "\\0"))) }
         return TableName(parsing: name)
     }
 }

@@ -1,0 +1,62 @@
+import FerryCore
+import FerryDriverTestKit
+import Foundation
+import XCTest
+
+/// Faults met at the edges: a SQLite target that may not grow, and names no table has.
+final class FaultTests: XCTestCase {
+    var folder: TemporaryFolder!
+    var fixture: Fixture { Fixture(folder: folder) }
+    override func setUpWithError() throws { folder = try TemporaryFolder() }
+
+    func ferry(_ args: [String]) throws -> CLITests.Result { try CLITests.run(CLITests.binaryURL, args) }
+
+    /// A SQLite target whose file may not grow past 4 MB (`ulimit -f`): the copy fails in one
+    /// line with an error exit — not a death by SIGXFSZ (153) — and leaves the file whole and
+    /// without the table; with room the same copy goes in.
+    func testASQLiteTargetThatCannotGrowFailsWithOneLine() throws {
+        let src = try fixture.source(rows: 60_000)
+        let target = folder.path("small.db")
+        let tiny = fixture.sqlite(target)
+        _ = try tiny.query("CREATE TABLE kept (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO kept VALUES (1, 'before')")
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/bash")
+        p.arguments = ["-c", "ulimit -f 4096; exec \"$0\" \"$@\"", CLITests.binaryURL.path, "copy", "sqlite:" + src, "sqlite:" + target, "--tables", "bench_orders", "--quiet"]
+        let err = Pipe()
+        p.standardError = err
+        p.standardOutput = FileHandle.nullDevice
+        try p.run()
+        let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        XCTAssertEqual(p.terminationReason, .exit, "ferry died of a signal: \(p.terminationStatus) \(said)")
+        XCTAssertEqual(p.terminationStatus, 1, said)
+        XCTAssertTrue(said.contains("the file may not grow past its size limit"), said)
+        let lines = said.split(separator: "\n").filter { !$0.hasPrefix("ferry: error: 1 of 1 tables failed") }
+        XCTAssertEqual(lines.count, 1, said)
+        XCTAssertEqual(try tiny.query("PRAGMA integrity_check").trimmingCharacters(in: .whitespacesAndNewlines), "ok")
+        XCTAssertEqual(try tiny.tables("bench_orders"), [])
+        XCTAssertEqual(try tiny.query("SELECT v FROM kept").trimmingCharacters(in: .whitespacesAndNewlines), "before")
+        let r = try ferry(["copy", "sqlite:" + src, "sqlite:" + target, "--tables", "bench_orders", "--quiet"])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertEqual(try ferry(["verify", "sqlite:" + src, "sqlite:" + target, "--tables", "bench_orders"]).code, 0)
+    }
+
+    /// A table name with a NUL byte names no table, on every endpoint that takes one: 404, not
+    /// the table the name's first part names (a C library reads a name up to its NUL).
+    func testANameWithANulByteIsNoTable() throws {
+        let db = folder.path("served.db")
+        _ = try fixture.sqlite(db).query("CREATE TABLE Artist (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO Artist VALUES (1, 'a')")
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokens = folder.path("manage.txt")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let serve = try ServeProcess("sqlite:" + db, ["--token-file", tokens], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        let base = "http://127.0.0.1:\(serve.port)/v1/tables/"
+        for (method, path) in [("GET", "Artist%00"), ("GET", "Artist%00/rows"), ("GET", "Artist%00/count"), ("GET", "Artist%00/digests?bits=4&keyhash=integer"),
+                               ("DELETE", "Artist%00"), ("POST", "Artist%00/reset-serial"), ("POST", "Artist%00x/rows"), ("GET", "Artist%00%00/rows")] {
+            let code = try ExternalTool.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method, "-H", "Authorization: Bearer \(token)", base + path], input: "")
+            XCTAssertEqual(code, "404", "\(method) \(path)")
+        }
+        XCTAssertEqual(try fixture.sqlite(db).query("SELECT count(*) FROM Artist").trimmingCharacters(in: .whitespacesAndNewlines), "1")
+    }
+}
