@@ -17,7 +17,9 @@ extension Ferry {
                                           into existing tables, change sets, sync pushes; may
                                           create and drop only its own loads' staging tables
                   --token-file            also create, drop and replace tables (manage)
-                No endpoint takes SQL text. Stop with Ctrl-C (graceful). The protocol is
+                A token file rewritten while the service runs is read again within a second
+                (rotate a token without a restart; a file left empty or with a short token is
+                not taken, and the service says so). No endpoint takes SQL text. Stop with Ctrl-C (graceful). The protocol is
                 described in docs/xml-protocol.md.
 
                 Examples:
@@ -115,6 +117,7 @@ extension Ferry {
                 host: host, port: port, tlsCertificate: tlsCert, tlsKey: tlsKey, maxBodyBytes: maxBodyMb << 20,
                 maxLoadBytes: maxLoadMb << 20)
             config.allowFeed = allowFeed
+            config.tokenFiles = [(tokenFile, TokenScope.manage), (writeTokenFile, .write), (readOnlyTokenFile, .read)].compactMap { f, s in f.map { ($0, s) } }
             config.stagingIdleSeconds = Double(stagingIdleLimit)
             config.followable = followable
             let scheme = config.tlsCertificate == nil ? "http" : "https"

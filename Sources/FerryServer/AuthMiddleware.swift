@@ -3,6 +3,7 @@ import FerryService
 import FerryXML
 import Foundation
 import Hummingbird
+import Logging
 
 /// A request's context: who is asking (the token's scope and its position among the
 /// service's tokens — never the token itself).
@@ -22,10 +23,10 @@ public struct ServiceRequestContext: RequestContext {
 /// and never logged.
 struct AuthMiddleware: RouterMiddleware {
     typealias Context = ServiceRequestContext
-    let tokens: [(bytes: [UInt8], scope: TokenScope, identity: String)]
+    let tokens: TokenRing
 
-    init(tokens: [(String, TokenScope)]) {
-        self.tokens = tokens.map { (Array($0.0.utf8), $0.1, RequestPrincipal.identity(of: $0.0)) }
+    init(tokens: [(String, TokenScope)], files: [(path: String, scope: TokenScope)] = [], logger: Logger? = nil) {
+        self.tokens = TokenRing(tokens, files: files, logger: logger)
     }
 
     /// Equal length and bytes, in time that depends only on the lengths.
@@ -51,6 +52,7 @@ struct AuthMiddleware: RouterMiddleware {
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { throw ServiceError.unauthorized }
         let token = Array(header.dropFirst(7).utf8)
         // Check every token (no early exit), so timing does not say which one nearly matched.
+        let tokens = self.tokens.current()
         var found = -1
         for (i, t) in tokens.enumerated() where Self.constantTimeEqual(token, t.bytes) { found = i }
         guard found >= 0 else { throw ServiceError.unauthorized }
@@ -58,6 +60,58 @@ struct AuthMiddleware: RouterMiddleware {
         context.principal = RequestPrincipal(scope: tokens[found].scope, token: found, identity: tokens[found].identity)
         if !Self.isRead(request) { try context.principal.require(.write, "write") }
         return try await next(request, context)
+    }
+}
+
+/// The tokens the service accepts, read again from their files when one changes (checked at
+/// most once a second, by modification time and size): a token is rotated by rewriting its
+/// file, without a restart. A file that cannot be read, or holds no token or a short one,
+/// leaves the tokens as they were (logged, never the tokens).
+final class TokenRing: @unchecked Sendable {  // unchecked: the state only under `lock`
+    typealias Entry = (bytes: [UInt8], scope: TokenScope, identity: String)
+    private let lock = NSLock()
+    private var entries: [Entry]
+    private let files: [(path: String, scope: TokenScope)]
+    private var stamps: [String]
+    private var checked = Date()
+    private let logger: Logger?
+
+    init(_ tokens: [(String, TokenScope)], files: [(path: String, scope: TokenScope)], logger: Logger?) {
+        entries = Self.entries(tokens)
+        self.files = files
+        self.logger = logger
+        stamps = files.map { Self.stamp($0.path) }
+    }
+
+    static func entries(_ tokens: [(String, TokenScope)]) -> [Entry] {
+        tokens.map { (Array($0.0.utf8), $0.1, RequestPrincipal.identity(of: $0.0)) }
+    }
+
+    /// A file's modification time and size, as text ("" when it cannot be read).
+    static func stamp(_ path: String) -> String {
+        guard let a = try? FileManager.default.attributesOfItem(atPath: path) else { return "" }
+        let time = (a[.modificationDate] as? Date)?.timeIntervalSince1970 ?? 0
+        return "\(time) \((a[.size] as? NSNumber)?.int64Value ?? -1)"
+    }
+
+    func current() -> [Entry] {
+        lock.withLock {
+            let now = Date()
+            if !files.isEmpty, now.timeIntervalSince(checked) >= 1 {
+                checked = now
+                let fresh = files.map { Self.stamp($0.path) }
+                if fresh != stamps {
+                    stamps = fresh
+                    do {
+                        entries = Self.entries(try files.flatMap { f in try ServerConfiguration.tokens(fromFile: f.path).map { ($0, f.scope) } })
+                        logger?.notice("token files read again: \(entries.count) tokens")
+                    } catch {
+                        logger?.warning("token files changed but were not taken (the tokens stay as they were): \(error)")
+                    }
+                }
+            }
+            return entries
+        }
     }
 }
 

@@ -15,6 +15,9 @@ public struct ServerConfiguration: Sendable {
     public var writeTokens: [String] = []
     /// Bearer tokens allowed to read only (scope `read`).
     public var readOnlyTokens: [String]
+    /// The files the tokens came from, with their scope: read again when one changes (a token
+    /// is rotated without a restart). Empty: the tokens are fixed.
+    public var tokenFiles: [(path: String, scope: TokenScope)] = []
 
     /// Every token with its scope.
     var scopedTokens: [(String, TokenScope)] {

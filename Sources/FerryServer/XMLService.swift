@@ -35,7 +35,7 @@ public struct XMLService: Sendable {
         let router = Router(context: ServiceRequestContext.self)
         handlers.startSweeping()
         router.add(middleware: ErrorAndLogMiddleware(inFlight: inFlight))
-        router.add(middleware: AuthMiddleware(tokens: configuration.scopedTokens))
+        router.add(middleware: AuthMiddleware(tokens: configuration.scopedTokens, files: configuration.tokenFiles, logger: logger))
         // The route table: every endpoint of the protocol, onto its handler.
         let handlers = self.handlers
         for route in ProtocolRoute.allCases {

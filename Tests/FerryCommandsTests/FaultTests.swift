@@ -59,4 +59,32 @@ final class FaultTests: XCTestCase {
         }
         XCTAssertEqual(try fixture.sqlite(db).query("SELECT count(*) FROM Artist").trimmingCharacters(in: .whitespacesAndNewlines), "1")
     }
+
+    /// A token file rewritten while `ferry serve` runs is read again: the old token is refused,
+    /// the new one taken, without a restart; a file rewritten empty is not taken (the tokens
+    /// stay as they were, and the log says so without a token).
+    func testATokenFileRewrittenIsReadAgain() throws {
+        let db = folder.path("served.db")
+        _ = try fixture.sqlite(db).query("CREATE TABLE t (id INTEGER PRIMARY KEY)")
+        let old = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let new = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokens = folder.path("read.txt")
+        try Data((old + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let serve = try ServeProcess("sqlite:" + db, ["--read-only-token-file", tokens], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        func status(_ token: String) throws -> String {
+            try ExternalTool.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-H", "Authorization: Bearer \(token)",
+                                  "http://127.0.0.1:\(serve.port)/v1/tables"], input: "")
+        }
+        XCTAssertEqual(try status(old), "200")
+        try Data(("# rotated\n" + new + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        Thread.sleep(forTimeInterval: 1.2)
+        XCTAssertEqual(try status(old), "401", "the old token after its file was rewritten")
+        XCTAssertEqual(try status(new), "200", "the new token")
+        try Data("\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        Thread.sleep(forTimeInterval: 1.2)
+        XCTAssertEqual(try status(new), "200", "an empty token file was taken")
+        XCTAssertTrue(serve.logText.contains("were not taken"), serve.logText)
+        XCTAssertFalse(serve.logText.contains(old) || serve.logText.contains(new), "a token in the log")
+    }
 }
