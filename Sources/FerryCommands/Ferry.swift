@@ -124,6 +124,11 @@ struct DriverSettings: ParsableArguments {
     var tokenFile: String?
 
     @Option(name: .long, help: ArgumentHelp(
+        "For https:// endpoints: also trust service certificates signed by this CA (PEM). Certificates are always verified.",
+        valueName: "file"))
+    var caFile: String?
+
+    @Option(name: .long, help: ArgumentHelp(
         "File whose first line is the password for URLs that carry none (else PGPASSWORD/.pgpass, MYSQL_PWD).",
         valueName: "file"))
     var passwordFile: String?
@@ -152,6 +157,7 @@ struct DriverSettings: ParsableArguments {
     func endpoint(_ url: String, registry: DriverRegistry, passwordFile: String? = nil) throws -> Endpoint {
         var values: [String: String] = [:]
         if let tokenFile { values["token-file"] = tokenFile }
+        if let caFile { values["ca-file"] = caFile }
         if zeroDates == .null { values["zero-dates"] = "null" }
         var endpoint = try registry.applying(values, to: Endpoint(parsing: url))
         if endpoint.password == nil, let file = passwordFile ?? self.passwordFile {

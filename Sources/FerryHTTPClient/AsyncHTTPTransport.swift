@@ -43,6 +43,16 @@ public final class AsyncHTTPTransport: ProtocolTransport, @unchecked Sendable { 
         // connect timeout, 30 s, before saying "connection refused"); Ferry's own retries of
         // GETs, with backoff, stay the only ones, as with URLSession.
         configuration.connectionPool.retryConnectionEstablishment = false
+        if let caFile = address.caFile {
+            // The system's CAs, and this one: the certificate is still verified, host name included.
+            var tls = TLSConfiguration.makeClientConfiguration()
+            let certificates = (try? NIOSSLCertificate.fromPEMFile(caFile)) ?? []
+            guard !certificates.isEmpty else {
+                throw FerryError.invalidOption("the CA file \(caFile) holds no PEM certificate Ferry can read (--ca-file)")
+            }
+            tls.additionalTrustRoots = [.certificates(certificates)]
+            configuration.tlsConfiguration = tls
+        }
         client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: configuration)
     }
 

@@ -42,7 +42,7 @@ public final class PostgresConnection: Connection {
     let listsRowHashesWhole: Bool
 
     /// URL query parameters that are Ferry's, not libpq's.
-    static let ferryParameters: Set<String> = ["schema", "zero-dates", "token-file", "digests"]
+    static let ferryParameters: Set<String> = ["schema", "zero-dates", "token-file", "ca-file", "digests"]
 
     public init(endpoint: Endpoint, role: ConnectionRole) throws {
         self.endpoint = endpoint

@@ -22,7 +22,8 @@ public struct HTTPDriver: Driver {
     }
     public var name: String { Self.name }
     public var options: [DriverOption] {
-        [DriverOption(name: "token-file", summary: "read the bearer token from this file (first line)")]
+        [DriverOption(name: "token-file", summary: "read the bearer token from this file (first line)"),
+         DriverOption(name: "ca-file", summary: "trust a service certificate signed by this CA (PEM), beside the system's CAs")]
     }
     public var schemes: [String] { ["http", "https"] }
     public var dialect: any Dialect { HTTPDialect() }

@@ -13,6 +13,10 @@ public struct ServiceAddress: Sendable {
     /// Whether answers may come gzip-compressed (`compress=`; by default not from a loopback
     /// host, where compressing costs the service more time than the bytes it saves).
     public let compress: Bool
+    /// A CA certificate file (PEM) the service's certificate may be signed by, trusted beside
+    /// the system's (`--ca-file`, `ca-file=`): a service with a CA of its own is verified,
+    /// never accepted unverified.
+    public let caFile: String?
 
     public init(endpoint: Endpoint) throws {
         self.endpoint = endpoint
@@ -34,6 +38,15 @@ public struct ServiceAddress: Sendable {
             guard token != nil else { throw FerryError.invalidOption("the token file \(file) holds no token") }
         }
         self.token = token ?? endpoint.password.flatMap { $0.isEmpty ? nil : $0 } ?? ProcessInfo.processInfo.environment["FERRY_TOKEN"]
+        caFile = endpoint.options["ca-file"] ?? endpoint.parameter("ca-file")
+        if let caFile {
+            guard endpoint.scheme.lowercased() == "https" else {
+                throw FerryError.invalidOption("--ca-file \(caFile) is for https:// services; \(endpoint.redacted) is not encrypted")
+            }
+            guard FileManager.default.isReadableFile(atPath: caFile) else {
+                throw FerryError.invalidOption("cannot read the CA file \(caFile) (--ca-file: a PEM certificate)")
+            }
+        }
         switch endpoint.parameter("compress")?.lowercased() {
         case nil, "auto": compress = !Self.isLoopback(host)
         case "gzip": compress = true

@@ -20,6 +20,10 @@ public final class URLSessionTransport: ProtocolTransport, @unchecked Sendable {
 
     public init(endpoint: Endpoint) throws {
         address = try ServiceAddress(endpoint: endpoint)
+        if let caFile = address.caFile {
+            // (Its trust decisions go through a delegate of the platform's own; not built yet.)
+            throw FerryError.invalidOption("--ca-file \(caFile): this platform's HTTP transport verifies against the system's CAs only; add the CA to the system's trust store")
+        }
         let config = URLSessionConfiguration.ephemeral
         config.timeoutIntervalForRequest = 300
         exchanges = ExchangeRouter()

@@ -247,6 +247,33 @@ final class XMLServiceTests: XCTestCase {
             XCTAssertTrue("\(e)".contains("the TLS handshake failed: the service's certificate is not signed by a CA this machine trusts"), "\(e)")
             XCTAssertFalse("\(e)".contains(service.readOnly), "token leaked: \(e)")
         }
+        // With the CA that signed it (`--ca-file`, `ca-file=`): verified, and read.
+        var trusted = try Endpoint(parsing: "https://:\(service.readOnly)@127.0.0.1:\(service.port)/")
+        trusted.options["ca-file"] = cert
+        let c = try HTTPDriver.standard.connect(trusted, role: .source)
+        XCTAssertEqual(try c.countRows(TableName("Genre")), 25)
+        c.close()
+        let viaURL = try HTTPDriver.standard.connect(Endpoint(parsing: "https://:\(service.readOnly)@127.0.0.1:\(service.port)/?ca-file=\(cert)"), role: .source)
+        XCTAssertEqual(try viaURL.countRows(TableName("Genre")), 25)
+        viaURL.close()
+        // A CA that did not sign it is no help; a CA file that is no certificate, or plain http, is an error.
+        let other = folder.path("other.pem"), otherKey = folder.path("other-key.pem")
+        try ExternalTool.run(["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", otherKey, "-out", other, "-days", "1", "-subj", "/CN=other"], input: "")
+        var wrong = trusted
+        wrong.options["ca-file"] = other
+        XCTAssertThrowsError(try HTTPDriver.standard.connect(wrong, role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("not signed by a CA this machine trusts"), "\(e)")
+        }
+        var bogus = trusted
+        bogus.options["ca-file"] = otherKey
+        XCTAssertThrowsError(try HTTPDriver.standard.connect(bogus, role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("holds no PEM certificate"), "\(e)")
+        }
+        var plain = try Endpoint(parsing: "http://:\(service.readOnly)@127.0.0.1:\(service.port)/")
+        plain.options["ca-file"] = cert
+        XCTAssertThrowsError(try HTTPDriver.standard.connect(plain, role: .source)) { e in
+            XCTAssertTrue("\(e)".contains("is for https:// services"), "\(e)")
+        }
     }
 
     func testGzipWhenAsked() async throws {
