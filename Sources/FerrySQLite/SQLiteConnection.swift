@@ -168,6 +168,14 @@ public final class SQLiteConnection: Connection {
         return st
     }
 
+    /// A reader in a rollback journal holds the file's shared lock, which no writer can commit
+    /// past; in WAL readers and writers go on side by side.
+    public var heldSnapshotsBlockWriters: Bool {
+        guard let s = try? prepare("PRAGMA journal_mode"), (try? s.step()) == true else { return true }
+        defer { s.reset() }
+        return s.columnText(0)?.lowercased() != "wal"
+    }
+
     /// Runs statements without results.
     /// Runs SQL text written by the caller (tests, tools); never text from a request.
     public func run(_ sql: String) throws { try execute(sql) }

@@ -6,7 +6,11 @@ import Foundation
 extension ServiceHandlers {
     func capabilities(_ r: ServiceRequest) async throws -> ServiceResponse {
         let c = configuration
-        return .xml(XMLDocuments.capabilities(.init(name: c.name, version: c.version, capabilities: c.capabilities, storedForm: c.storedForm, maxBody: c.maxBodyBytes, maxLoad: c.maxLoadBytes, windows: c.windows)))
+        var announced = c.capabilities
+        // A read token is not offered snapshots where holding one would lock writers out: its
+        // client then reads each table as it finds it (and says so).
+        if announced.contains(.snapshots), try await snapshotWouldBlockWriters(r.principal) { announced.remove(.snapshots) }
+        return .xml(XMLDocuments.capabilities(.init(name: c.name, version: c.version, capabilities: announced, storedForm: c.storedForm, maxBody: c.maxBodyBytes, maxLoad: c.maxLoadBytes, windows: c.windows)))
     }
 
     func tables(_ r: ServiceRequest) async throws -> ServiceResponse {

@@ -87,4 +87,37 @@ final class FaultTests: XCTestCase {
         XCTAssertTrue(serve.logText.contains("were not taken"), serve.logText)
         XCTAssertFalse(serve.logText.contains(old) || serve.logText.contains(new), "a token in the log")
     }
+
+    /// A read token may not hold a snapshot of a served SQLite file in a rollback journal, where
+    /// its shared lock would keep every writer waiting until it ends: the service does not offer
+    /// it snapshots and refuses one (403); its copies read each table as they find it. A write
+    /// token still may, and in WAL (readers and writers side by side) so may a read token.
+    func testAReadTokenCannotLockWritersOutOfASQLiteFile() throws {
+        let db = folder.path("served.db")
+        _ = try fixture.sqlite(db).query("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO t SELECT value, 'v' || value FROM generate_series(1, 3000)")
+        let reader = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let writer = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let readTokens = folder.path("read.txt"), writeTokens = folder.path("write.txt")
+        try Data((reader + "\n").utf8).write(to: URL(fileURLWithPath: readTokens))
+        try Data((writer + "\n").utf8).write(to: URL(fileURLWithPath: writeTokens))
+        let serve = try ServeProcess("sqlite:" + db, ["--read-only-token-file", readTokens, "--write-token-file", writeTokens], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        func call(_ method: String, _ path: String, _ token: String) throws -> String {
+            try ExternalTool.run(["curl", "-s", "-w", " %{http_code}", "-X", method, "-H", "Authorization: Bearer \(token)",
+                                  "http://127.0.0.1:\(serve.port)/\(path)"], input: "")
+        }
+        XCTAssertTrue(try call("POST", "v1/snapshots", reader).hasSuffix(" 403"))
+        XCTAssertFalse(try call("GET", "v1/capabilities", reader).contains("\"snapshots\""))
+        XCTAssertTrue(try call("GET", "v1/capabilities", writer).contains("\"snapshots\""))
+        let held = try call("POST", "v1/snapshots", writer)
+        XCTAssertTrue(held.hasSuffix(" 201"), held)
+        let id = try XCTUnwrap(held.range(of: #"id="([^"]+)""#, options: .regularExpression).map { String(held[$0].dropFirst(4).dropLast()) })
+        XCTAssertTrue(try call("DELETE", "v1/snapshots/\(id)", writer).hasSuffix(" 200"))
+        let copy = folder.path("copy.db")
+        let r = try ferry(["copy", serve.url(token: reader), "sqlite:" + copy, "--quiet"])
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertEqual(try ferry(["verify", "sqlite:" + db, "sqlite:" + copy]).code, 0)
+        _ = try fixture.sqlite(db).query("PRAGMA journal_mode=WAL")
+        XCTAssertTrue(try call("POST", "v1/snapshots", reader).hasSuffix(" 201"))
+    }
 }

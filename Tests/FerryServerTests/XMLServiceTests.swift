@@ -361,13 +361,15 @@ final class XMLServiceTests: XCTestCase {
         }
         let row = Data("<rows><r><v>7000</v><v>scoped</v></r></rows>".utf8)
 
-        // Read: reads and read snapshots, nothing else.
+        // Read: reads, nothing else — not even a read snapshot of this SQLite file (a rollback
+        // journal: holding one would keep every writer waiting); a write token may hold one.
         try expect("GET", "v1/tables/Artist/rows?limit=1", service.readOnly, 200)
-        let (created, snapshot) = try service.request("POST", "v1/snapshots", token: service.readOnly)
+        try expect("POST", "v1/snapshots", service.readOnly, 403, "only a token that may write may hold one")
+        let (created, snapshot) = try service.request("POST", "v1/snapshots", token: service.write)
         XCTAssertEqual(created, 201, snapshot)
         if let id = snapshot.range(of: "id=\"")
             .map({ String(snapshot[$0.upperBound...].prefix { $0 != "\"" }) }) {
-            try expect("DELETE", "v1/snapshots/" + id, service.readOnly, 200)
+            try expect("DELETE", "v1/snapshots/" + id, service.write, 200)
         }
         try expect("POST", "v1/tables/Artist/rows", service.readOnly, body: row, 403, "may only read")
         try expect("POST", "v1/push", service.readOnly, body: Data("<push id=\"x\"/>".utf8), 403, "may only read")

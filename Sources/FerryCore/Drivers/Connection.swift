@@ -216,6 +216,12 @@ public protocol Connection: AnyObject {
     /// tables (the XML service checks which token's loads made them). Default: true.
     var keepsLoadState: Bool { get }
 
+    /// True where a snapshot held open (`beginSnapshot` until it ends) keeps every writer of the
+    /// database waiting until it ends — a SQLite file in a rollback journal, whose readers hold
+    /// its shared lock; false where readers and writers do not block each other (MVCC, WAL).
+    /// The service then lets only tokens that may write hold one. Default: false.
+    var heldSnapshotsBlockWriters: Bool { get }
+
     /// This source's change capture (`ChangeCapture`: what `ferry replicate` follows), or nil
     /// where the engine has none (the default). It opens what it needs beside this connection.
     func changeCapture() throws -> (any ChangeCapture)?
@@ -305,6 +311,7 @@ extension Connection {
     public func freezeWrites() throws -> Bool { false }
     public func unfreezeWrites() throws {}
     public var keepsLoadState: Bool { true }
+    public var heldSnapshotsBlockWriters: Bool { false }
 
     public func stageWatermark(_ move: WatermarkMove, with table: TableSchema, key: [String]) throws {
         throw FerryError.invalidOption("\(endpoint.redacted) cannot move a watermark with its rows: --incremental into it is not supported")
