@@ -363,18 +363,24 @@ public final class HTTPConnection: Connection {
         guard !rows.isEmpty else { return MergeCounts() }
         guard inTransaction else {
             // Alone: staged and applied at once, still all or nothing.
-            try begin()
-            do {
-                _ = try mergeRows(into: table, columns: columns, key: key, rows: rows)
-                try commit()
-            } catch {
-                try? rollback()
-                throw error
-            }
-            return committedCounts ?? MergeCounts()
+            return try alone { _ = try mergeRows(into: table, columns: columns, key: key, rows: rows) } ?? MergeCounts()
         }
         try stageRows(rows, columns: columns, into: table, key: key, as: \.upserts, prefix: "upsert_")
         return MergeCounts()
+    }
+
+    /// `body` in a transaction of its own, committed (or rolled back on failure); returns what
+    /// the commit applied.
+    private func alone(_ body: () throws -> Void) throws -> MergeCounts? {
+        try begin()
+        do {
+            try body()
+            try commit()
+        } catch {
+            try? rollback()
+            throw error
+        }
+        return committedCounts
     }
 
     /// Sent with the apply of `table`'s staged rows at `commit` (`watermark=`…): the service
@@ -391,17 +397,7 @@ public final class HTTPConnection: Connection {
     /// The service moves the rows at `commit`, in one transaction, and drops the staging table
     /// there: `merge` for an append, `apply` (with its counts) for an upsert.
     public func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts? {
-        guard inTransaction else {
-            try begin()
-            do {
-                _ = try moveRows(from: staging, into: table, columns: columns, key: key)
-                try commit()
-            } catch {
-                try? rollback()
-                throw error
-            }
-            return committedCounts
-        }
+        guard inTransaction else { return try alone { _ = try moveRows(from: staging, into: table, columns: columns, key: key) } }
         guard let key else {
             pendingMerges.append((staging, table.name))
             return nil
