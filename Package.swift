@@ -180,6 +180,8 @@ let package = Package(
             dependencies: ["FerrySync", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryXML", "FerryHTTPClient", "FerryDriverTestKit", "FerryCore"],
             path: "Tests/FerrySyncModel"),
         .executableTarget(name: "ferry-sync-model", dependencies: ["FerrySyncModel"], path: "Tests/SyncModelRunner"),
+        // The failure-injection suite (issue 32): scripts/chaos runs it; ChaosTests a short run.
+        .executableTarget(name: "ferry-chaos", dependencies: ["FerryDriverTestKit", "FerryCore"], path: "Tests/ChaosRunner"),
         .testTarget(
             name: "FerryServerTests",
             dependencies: ["FerryServer", "FerryXML", "FerryHTTPClient", "FerrySQLite", "FerryPostgres", "FerryMySQL", "FerryDriverTestKit", "FerryCore", "FerrySync", "FerrySyncModel"]),

@@ -1,5 +1,6 @@
-import Foundation
 import ArgumentParser
+import FerryCore
+import Foundation
 
 /// The exit codes of every `ferry` command, one meaning each (documented in the README and in
 /// `ferry --help`). Sync and reject files reuse `differences` for "finished, with conflicts or
@@ -29,15 +30,65 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
 final class StopSignals {
     private let sources: [any DispatchSourceSignal]
 
-    init(_ stop: @escaping @Sendable () -> Void) {
+    convenience init(_ stop: @escaping @Sendable () -> Void) {
+        self.init { (_: Int32) in stop() }
+    }
+
+    /// `stop` learns which signal came.
+    init(_ stop: @escaping @Sendable (Int32) -> Void) {
         sources = [SIGINT, SIGTERM].map { sig in
             signal(sig, SIG_IGN)
             let s = DispatchSource.makeSignalSource(signal: sig, queue: .global())
-            s.setEventHandler(handler: stop)
+            s.setEventHandler { stop(sig) }
             s.resume()
             return s
         }
     }
 
     func cancel() { for s in sources { s.cancel() } }
+}
+
+/// A one-shot command (a copy) stopped by SIGINT or SIGTERM: the first signal cancels the work
+/// (the table being written rolls back, its staging table is dropped) and the command ends as
+/// that signal would have ended it (a shell sees 130 or 143); a second signal ends it at once.
+final class SignalStop: @unchecked Sendable {  // `received` is Locked; the sources are set once
+    let cancellation = Cancellation()
+    private let received = Locked<Int32?>(nil)
+    private var signals: StopSignals?
+    private let what: String
+
+    init(doing what: String) {
+        self.what = what
+        let received = self.received, cancellation = self.cancellation
+        signals = StopSignals { (sig: Int32) in
+            let first = received.withLock { r -> Bool in
+                guard r == nil else { return false }
+                r = sig
+                return true
+            }
+            guard first else { return }
+            // The next SIGINT or SIGTERM takes its default action: the process ends there.
+            signal(SIGINT, SIG_DFL)
+            signal(SIGTERM, SIG_DFL)
+            Console.error("ferry: \(sig == SIGINT ? "SIGINT" : "SIGTERM"): stopping \(what): what is not committed is rolled back (send it again to stop at once)")
+            cancellation.cancel()
+        }
+    }
+
+    /// After the work returned: if a signal stopped it, says so and ends the process by that
+    /// signal (its default action), else keeps the default handling from here on.
+    func finish() {
+        signals?.cancel()
+        signals = nil
+        guard let sig = received.withLock({ $0 }) else {
+            signal(SIGINT, SIG_DFL)
+            signal(SIGTERM, SIG_DFL)
+            return
+        }
+        Console.error("ferry: error: stopped by \(sig == SIGINT ? "SIGINT" : "SIGTERM") before \(what) finished; tables that were not finished were left as they were")
+        signal(sig, SIG_DFL)
+        kill(getpid(), sig)
+        // Not reached: the default action of SIGINT and SIGTERM ends the process.
+        exit(128 + sig)
+    }
 }

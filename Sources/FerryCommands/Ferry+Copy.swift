@@ -160,6 +160,9 @@ extension Ferry {
             options.resume = resume
             options.chunkRows = chunkRows
 
+            // SIGINT and SIGTERM from here on stop the copy in order (rolled back, then ended by the signal).
+            let stop = SignalStop(doing: "the copy")
+            defer { stop.finish() }
             let registry = Ferry.registry
             let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry, passwords: passwordFiles)
             let session = try CopySession(source: sourceEndpoint, target: targetEndpoint, registry: registry)
@@ -173,7 +176,8 @@ extension Ferry {
                 Console.error("ferry: nothing to copy: no tables matched in \(session.source.endpoint)")
             }
             let progress = ProgressReporter(quiet: quiet || output.json && isatty(2) == 0)
-            let summary = session.run(plan, options: options, progress: progress)
+            let summary = session.run(plan, options: options, progress: progress, cancellation: stop.cancellation)
+            stop.finish()
             if output.json {
                 struct Out: Encodable {
                     var ok: Bool
@@ -226,11 +230,17 @@ extension Ferry {
                 try Verify.exit(for: report)
             }
             if !failures.isEmpty {
-                if quiet || output.json {
-                    for f in failures { Console.error("ferry: error: \(f.error ?? "failed")") }
-                }
-                throw FerryError.someTablesFailed(count: failures.count, total: summary.tables.count)
+                try Self.fail(failures, of: summary.tables.count, quiet: quiet || output.json)
             }
+        }
+
+        /// Ends a copy whose tables failed: one line for the one table of a copy (quiet: its
+        /// message is the error), else each table's line (quiet; the progress said them
+        /// otherwise) and the count.
+        static func fail(_ failures: [CopySummary.Table], of total: Int, quiet: Bool) throws {
+            if total == 1, let only = failures.first, quiet { throw FerryError.tableFailed(only.error ?? "\(only.source) failed") }
+            if quiet { for f in failures { Console.error("ferry: error: \(f.error ?? "failed")") } }
+            throw FerryError.someTablesFailed(count: failures.count, total: total)
         }
 
         func render(_ plan: CopyPlan) -> String {

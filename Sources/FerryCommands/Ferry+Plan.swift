@@ -222,8 +222,7 @@ extension Ferry.Copy {
         }
         let failures = summary.tables.filter { $0.status != .ok }
         if !failures.isEmpty {
-            if quiet || output.json { for f in failures { Console.error("ferry: error: \(f.error ?? "failed")") } }
-            throw FerryError.someTablesFailed(count: failures.count, total: summary.tables.count)
+            try Ferry.Copy.fail(failures, of: summary.tables.count, quiet: quiet || output.json)
         }
     }
 

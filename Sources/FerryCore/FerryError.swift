@@ -43,6 +43,8 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
     case copyFailed(table: TableName, endpoint: String, reason: String)
     /// Several tables failed; each reason is one line.
     case someTablesFailed(count: Int, total: Int)
+    /// The one table a command worked on failed: its own one-line message (what, where, what to do).
+    case tableFailed(String)
     /// The caller cancelled (a `Cancellation`, a cancelled Swift task).
     case cancelled
     /// A step the state of a database or a plan does not allow yet (units missing, a snapshot
@@ -64,7 +66,7 @@ public enum FerryError: Error, Sendable, Equatable, CustomStringConvertible {
         case let .unknownScheme(scheme, known, hint):
             return "unknown URL scheme '\(scheme):': Ferry knows \(known.map { $0 + ":" }.joined(separator: ", ")) (e.g. sqlite:path/to/file.db)"
                 + (hint.map { "; \($0)" } ?? "")
-        case let .invalidOption(message), let .notReady(message):
+        case let .invalidOption(message), let .notReady(message), let .tableFailed(message):
             return message
         case let .connectionFailed(endpoint, reason):
             return "cannot open \(endpoint): \(reason)"

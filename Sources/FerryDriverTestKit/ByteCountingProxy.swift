@@ -28,25 +28,35 @@ public final class ByteCountingProxy: @unchecked Sendable {  // the counters are
     public init(host: String, port: Int) throws {
         upstreamHost = host
         upstreamPort = port
+        (listener, self.port) = try Self.listenOnLoopback()
+        let relay = self
+        Thread.detachNewThread { relay.acceptLoop() }
+    }
+
+    /// A socket listening on a free port of 127.0.0.1, and that port (relays of the tests).
+    public static func listenOnLoopback() throws -> (socket: Int32, port: Int) {
         let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw ConformanceFailure("the byte-counting relay could not open a socket") }
+        guard fd >= 0 else { throw ConformanceFailure("a relay could not open a socket") }
         var one: Int32 = 1
         setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = 0
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var addr = loopback(port: 0)
         let bound = withUnsafePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) } }
         guard bound == 0, listen(fd, 64) == 0 else {
             close(fd)
-            throw ConformanceFailure("the byte-counting relay could not listen on loopback")
+            throw ConformanceFailure("a relay could not listen on loopback")
         }
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &addr) { $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) } }
-        listener = fd
-        self.port = Int(UInt16(bigEndian: addr.sin_port))
-        let relay = self
-        Thread.detachNewThread { relay.acceptLoop() }
+        return (fd, Int(UInt16(bigEndian: addr.sin_port)))
+    }
+
+    /// 127.0.0.1:`port` as a socket address.
+    public static func loopback(port: Int) -> sockaddr_in {
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = UInt16(port).bigEndian
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return addr
     }
 
     /// `url` with its host and port replaced by the relay's.

@@ -53,6 +53,14 @@ public struct ServiceError: Error, Sendable {
             message: "the database is busy: another session holds a lock this request needs (a long write, or on SQLite a read snapshot a client left open, which ends after the idle limit); nothing was changed; try again shortly",
             detail: detail)
     }
+    /// The served database could not be reached (down, restarting, refusing connections): the
+    /// client may try again; nothing was changed.
+    public static func unavailable(_ detail: String, table: TableName?) -> ServiceError {
+        ServiceError(
+            status: 503, code: "unavailable", table: table?.description,
+            message: "the service cannot reach its database now (it may be restarting); nothing was changed; try again shortly",
+            detail: detail)
+    }
     public static func tooLarge(_ limit: Int) -> ServiceError {
         ServiceError(status: 413, code: "too_large", message: "the request body is larger than \(limit) bytes; send smaller batches")
     }
@@ -77,6 +85,7 @@ public struct ServiceError: Error, Sendable {
             case .readOnlyTarget: return ServiceError(status: 403, code: "read_only", table: table?.description, message: e.description)
             case .keysMerged: return ServiceError(status: 409, code: "conflict", table: table?.description, message: e.description)
             case .invalidOption: return .badRequest(e.description, table: table?.description)
+            case .connectionFailed, .connectionLost: return .unavailable(e.description, table: table)
             default: return .internalFailure(e.description, table: table)
             }
         }

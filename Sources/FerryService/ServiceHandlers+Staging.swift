@@ -7,6 +7,13 @@ import Foundation
 extension ServiceHandlers {
     /// Moves every row of a staging table into its target in one transaction, then drops
     /// the staging table: how the http driver appends without leaving half a load behind.
+    /// The connection that reads staging tables while `c` writes: a second one, except where a
+    /// reader holds a lock the writer needs to spill its cache or commit (a SQLite file in a
+    /// rollback journal: the two would wait for each other for ever), where `c` reads them itself.
+    func readingConnection(beside c: any Connection) throws -> (connection: any Connection, separate: Bool) {
+        c.heldSnapshotsBlockWriters ? (c, false) : (try open(write: false), true)
+    }
+
     func merge(_ r: ServiceRequest) async throws -> ServiceResponse {
         let stagingTable = try r.table()
         let into = try Self.into(r, for: "merge")
@@ -20,15 +27,15 @@ extension ServiceHandlers {
             defer { c.close() }
             // A second connection reads the (committed) staging table while the first writes:
             // batches stream through, memory stays flat whatever the size of the load.
-            let r = try open(write: false)
-            defer { r.close() }
+            let r = try readingConnection(beside: c)
+            defer { if r.separate { r.connection.close() } }
             let from = try served(stagingTable, in: c)
             let to = try served(into, in: c)
             let schema = try c.describe(from, rowEstimate: false)
             let target = try c.describe(to, rowEstimate: false)
             return try Self.transaction(c) {
                 let columns = movedColumns(schema.columns)
-                let reader = try r.reader(table: schema, columns: columns, keyRange: nil, batchSize: 10_000)
+                let reader = try r.connection.reader(table: schema, columns: columns, keyRange: nil, batchSize: 10_000)
                 let writer = try c.writer(into: target, columns: columns)
                 var n = 0
                 do {
@@ -98,8 +105,8 @@ extension ServiceHandlers {
             let c = try open(write: true)
             defer { c.close() }
             // A second connection reads the (committed) staging tables while the first writes.
-            let r = try open(write: false)
-            defer { r.close() }
+            let r = try readingConnection(beside: c)
+            defer { if r.separate { r.connection.close() } }
             let t = try served(name, in: c)
             let schema = try c.describe(t, rowEstimate: false)
             let key = keyNames.isEmpty ? (schema.preferredKey?.columns ?? []) : keyNames
@@ -119,7 +126,7 @@ extension ServiceHandlers {
                     guard let col = schema.column(named: s.name) else { throw FerryError.columnNotFound(table: t, column: s.name) }
                     return Column(name: col.name, nativeType: col.nativeType, logicalType: s.logicalType, isNullable: true)
                 })
-                let reader = try r.reader(table: staging, columns: movedColumns(staging.columns), keyRange: nil, batchSize: 10_000)
+                let reader = try r.connection.reader(table: staging, columns: movedColumns(staging.columns), keyRange: nil, batchSize: 10_000)
                 defer { reader.close() }
                 while let batch = try reader.next() {
                     do {
@@ -140,17 +147,32 @@ extension ServiceHandlers {
             }
             // Made before the transaction: on MySQL a CREATE TABLE commits.
             let marks = try watermark.map { _ in try Watermarks.schema(c) }
+            // Where `c` reads the staging tables itself (SQLite in a rollback journal), nothing
+            // is read while it writes: the keys to delete are read first, the upserts move
+            // inside the database (`moveRows`, which drops their staging table).
+            var deleteBatches: [(RowBatch, [Column])] = []
+            if !r.separate, let d = staged[0] { try each(d) { batch, columns in deleteBatches.append((batch, columns)) } }
             let applied = try Self.transaction(c) { () -> MergeCounts in
                 var counts = MergeCounts()
                 // Deletes first: a row going away may free a unique value an upsert takes.
                 if let d = staged[0] {
-                    try each(d) { batch, columns in
-                        counts.deleted += Int64(try c.deleteRows(from: schema, key: columns, keys: batch))
+                    if r.separate {
+                        try each(d) { batch, columns in
+                            counts.deleted += Int64(try c.deleteRows(from: schema, key: columns, keys: batch))
+                        }
+                    } else {
+                        for (batch, columns) in deleteBatches { counts.deleted += Int64(try c.deleteRows(from: schema, key: columns, keys: batch)) }
                     }
                 }
                 if let u = staged[1] {
-                    try each(u) { batch, columns in
-                        counts = counts + (try c.mergeRows(into: schema, columns: columns, key: key, rows: batch))
+                    if r.separate {
+                        try each(u) { batch, columns in
+                            counts = counts + (try c.mergeRows(into: schema, columns: columns, key: key, rows: batch))
+                        }
+                    } else {
+                        for col in u.columns where schema.column(named: col.name) == nil { throw FerryError.columnNotFound(table: t, column: col.name) }
+                        let moved = try c.moveRows(from: u.name, into: schema, columns: movedColumns(u.columns), key: key)
+                        counts = counts + (moved ?? MergeCounts())
                     }
                 }
                 if let expect {
@@ -176,7 +198,7 @@ extension ServiceHandlers {
             // left behind by a failure here is dropped by the next load that stages.
             for s in staged.compactMap({ $0 }) {
                 staging.forget(s.name)
-                do { try Self.transaction(c) { try c.dropTable(s.name) } } catch {
+                do { if try c.tableExists(s.name) { try Self.transaction(c) { try c.dropTable(s.name) } } } catch {
                     logger.warning("could not drop staging table \(s.name): \(error)")
                 }
             }

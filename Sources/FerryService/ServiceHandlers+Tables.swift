@@ -67,7 +67,16 @@ extension ServiceHandlers {
             // Recorded first: a sweep never takes a staging table being made for one no longer used.
             if Self.isStaging(schema.name) { staging.record(schema.name, principal) }
             do {
-                if StagingOwners.isTransient(schema.name) { try StagingJanitor.lease(schema.name, on: c) }
+                if StagingOwners.isTransient(schema.name) {
+                    try StagingJanitor.lease(schema.name, on: c)
+                } else if StagingOwners.outlivesARun(schema.name) {
+                    // A create's or replace's staging table: leased so that a sweep may drop it once
+                    // abandoned; where the lease cannot be written (a store with one writer at a
+                    // time, busy) the load goes on, and only its own rerun removes it if it dies.
+                    do { try StagingJanitor.lease(schema.name, on: c) } catch {
+                        r.logger.notice("staging table \(schema.name) not leased: \(error)")
+                    }
+                }
                 try Self.transaction(c) { _ = try c.createTable(schema, named: schema.name) }
             } catch {
                 if !c.dialect.supportsTransactionalDDL { try? c.dropTable(schema.name) }

@@ -255,6 +255,10 @@ final class StagingOwners: Sendable {
     static func isTransient(_ table: TableName) -> Bool {
         ["append_", "upsert_", "delete_", "replica_"].contains { table.name.hasPrefix(CopyEngine.internalPrefix + $0) }
     }
+    /// The staging tables the service leases and its janitor drops once abandoned: the transient
+    /// ones, and a create's or replace's `_ferry_load_…` (kept while `_ferry_loads` records it:
+    /// a resumable load waits for `--resume`).
+    static func isSwept(_ table: TableName) -> Bool { isTransient(table) || outlivesARun(table) }
 
     /// When each transient staging table of this service was last used, and the requests
     /// writing into it now (a table being written is never idle, however long the request).
@@ -263,7 +267,7 @@ final class StagingOwners: Sendable {
 
     /// A request writes into `table` until `done` (touched at both ends).
     func writes(into table: TableName) -> @Sendable () -> Void {
-        guard Self.isTransient(table) else { return {} }
+        guard Self.isSwept(table) else { return {} }
         writing.withLock { $0[table, default: 0] += 1 }
         return { [self] in
             writing.withLock { w in
@@ -276,7 +280,7 @@ final class StagingOwners: Sendable {
 
     func record(_ table: TableName, _ principal: RequestPrincipal) {
         owners.withLock { $0[table] = principal.identity }
-        if Self.isTransient(table) { used.withLock { $0[table] = Date() } }
+        if Self.isSwept(table) { used.withLock { $0[table] = Date() } }
         // Only a write token's: a manage token may use any staging table anyway.
         if Self.outlivesARun(table), principal.scope < .manage, let save = store.withLock({ $0?.save }) { save(table, principal.identity) }
     }

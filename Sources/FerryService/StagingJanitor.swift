@@ -11,7 +11,8 @@ import Logging
 /// - its own tables unused for `stagingIdleSeconds` (their client is gone), and
 /// - any service's tables whose lease expired: a process of this machine that no longer exists
 ///   (a killed or restarted `ferry serve`), or no heartbeat for `leaseSeconds`.
-/// Resumable loads' staging tables (`_ferry_load_…`) are never touched: they wait for `--resume`.
+/// A create's or replace's `_ferry_load_…` is swept the same way unless `_ferry_loads` records
+/// it: a resumable load's staging table waits for `--resume`.
 final class StagingJanitor: @unchecked Sendable {
     /// Seconds a lease lasts without a heartbeat (a service renews every sweep).
     static let leaseSeconds: Int64 = 300
@@ -59,7 +60,7 @@ final class StagingJanitor: @unchecked Sendable {
             })
             for lease in try LoadLeases.all(c, schema) {
                 let t = TableName(parsing: lease.staging)
-                guard StagingOwners.isTransient(t), !mine.contains(t) else { continue }
+                guard StagingOwners.isSwept(t), !mine.contains(t) else { continue }
                 // Ours and no longer in use: merged, applied or dropped (or its drop failed).
                 let ours = lease.owner == LoadOwner.current.stored
                 guard ours || !lease.isLive() else { continue }
@@ -75,10 +76,19 @@ final class StagingJanitor: @unchecked Sendable {
     }
 
     private func drop(_ t: TableName, _ c: any Connection, _ schema: TableSchema, why: String) throws {
+        // A resumable load's staging table stays for `--resume` (its lease goes: the next run that
+        // writes into it holds it again).
+        if StagingOwners.outlivesARun(t), try c.tableExists(LoadProgress.table),
+           try LoadProgress.read(c, try LoadProgress.schema(c), staging: t) != nil {
+            try ServiceHandlers.transaction(c) { try LoadLeases.release(c, schema, staging: t) }
+            return
+        }
         if try c.tableExists(t) {
             try ServiceHandlers.transaction(c) { try c.dropTable(t) }
             logger.notice("dropped the staging table \(t) (\(why))")
         }
+        // Its owner goes with it (for a write token's load, the record in the served database too).
+        handlers?.staging.forget(t)
         try ServiceHandlers.transaction(c) { try LoadLeases.release(c, schema, staging: t) }
     }
 }

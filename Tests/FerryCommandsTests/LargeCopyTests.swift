@@ -259,6 +259,13 @@ final class LargeCopyTests: XCTestCase {
         }
         XCTAssertEqual(try call("POST", "v1/tables", mine, body: schema), "201")
         XCTAssertEqual(try call("POST", "v1/tables/_ferry_load_0123abcd_t/rows", mine, body: "<rows><r><v>1</v></r></rows>"), "200")
+        // A resumable load's record (else the restarted service's sweep drops the table its dead
+        // predecessor leased: a load no `--resume` could continue).
+        _ = try db.query("""
+            CREATE TABLE IF NOT EXISTS _ferry_loads (staging text PRIMARY KEY, target text NOT NULL, fingerprint text NOT NULL,
+              after_key text NOT NULL, rows_loaded bigint NOT NULL, source text NOT NULL, started_at text NOT NULL);
+            INSERT INTO _ferry_loads VALUES ('_ferry_load_0123abcd_t', 't', 'f', '', 1, 'test', '2026-11-28T00:00:00Z');
+            """)
         try served.crash()
         XCTAssertEqual(try call("POST", "v1/tables/_ferry_load_0123abcd_t/rows", theirs, body: "<rows><r><v>2</v></r></rows>"), "403")
         XCTAssertEqual(try call("POST", "v1/tables/_ferry_load_0123abcd_t/rows", mine, body: "<rows><r><v>3</v></r></rows>"), "200")

@@ -176,6 +176,18 @@ final class ReplicateKillTests: XCTestCase {
                (SELECT count(*) FROM child c WHERE NOT EXISTS (SELECT 1 FROM parent p WHERE p.id = c.parent_id));
         """
 
+    /// The last lines of every log the service wrote (one per start), for a failure's message.
+    func serviceLogs(_ service: ServedDatabase?) -> String {
+        guard let service else { return "" }
+        let folder = (service.log as NSString).deletingLastPathComponent
+        let name = (service.log as NSString).lastPathComponent
+        let files = ((try? FileManager.default.contentsOfDirectory(atPath: folder)) ?? []).filter { $0.hasPrefix(name) }.sorted()
+        return files.map { file -> String in
+            let text = (try? String(contentsOfFile: folder + "/" + file, encoding: .utf8)) ?? ""
+            return "\n--- \(file):\n" + text.split(separator: "\n").suffix(30).joined(separator: "\n")
+        }.joined()
+    }
+
     func crash(_ server: String) throws {
         _ = try ExternalTool.run([Self.services, "crash", server], input: "")
     }
@@ -258,7 +270,7 @@ final class ReplicateKillTests: XCTestCase {
         }
         // Caught up: everything the source committed, nothing twice.
         let last = try ferry(["replicate", source.url, target.url, "--until-caught-up", "-q"])
-        XCTAssertEqual(last.code, 0, last.err)
+        XCTAssertEqual(last.code, 0, last.err + serviceLogs(source.service ?? target.service))
         let verify = try ferry(["verify", source.url, target.url])
         XCTAssertEqual(verify.code, 0, "seed \(seed): " + verify.out + verify.err)
         let final = try target.run(Self.invariant).split(whereSeparator: { $0 == "|" || $0 == "\t" || $0.isWhitespace }).map(String.init)

@@ -103,6 +103,7 @@ extension CopyEngine {
                     reason: "another Ferry is loading \(table.target) into \(staging.name) (\(held.lease.describeOwner())): wait for it to finish, or stop it and run again")
             }
         }
+        if let leases { sweepAbandoned(table, except: staging, leases: leases, progressSchema: { progressSchema }, target: target, progress: progress) }
         var resume = options.resume
         if resume, Self.resumeKey(table) == nil {
             resume = false
@@ -160,6 +161,31 @@ extension CopyEngine {
                                                             owner: LoadOwner.current.stored, heartbeat: 0, seconds: LoadLeases.defaultSeconds))
         }
         return load
+    }
+
+    /// Drops the staging tables other loads of the same target table left when they died (an
+    /// expired lease, its owner gone): another source or mode names its staging table
+    /// differently, so a rerun of this unit alone would never find them. A load with a progress
+    /// record is kept for its own `--resume` (and named); a live one is not touched.
+    func sweepAbandoned(
+        _ table: TablePlan, except staging: TableName, leases: TableSchema, progressSchema: () throws -> TableSchema, target: any Connection,
+        progress: ProgressReporter
+    ) {
+        guard let rows = try? LoadLeases.all(target, leases) else { return }
+        for lease in rows where lease.target == table.target.description && lease.staging != staging.description && !lease.isLive() {
+            let other = TableName(parsing: lease.staging)
+            do {
+                if try target.tableExists(LoadProgress.table), let record = try LoadProgress.read(target, try progressSchema(), staging: other) {
+                    progress.note("note: \(table.target): \(other.name) holds an unfinished resumable load (\(record.rows) rows, started \(record.startedAt)); its own copy with --resume continues it")
+                    continue
+                }
+                if try target.tableExists(other) { try target.dropTable(other) }
+                try LoadLeases.release(target, leases, staging: other)
+                progress.note("note: \(table.target): removed the staging table \(other.name) a load left when it stopped (\(lease.describeOwner()))")
+            } catch {
+                progress.note("warning: \(table.target): could not remove the staging table \(other.name) an earlier load left: \(error)")
+            }
+        }
     }
 
     /// Removes the rows of `staging` past `key`: where a chunk's rows and its record commit in

@@ -16,6 +16,13 @@ extension CopyEngine {
         var merging = false
         progress.started(label, estimate: table.sourceSchema.rowEstimate)
         do {
+            if table.staging == nil, target.keepsLoadState, (try? target.tableExists(LoadLeases.table)) == true {
+                // A write without a staging table of its own (upsert, mirror, an append) still
+                // drops what killed loads of this table left (never making Ferry's tables for it).
+                if let leases = try? LoadLeases.schema(target) {
+                    sweepAbandoned(table, except: TableName(""), leases: leases, progressSchema: { try LoadProgress.schema(target) }, target: target, progress: progress)
+                }
+            }
             if let staging = table.staging {
                 // Claimed (or resumed, or an expired one cleaned up) before the table's transaction.
                 staged = try claimStaging(table, staging: staging, target: target, options: options, mode: mode, progress: progress)

@@ -1,0 +1,151 @@
+import FerryCore
+import FerryDriverTestKit
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// A TCP relay on loopback in front of a server (PostgreSQL, MariaDB, `ferry serve`) that passes
+/// bytes through until armed, then cuts every connection it carries once a chosen number of
+/// bytes has gone one way: a connection broken at a random byte offset, in either direction.
+final class FaultRelay: @unchecked Sendable {  // its state is Locked; the listener is closed once, in stop()
+    enum Direction: String, CaseIterable { case toServer = "to the server", fromServer = "from the server" }
+
+    let port: Int
+    let upstreamPort: Int
+    private let listener: Int32
+    private struct State {
+        var counted: [Direction: Int64] = [.toServer: 0, .fromServer: 0]
+        var cut: (Direction, Int64)?
+        var fired = false
+        var sockets: Set<Int32> = []
+        var stopped = false
+    }
+    private let state = Locked(State())
+
+    init(upstreamPort: Int) throws {
+        self.upstreamPort = upstreamPort
+        (listener, port) = try ByteCountingProxy.listenOnLoopback()
+        let relay = self
+        Thread.detachNewThread { relay.acceptLoop() }
+    }
+
+    /// Counts from zero again and cuts every connection once `offset` bytes have gone `direction`.
+    func arm(_ direction: Direction, at offset: Int64) {
+        state.withLock {
+            $0.counted = [.toServer: 0, .fromServer: 0]
+            $0.cut = (direction, offset)
+            $0.fired = false
+        }
+    }
+
+    /// Counts from zero again, passing everything.
+    func disarm() {
+        state.withLock {
+            $0.counted = [.toServer: 0, .fromServer: 0]
+            $0.cut = nil
+            $0.fired = false
+        }
+    }
+
+    /// Whether the armed cut happened, and the bytes counted each way since `arm`/`disarm`.
+    var fired: Bool { state.withLock { $0.fired } }
+    func counted(_ d: Direction) -> Int64 { state.withLock { $0.counted[d] ?? 0 } }
+
+    func stop() {
+        let sockets = state.withLock { s -> Set<Int32> in
+            s.stopped = true
+            return s.sockets
+        }
+        for fd in sockets { shutdown(fd, Int32(SHUT_RDWR)) }
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    private func acceptLoop() {
+        while true {
+            let client = accept(listener, nil, nil)
+            if client < 0 {
+                if errno == EINTR { continue }
+                return
+            }
+            let server = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+            var addr = ByteCountingProxy.loopback(port: upstreamPort)
+            let connected = withUnsafePointer(to: &addr) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(server, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            }
+            guard server >= 0, connected == 0 else {
+                close(client)
+                if server >= 0 { close(server) }
+                continue
+            }
+            let stopped = state.withLock { s -> Bool in
+                s.sockets.insert(client)
+                s.sockets.insert(server)
+                return s.stopped
+            }
+            if stopped {
+                close(client)
+                close(server)
+                return
+            }
+            let relay = self
+            let done = Locked(0)
+            for (from, to, d) in [(client, server, Direction.toServer), (server, client, Direction.fromServer)] {
+                Thread.detachNewThread {
+                    relay.pump(from: from, to: to, direction: d)
+                    // Both pumps ended: the sockets are closed once.
+                    if done.withLock({ $0 += 1; return $0 }) == 2 {
+                        relay.state.withLock { $0.sockets.remove(client); $0.sockets.remove(server) }
+                        close(client)
+                        close(server)
+                    }
+                }
+            }
+        }
+    }
+
+    private func pump(from: Int32, to: Int32, direction: Direction) {
+        var buffer = [UInt8](repeating: 0, count: 16384)
+        while true {
+            let n = buffer.withUnsafeMutableBytes { read(from, $0.baseAddress, $0.count) }
+            if n < 0 && errno == EINTR { continue }
+            guard n > 0 else { break }
+            // How much of this chunk may pass before an armed cut.
+            let (pass, cutNow) = state.withLock { s -> (Int, Bool) in
+                let before = s.counted[direction] ?? 0
+                if let (d, offset) = s.cut, d == direction, !s.fired, before + Int64(n) >= offset {
+                    s.fired = true
+                    s.counted[direction] = offset
+                    return (Int(max(0, offset - before)), true)
+                }
+                s.counted[direction] = before + Int64(n)
+                return (n, false)
+            }
+            var sent = 0
+            while sent < pass {
+                let w = buffer.withUnsafeBytes { raw -> Int in
+                    guard let base = raw.baseAddress else { return -1 }
+                    return write(to, base + sent, pass - sent)
+                }
+                if w < 0 && errno == EINTR { continue }
+                guard w > 0 else { break }
+                sent += w
+            }
+            if cutNow {
+                // Every connection the relay carries goes down at once, both ways.
+                let all = state.withLock { $0.sockets }
+                for fd in all { shutdown(fd, Int32(SHUT_RDWR)) }
+                break
+            }
+            if sent < pass { break }
+        }
+        shutdown(to, Int32(SHUT_WR))
+        shutdown(from, Int32(SHUT_RD))
+    }
+}
+
+struct ChaosFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}

@@ -1,0 +1,143 @@
+// ferry-chaos: the failure-injection suite (issue 32). Copies in every mode between every
+// engine (SQLite, PostgreSQL, MariaDB, `ferry serve`, a driver plugin), each broken at a random
+// moment in one of the ways of `Fault`, and each outcome checked: how ferry ended, what the
+// target holds (as before, or the copy's result; never anything else), and that nothing is left
+// behind. Run it through scripts/chaos, which starts the servers it kills.
+import FerryCore
+import FerryDriverTestKit
+import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct ChaosOptions {
+    var runs = 30
+    var seed = UInt64.random(in: 1...1_000_000)
+    var rows = 200_000
+    var products = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+    var root = TestDatabases.packageRoot()
+    var verbose = false
+    var keep = false
+    var report: String?
+    var minutes: Double?
+
+    static let usage = """
+        usage: ferry-chaos [--runs N] [--seed S] [--rows N] [--products DIR] [--report FILE] [--minutes M] [--verbose] [--keep]
+          --runs N        runs whose fault landed while ferry ran (default 30; at most 3N runs in all)
+          --seed S        replay a run exactly (printed at the start)
+          --rows N        rows in the copied table (default 200000)
+          --products DIR  the folder of ferry and ferry-driver-sqlitekit (default: this program's)
+          --report FILE   also write the table of cases and outcomes (Markdown) to FILE
+          --minutes M     start no run after M minutes (the report covers the runs made)
+          --verbose       one line per run
+          --keep          keep the suite's folder (files, logs) after the run
+        Needs FERRY_TEST_POSTGRES_URL, FERRY_TEST_MYSQL_URL and FERRY_TEST_STATE (scripts/chaos sets them).
+        """
+
+    init(_ args: [String]) throws {
+        var i = 0
+        func value() throws -> String {
+            i += 1
+            guard i < args.count else { throw ChaosFailure("\(args[i - 1]) needs a value\n\(Self.usage)") }
+            return args[i]
+        }
+        while i < args.count {
+            switch args[i] {
+            case "--runs":
+                guard let n = Int(try value()), n >= 1 else { throw ChaosFailure("--runs takes a number of runs, at least 1") }
+                runs = n
+            case "--seed":
+                guard let n = UInt64(try value()) else { throw ChaosFailure("--seed takes a whole number") }
+                seed = n
+            case "--rows":
+                guard let n = Int(try value()), n >= 1000 else { throw ChaosFailure("--rows takes a number of rows, at least 1000") }
+                rows = n
+            case "--products": products = URL(fileURLWithPath: try value())
+            case "--report": report = try value()
+            case "--minutes":
+                guard let m = Double(try value()), m > 0 else { throw ChaosFailure("--minutes takes a positive number") }
+                minutes = m
+            case "--verbose", "-v": verbose = true
+            case "--keep": keep = true
+            case "-h", "--help":
+                say(Self.usage)
+                exit(0)
+            default: throw ChaosFailure("unknown option \(args[i])\n\(Self.usage)")
+            }
+            i += 1
+        }
+    }
+}
+
+/// The table of cases × outcomes, and the paths the runs took.
+func report(_ records: [RunRecord], options: ChaosOptions, seconds: Double) -> String {
+    let outcomes = Array(Set(records.map(\.outcome))).sorted()
+    var lines = [
+        "ferry-chaos: \(records.count) runs (\(records.filter(\.injected).count) with the fault injected while ferry ran), seed \(options.seed), \(options.rows) rows, \(Int(seconds)) s",
+        "",
+        "| fault | runs | injected | " + outcomes.joined(separator: " | ") + " |",
+        "|---|---:|---:|" + String(repeating: "---:|", count: outcomes.count),
+    ]
+    for fault in Fault.allCases {
+        let rs = records.filter { $0.fault == fault }
+        guard !rs.isEmpty else { continue }
+        let cells = outcomes.map { o in String(rs.filter { $0.outcome == o }.count) }
+        lines.append("| \(fault.rawValue) | \(rs.count) | \(rs.filter(\.injected).count) | " + cells.joined(separator: " | ") + " |")
+    }
+    let targets = Array(Set(records.map(\.target))).sorted()
+    let sources = Array(Set(records.map(\.source))).sorted()
+    lines += ["", "Injected runs by path (source → target):", "", "| source \\ target | " + targets.joined(separator: " | ") + " |",
+              "|---|" + String(repeating: "---:|", count: targets.count)]
+    for s in sources {
+        lines.append("| \(s) | " + targets.map { t in String(records.filter { $0.source == s && $0.target == t && $0.injected }.count) }.joined(separator: " | ") + " |")
+    }
+    let modes = Array(Set(records.map(\.mode))).sorted()
+    lines += ["", "Runs by mode: " + modes.map { m in "\(m) \(records.filter { $0.mode == m }.count)" }.joined(separator: ", ")]
+    let bad = records.filter { !$0.problems.isEmpty }
+    lines += ["", bad.isEmpty ? "No damaged target, lost or doubled row, bad exit, hang or leftover." : "\(bad.count) runs with problems:"]
+    for r in bad {
+        lines.append("- run \(r.index): \(r.source) -> \(r.target), \(r.mode) \(r.dataset.rawValue) onto \(r.before.map(\.rawValue) ?? "no table"), \(r.fault.rawValue) at \(String(format: "%.2f", r.delay)) s: \(r.problems.joined(separator: "; "))")
+    }
+    return lines.joined(separator: "\n")
+}
+
+/// A line on stdout, unbuffered (the runner's output goes to pipes and logs).
+func say(_ text: String) { FileHandle.standardOutput.write(Data((text + "\n").utf8)) }
+
+signal(SIGPIPE, SIG_IGN)
+do {
+    let options = try ChaosOptions(Array(CommandLine.arguments.dropFirst()))
+    let started = Date()
+    let chaos = try Chaos(options: options)
+    say("ferry-chaos: seed \(options.seed), \(options.runs) runs, \(options.rows) rows; folder \(chaos.folder)")
+    var failed = true
+    defer { chaos.tearDown(keepFiles: options.keep || failed) }
+    try chaos.setUp()
+    say("ferry-chaos: set up in \(Int(Date().timeIntervalSince(started))) s")
+    // Until `runs` faults landed while ferry ran (a fault aimed past the copy's end misses).
+    var injected = 0
+    var i = 0
+    while injected < options.runs && i < options.runs * 3 {
+        if let m = options.minutes, Date().timeIntervalSince(started) > m * 60 {
+            say("ferry-chaos: \(Int(m)) minutes are up after \(i) runs (\(injected) injected)")
+            break
+        }
+        if try chaos.runOnce(i) { injected += 1 }
+        i += 1
+        if !options.verbose && i % 25 == 0 {
+            say("ferry-chaos: \(i) runs, \(injected) injected, \(chaos.records.filter { !$0.problems.isEmpty }.count) with problems")
+        }
+    }
+    let text = report(chaos.records, options: options, seconds: Date().timeIntervalSince(started))
+    say(text)
+    if let file = options.report { try Data((text + "\n").utf8).write(to: URL(fileURLWithPath: file)) }
+    failed = chaos.records.contains { !$0.problems.isEmpty }
+    if failed {
+        say("ferry-chaos: FAILED (replay with --seed \(options.seed) --runs \(options.runs) --rows \(options.rows)); files kept in \(chaos.folder)")
+        chaos.tearDown(keepFiles: true)
+        exit(1)
+    }
+} catch {
+    FileHandle.standardError.write(Data("ferry-chaos: error: \(error)\n".utf8))
+    exit(2)
+}
