@@ -18,7 +18,8 @@ public enum ExitStatus: Int32, CaseIterable, Sendable {
     /// One line per code, for help texts.
     public static let table = """
         Exit codes: 0 ok; 1 failed; 2 usage error; 3 finished with differences
-        (verify), conflicts or rejected rows.
+        (verify), conflicts or rejected rows; 130/143 stopped by SIGINT/SIGTERM
+        (a copy rolls back first). docs/errors.md lists every error line.
         """
 
     var exitCode: ExitCode { ExitCode(rawValue) }
@@ -76,11 +77,20 @@ final class SignalStop: @unchecked Sendable {  // `received` is Locked; the sour
     }
 
     /// After the work returned: if a signal stopped it, says so and ends the process by that
-    /// signal (its default action), else keeps the default handling from here on.
-    func finish() {
+    /// signal (its default action), else keeps the default handling from here on. `workDone`:
+    /// everything was committed before the signal could stop it — it stands, and the command
+    /// goes on as if none had come.
+    func finish(workDone: Bool = false) {
         signals?.cancel()
         signals = nil
-        guard let sig = received.withLock({ $0 }) else {
+        let received = self.received.withLock { r -> Int32? in
+            defer { if workDone { r = nil } }
+            return r
+        }
+        if let sig = received, workDone {
+            Console.error("ferry: \(sig == SIGINT ? "SIGINT" : "SIGTERM") came after \(what) had committed everything: it stands")
+        }
+        guard let sig = received, !workDone else {
             signal(SIGINT, SIG_DFL)
             signal(SIGTERM, SIG_DFL)
             return

@@ -177,7 +177,10 @@ extension Ferry {
             }
             let progress = ProgressReporter(quiet: quiet || output.json && isatty(2) == 0)
             let summary = session.run(plan, options: options, progress: progress, cancellation: stop.cancellation)
-            stop.finish()
+            // Every table committed before a signal could stop it (and no foreign key was left
+            // to add after them, which a stop skips): the copy stands.
+            let foreignKeysLeft = plan.tables.contains { !($0.objects?.foreignKeys.isEmpty ?? true) }
+            stop.finish(workDone: summary.ok && !foreignKeysLeft)
             if output.json {
                 struct Out: Encodable {
                     var ok: Bool

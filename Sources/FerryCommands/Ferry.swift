@@ -141,11 +141,13 @@ struct DriverSettings: ParsableArguments {
         valueName: "scheme"))
     var allowPlugin: [String] = []
 
-    @Option(name: .long, help: ArgumentHelp("Seconds to wait for a connection or an answer (driver plugins: the handshake and each answer).", valueName: "seconds"))
-    var timeout: Double = 300
+    @Option(name: .long, help: ArgumentHelp(
+        "Seconds a wait for the other side may last: a database's answer or next rows, room to send, a service's answer, a driver plugin's handshake and answers. A stalled connection fails after it (default: databases as long as they take, services and plugins 300).",
+        valueName: "seconds"))
+    var timeout: Double?
 
     func validate() throws {
-        guard timeout > 0 else { throw ValidationError("--timeout must be a positive number of seconds") }
+        if let timeout { guard timeout > 0 else { throw ValidationError("--timeout must be a positive number of seconds") } }
     }
 
     enum ZeroDates: String, ExpressibleByArgument, CaseIterable {
@@ -158,6 +160,7 @@ struct DriverSettings: ParsableArguments {
         var values: [String: String] = [:]
         if let tokenFile { values["token-file"] = tokenFile }
         if let caFile { values["ca-file"] = caFile }
+        if let timeout { values["timeout"] = String(timeout) }
         if zeroDates == .null { values["zero-dates"] = "null" }
         var endpoint = try registry.applying(values, to: Endpoint(parsing: url))
         if endpoint.password == nil, let file = passwordFile ?? self.passwordFile {

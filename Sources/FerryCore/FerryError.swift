@@ -5,6 +5,14 @@ public protocol DatabaseBusyError: Error {
     var isBusy: Bool { get }
 }
 
+/// A driver's error that says the database had no room to write: its disk is full, or a file
+/// size or quota limit was reached (SQLite's `SQLITE_FULL`, `EFBIG`, `ENOSPC`; PostgreSQL's
+/// disk_full; MySQL's disk or table full). The service answers it with 507: the request may
+/// succeed once space is freed, and nothing was changed.
+public protocol DatabaseFullError: Error {
+    var isFull: Bool { get }
+}
+
 /// What can go wrong in Ferry's core, each case rendered as one line a user can act on:
 /// what happened, where (endpoint with the password masked, table, column, key), what to do.
 ///

@@ -31,12 +31,18 @@ public final class AsyncHTTPTransport: ProtocolTransport, @unchecked Sendable { 
     /// Seconds without a byte from the service before a request fails (a page or a load the
     /// service is still working on sends nothing for a while; the same limit as URLSession's).
     static let idleSeconds: Int64 = 300
+    /// This transport's: `--timeout` when given. Also bounds how long one piece of an upload may
+    /// wait to be taken (the client's read timeout starts only once the request is sent).
+    let idleLimit: Int64
 
     public init(endpoint: Endpoint) throws {
         address = try ServiceAddress(endpoint: endpoint)
         var configuration = HTTPClient.Configuration()
         configuration.redirectConfiguration = .disallow
-        configuration.timeout = .init(connect: .seconds(30), read: .seconds(Self.idleSeconds))
+        // `--timeout` (the `timeout` option) when given: a service that stalls fails sooner.
+        let idle = endpoint.options["timeout"].flatMap(Double.init).map { max(1, Int64($0.rounded(.up))) } ?? Self.idleSeconds
+        configuration.timeout = .init(connect: .seconds(min(30, idle)), read: .seconds(idle))
+        idleLimit = idle
         configuration.decompression = address.compress ? .enabled(limit: .none) : .disabled
         configuration.httpVersion = .http1Only
         // A refused or failed connection fails the request at once (the client retried until the
@@ -72,7 +78,7 @@ public final class AsyncHTTPTransport: ProtocolTransport, @unchecked Sendable { 
             throw FerryError.invalidEndpoint(text: endpoint.redacted, reason: "cannot build a request URL for \(path) (\(error))")
         }
         for (name, value) in address.headers(hasBody: body != nil || upload != nil) { request.headers.add(name: name, value: value) }
-        let delegate = AsyncHTTPDelegate()
+        let delegate = AsyncHTTPDelegate(stallSeconds: Double(idleLimit))
         if upload != nil {
             request.body = .stream(contentLength: nil) { writer in delegate.uploadStarts(writer) }
         } else if let body {
@@ -80,6 +86,7 @@ public final class AsyncHTTPTransport: ProtocolTransport, @unchecked Sendable { 
         }
         let task = client.execute(request: request, delegate: delegate)
         delegate.exchange.attach(cancel: { task.cancel() })
+        delegate.task = task
         if let upload { delegate.send(upload) }
         try delegate.exchange.waitForStatus()
         return delegate.exchange
@@ -100,6 +107,15 @@ final class AsyncHTTPDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
     /// bench_orders rows from `ferry serve` into SQLite left 0.13-0.28 CPU-s of the two cores
     /// idle against 0.27-0.30, for 1.4 MB more peak memory.
     let exchange = HTTPExchange(pauseAbove: 2 << 20)
+    /// Seconds one piece of the request body may wait to be written (a service that stalls).
+    let stallSeconds: Double
+    init(stallSeconds: Double) { self.stallSeconds = stallSeconds }
+    /// The request, to drop its connection when the upload stalls (set once it started).
+    var task: HTTPClient.Task<Void>? {
+        get { bodyAsked.withLock { startedTask } }
+        set { bodyAsked.withLock { startedTask = newValue } }
+    }
+    private var startedTask: HTTPClient.Task<Void>?
     /// The request body's writer, once the connection asks for the body, and the promise
     /// that ends the body.
     private var writer: HTTPClient.Body.StreamWriter?
@@ -223,13 +239,26 @@ final class AsyncHTTPDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
             outcome.done.broadcast()
             outcome.done.unlock()
         }
+        let deadline = Date().addingTimeInterval(stallSeconds)
         outcome.done.lock()
-        defer { outcome.done.unlock() }
         while outcome.value == nil {
-            if exchange.isFinished || bodyAsked.withLock({ ended }) { return false }
+            if exchange.isFinished || bodyAsked.withLock({ ended }) {
+                outcome.done.unlock()
+                return false
+            }
+            if Date() > deadline {
+                // The service (or the network) takes nothing more: the request fails, its
+                // connection is dropped.
+                outcome.done.unlock()
+                exchange.completed(TransportFailure("the service took no byte of the request for \(Int(stallSeconds)) s (--timeout): the connection stalled"))
+                task?.cancel()
+                return false
+            }
             _ = outcome.done.wait(until: Date().addingTimeInterval(0.05))
         }
-        return outcome.value == true
+        let ok = outcome.value == true
+        outcome.done.unlock()
+        return ok
     }
 
     /// A failure as one line: NIO's and the client's errors print their case names.
@@ -237,7 +266,7 @@ final class AsyncHTTPDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         if let e = error as? HTTPClientError {
             switch e {
             case .connectTimeout: return TransportFailure("the connection timed out")
-            case .readTimeout: return TransportFailure("no answer for \(AsyncHTTPTransport.idleSeconds) s")
+            case .readTimeout: return TransportFailure("no byte from the service within the read timeout (--timeout; \(AsyncHTTPTransport.idleSeconds) s unless given)")
             case .remoteConnectionClosed: return TransportFailure("the service closed the connection")
             case .cancelled: return TransportFailure("cancelled")
             default: return TransportFailure("\(e)")

@@ -93,7 +93,11 @@ public final class MySQLConnection: Connection {
         var timeout: UInt32 = 10
         mysql_options(m, MYSQL_OPT_LOCAL_INFILE, &on)
         mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &timeout)
-        if var readTimeout { mysql_options(m, MYSQL_OPT_READ_TIMEOUT, &readTimeout) }
+        // `--timeout`: a read or write that waits longer fails (libmariadb's own timeouts).
+        let limit = endpoint.options["timeout"].flatMap(Double.init).map { UInt32(max(1, min(Double(UInt32.max), $0.rounded(.up)))) }
+        if var read = readTimeout ?? limit { mysql_options(m, MYSQL_OPT_READ_TIMEOUT, &read) }
+        if var write = limit { mysql_options(m, MYSQL_OPT_WRITE_TIMEOUT, &write) }
+        if let limit, limit < timeout { timeout = limit; mysql_options(m, MYSQL_OPT_CONNECT_TIMEOUT, &timeout) }
         mysql_options(m, MYSQL_SET_CHARSET_NAME, "utf8mb4")
         let sslMode = (endpoint.parameter("ssl-mode") ?? endpoint.parameter("sslmode"))?.uppercased()
         if sslMode == "REQUIRED" || sslMode == "VERIFY_CA" || sslMode == "VERIFY_IDENTITY" || sslMode == "REQUIRE" {

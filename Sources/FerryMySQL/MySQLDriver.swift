@@ -10,7 +10,8 @@ public struct MySQLDriver: Driver {
     public init() {}
     public var name: String { Self.name }
     public var options: [DriverOption] {
-        [DriverOption(name: "zero-dates", summary: "null: read 0000-00-00 dates as NULL instead of failing")]
+        [DriverOption(name: "zero-dates", summary: "null: read 0000-00-00 dates as NULL instead of failing"),
+         DriverOption(name: "timeout", summary: "seconds a read from or write to the server may wait (a stalled connection fails)")]
     }
     public var schemes: [String] { ["mysql", "mariadb"] }
     public var dialect: any Dialect { MySQLDialect() }

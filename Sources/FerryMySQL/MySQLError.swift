@@ -31,6 +31,11 @@ public struct MySQLError: Error, Sendable, CustomStringConvertible {
     }
 }
 
+extension MySQLError: DatabaseFullError {
+    /// ER_DISK_FULL, ER_RECORD_FILE_FULL (the table is full).
+    public var isFull: Bool { code == 1021 || code == 1114 }
+}
+
 extension MySQLError: DatabaseBusyError {
     /// ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK.
     public var isBusy: Bool { code == 1205 || code == 1213 }

@@ -20,14 +20,30 @@ extension PostgresConnection {
     /// Ends an unfinished COPY out (its reader stopped early): asks the server to stop sending,
     /// then drains what is in flight so the connection is usable again.
     func abandonCopyOut() {
+        // A stalled connection is not used again: nothing to stop or drain (a cancel request
+        // would go the same stalled way, and libpq's waits for it without a limit).
+        guard !stalled else { return }
         if let cancel = PQgetCancel(conn) {
             var message = [CChar](repeating: 0, count: 256)
             _ = PQcancel(cancel, &message, Int32(message.count))
             PQfreeCancel(cancel)
         }
+        // (After a stall nothing more is read: the connection is not used again.)
         var buf: UnsafeMutablePointer<CChar>?
-        while PQgetCopyData(conn, &buf, 0) > 0 { PQfreemem(buf) }
+        while !stalled, (try? nextCopyData(&buf)) ?? -2 > 0 { PQfreemem(buf) }
         drainResults()
+    }
+
+    /// `PQgetCopyData`: the length of the next row of a COPY out (its bytes in `buf`), -1 at its
+    /// end, -2 on a failure; with `waitLimit`, waited for within it.
+    func nextCopyData(_ buf: inout UnsafeMutablePointer<CChar>?) throws -> Int32 {
+        guard waitLimit != nil else { return PQgetCopyData(conn, &buf, 0) }
+        try usable()
+        while true {
+            let len = PQgetCopyData(conn, &buf, 1)
+            if len != 0 { return len }
+            try awaitInput()
+        }
     }
 
     /// Runs `sql`, whose rows are two non-NULL bigints, as a binary COPY and hands each row's
@@ -47,7 +63,7 @@ extension PostgresConnection {
         var rows = 0
         while true {
             var buf: UnsafeMutablePointer<CChar>?
-            let len = PQgetCopyData(conn, &buf, 0)
+            let len = try nextCopyData(&buf)
             if len == -1 { break }
             guard len > 0, let buf else {
                 open = false
@@ -77,7 +93,7 @@ extension PostgresConnection {
         }
         open = false
         var reported: Int?
-        while let r = nextResult() {
+        while let r = try awaitResult() {
             if r.status != PGRES_COMMAND_OK { throw error(r.handle, sql: nil) }
             if let count = r.commandRows { reported = count }
         }

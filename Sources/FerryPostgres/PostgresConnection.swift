@@ -40,6 +40,13 @@ public final class PostgresConnection: Connection {
     var inReadSnapshot = false
     /// `digestsByListing`: a mirror lists this server's keys and row hashes whole.
     let listsRowHashesWhole: Bool
+    /// `--timeout`: seconds one wait for the server may last (an answer, the next rows of a COPY,
+    /// room to send). With it the connection is non-blocking and every wait is a `poll` with
+    /// that deadline — libpq's blocking calls would wait for ever on a peer that stalls while
+    /// its kernel still acknowledges. Nil: as long as it takes.
+    let waitLimit: Double?
+    /// A wait ran out: the connection is not used again (its state is unknown).
+    private(set) var stalled = false
 
     /// URL query parameters that are Ferry's, not libpq's.
     static let ferryParameters: Set<String> = ["schema", "zero-dates", "token-file", "ca-file", "digests"]
@@ -49,6 +56,8 @@ public final class PostgresConnection: Connection {
         listsRowHashesWhole = try Self.digestsByListing(endpoint)
         let handle = try Self.connect(endpoint)
         conn = handle
+        waitLimit = endpoint.options["timeout"].flatMap(Double.init).flatMap { $0 > 0 ? $0 : nil }
+        if waitLimit != nil { PQsetnonblocking(handle, 1) }
         // Reported at connect: no query.
         let encoding = PQparameterStatus(handle, "server_encoding").map { String(cString: $0) }
         pgDialect = PostgresDialect(serverEncodingIsUTF8: encoding == "UTF8")
@@ -133,15 +142,96 @@ public final class PostgresConnection: Connection {
         PostgresError(result, connection: conn, sql: sql, endpoint: endpoint)
     }
 
+    // MARK: Waiting for the server (--timeout)
+
+    /// Waits until the socket is ready for `events` (POLLIN, POLLOUT), at most `waitLimit`.
+    func wait(for events: Int32) throws {
+        guard let limit = waitLimit else { return }
+        var p = pollfd(fd: PQsocket(conn), events: Int16(events), revents: 0)
+        let deadline = Date().addingTimeInterval(limit)
+        while true {
+            let left = deadline.timeIntervalSinceNow
+            guard left > 0 else {
+                stalled = true
+                throw FerryError.connectionLost(
+                    endpoint: endpoint.redacted,
+                    reason: "the server sent nothing for \(Self.seconds(limit)) (--timeout): the connection stalled")
+            }
+            let r = poll(&p, 1, Int32(min(left, 3600) * 1000) + 1)
+            if r > 0 { return }
+            if r < 0 && errno != EINTR { throw error(nil, sql: nil) }
+        }
+    }
+
+    static func seconds(_ s: Double) -> String { s == s.rounded() ? "\(Int(s)) s" : "\(s) s" }
+
+    /// Refuses to use a connection whose wait ran out.
+    func usable() throws {
+        guard !stalled else {
+            throw FerryError.connectionLost(endpoint: endpoint.redacted, reason: "the connection stalled earlier (--timeout) and is not used again")
+        }
+    }
+
+    /// Reads what the server sent, waiting for it at most `waitLimit`.
+    func awaitInput() throws {
+        try wait(for: POLLIN)
+        guard PQconsumeInput(conn) == 1 else { throw error(nil, sql: nil) }
+    }
+
+    /// The next result of the command in progress, nil when there is none; with `waitLimit`,
+    /// waited for within it.
+    func awaitResult() throws -> PostgresResult? {
+        if waitLimit != nil {
+            try usable()
+            while PQisBusy(conn) == 1 { try awaitInput() }
+        }
+        return PQgetResult(conn).map(PostgresResult.init)
+    }
+
+    /// Sends what libpq holds (a non-blocking connection queues), within `waitLimit`.
+    func flushOut() throws {
+        guard waitLimit != nil else { return }
+        while true {
+            let r = PQflush(conn)
+            if r == 0 { return }
+            if r < 0 { throw error(nil, sql: nil) }
+            try wait(for: POLLOUT | POLLIN)
+            guard PQconsumeInput(conn) == 1 else { throw error(nil, sql: nil) }
+        }
+    }
+
+    /// What `PQexec` returns, from a command sent without waiting: the first failed result, else
+    /// the last; a COPY's result as soon as it starts.
+    private func collect(_ sql: String) throws -> PostgresResult {
+        try flushOut()
+        var last: PostgresResult?
+        var failed: PostgresResult?
+        while let r = try awaitResult() {
+            if r.status == PGRES_COPY_OUT || r.status == PGRES_COPY_IN || r.status == PGRES_COPY_BOTH { return r }
+            if failed == nil && r.status != PGRES_COMMAND_OK && r.status != PGRES_TUPLES_OK && r.status != PGRES_EMPTY_QUERY { failed = r }
+            last = r
+        }
+        guard let result = failed ?? last else { throw error(nil, sql: sql) }
+        return result
+    }
+
     /// Runs a query with text parameters and text results.
     @discardableResult
     func query(_ sql: String, _ params: [String?] = []) throws -> PostgresResult {
-        let raw: OpaquePointer? = withArrayOfOptionalCStrings(params) { pp in
-            PQexecParams(conn, sql, Int32(params.count), nil, pp, nil, nil, 0)
+        let result: PostgresResult
+        if waitLimit != nil {
+            try usable()
+            let sent = withArrayOfOptionalCStrings(params) { pp in PQsendQueryParams(conn, sql, Int32(params.count), nil, pp, nil, nil, 0) }
+            guard sent == 1 else { throw error(nil, sql: sql) }
+            result = try collect(sql)
+        } else {
+            let raw: OpaquePointer? = withArrayOfOptionalCStrings(params) { pp in
+                PQexecParams(conn, sql, Int32(params.count), nil, pp, nil, nil, 0)
+            }
+            guard let raw else { throw error(nil, sql: sql) }
+            result = PostgresResult(raw)
         }
-        guard let raw else { throw error(nil, sql: sql) }
-        let result = PostgresResult(raw)
-        guard result.status == PGRES_TUPLES_OK || result.status == PGRES_COMMAND_OK else { throw error(raw, sql: sql) }
+        guard result.status == PGRES_TUPLES_OK || result.status == PGRES_COMMAND_OK else { throw error(result.handle, sql: sql) }
         return result
     }
 
@@ -149,13 +239,15 @@ public final class PostgresConnection: Connection {
     /// result of one row), so a long answer is never held whole. Every result is taken before
     /// it returns, also when `body` throws, so the connection takes the next command.
     func forEachRow(_ sql: String, _ body: (PostgresResult) throws -> Void) throws {
+        try usable()
         guard PQsendQuery(conn, sql) == 1 else { throw error(nil, sql: sql) }
         guard PQsetSingleRowMode(conn) == 1 else {
             drainResults()
             throw error(nil, sql: sql)
         }
+        try flushOut()
         var failure: (any Error)?
-        while let r = nextResult() {
+        while let r = try awaitResult() {
             switch r.status {
             case PGRES_SINGLE_TUPLE:
                 guard failure == nil else { continue }
@@ -179,18 +271,19 @@ public final class PostgresConnection: Connection {
 
     /// Sends `sql` (PQexec) and returns its result, whatever its status.
     func exec(_ sql: String) throws -> PostgresResult {
+        if waitLimit != nil {
+            try usable()
+            guard PQsendQuery(conn, sql) == 1 else { throw error(nil, sql: sql) }
+            return try collect(sql)
+        }
         guard let raw = PQexec(conn, sql) else { throw error(nil, sql: sql) }
         return PostgresResult(raw)
     }
 
-    /// The next result of the command in progress (PQgetResult), nil when there is none.
-    func nextResult() -> PostgresResult? {
-        PQgetResult(conn).map(PostgresResult.init)
-    }
-
-    /// Discards the results still pending, so the connection takes a new command.
+    /// Discards the results still pending, so the connection takes a new command (after a
+    /// stall there is nothing to wait for).
     func drainResults() {
-        while nextResult() != nil {}
+        while !stalled, let r = try? awaitResult() { _ = r }
     }
 
     // MARK: Transactions

@@ -12,6 +12,10 @@ public struct PostgresDriver: Driver {
     public var schemes: [String] { ["postgres", "postgresql"] }
     public var dialect: any Dialect { PostgresDialect() }
 
+    public var options: [DriverOption] {
+        [DriverOption(name: "timeout", summary: "seconds a wait for the server may last (an answer, the next rows, room to send): a stalled connection fails")]
+    }
+
     public func connect(_ endpoint: Endpoint, role: ConnectionRole) throws -> any Connection {
         try PostgresConnection(endpoint: endpoint, role: role)
     }

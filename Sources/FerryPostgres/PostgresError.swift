@@ -37,6 +37,11 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     }
 }
 
+extension PostgresError: DatabaseFullError {
+    /// disk_full.
+    public var isFull: Bool { sqlState == "53100" }
+}
+
 extension PostgresError: DatabaseBusyError {
     /// lock_not_available, deadlock_detected, serialization_failure.
     public var isBusy: Bool { ["55P03", "40P01", "40001"].contains(sqlState) }

@@ -114,7 +114,7 @@ final class PostgresReader: BatchReader {
         var n = 0
         while !batch.isFull(rows: n, limit: batchSize) {
             var buf: UnsafeMutablePointer<CChar>?
-            let len = PQgetCopyData(connection.conn, &buf, 0)
+            let len = try connection.nextCopyData(&buf)
             if len == -1 {
                 done = true
                 active = false
@@ -139,7 +139,7 @@ final class PostgresReader: BatchReader {
     /// count the server reports for free (`COPY n`) is the number of rows decoded.
     private func finishCopy() throws {
         var reported: Int?
-        while let r = connection.nextResult() {
+        while let r = try connection.awaitResult() {
             if r.status != PGRES_COMMAND_OK { throw connection.error(r.handle, sql: nil) }
             if let count = r.commandRows { reported = count }
         }

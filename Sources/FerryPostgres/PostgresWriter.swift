@@ -79,6 +79,7 @@ final class PostgresWriter: BatchWriter {
         let conn = connection.conn
         guard PQtransactionStatus(conn) == PQTRANS_ACTIVE else { return }
         _ = PQputCopyEnd(conn, "ferry: the load was aborted")
+        try? connection.flushOut()
         connection.drainResults()
     }
 
@@ -253,14 +254,18 @@ final class PostgresWriter: BatchWriter {
     /// Hands bytes of the open COPY to libpq (which sends them as the socket takes them).
     private func put(_ bytes: [UInt8]) throws {
         let conn = connection.conn
-        let sent = bytes.withUnsafeBytes { raw -> Bool in
+        let sent = try bytes.withUnsafeBytes { raw -> Bool in
             var offset = 0
             let chunk = 1 << 20
             while offset < raw.count {
                 let n = min(chunk, raw.count - offset)
-                if PQputCopyData(conn, raw.baseAddress.unsafelyUnwrapped.advanced(by: offset).assumingMemoryBound(to: CChar.self), Int32(n)) != 1 {
-                    return false
+                let r = PQputCopyData(conn, raw.baseAddress.unsafelyUnwrapped.advanced(by: offset).assumingMemoryBound(to: CChar.self), Int32(n))
+                if r == 0 {
+                    // A non-blocking connection (--timeout) whose buffer is full: room, within the limit.
+                    try connection.flushOut()
+                    continue
                 }
+                if r != 1 { return false }
                 offset += n
             }
             return true
@@ -279,7 +284,8 @@ final class PostgresWriter: BatchWriter {
         var trailer: [UInt8] = []
         PostgresValueCodec.put16(-1, &trailer)
         try put(trailer)
-        _ = PQputCopyEnd(connection.conn, nil)
+        while PQputCopyEnd(connection.conn, nil) == 0 { try connection.flushOut() }
+        try connection.flushOut()
         try result()
     }
 
@@ -290,7 +296,7 @@ final class PostgresWriter: BatchWriter {
         copyOpen = false
         keysInCopy = RowBatch(columns: [])
         var failure: PostgresError?
-        while let r = connection.nextResult() {
+        while let r = try connection.awaitResult() {
             if r.status != PGRES_COMMAND_OK && failure == nil { failure = connection.error(r.handle, sql: nil) }
             if r.status == PGRES_COMMAND_OK, let n = r.commandRows { stored += Int64(n) }
         }

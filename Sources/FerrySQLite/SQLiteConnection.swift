@@ -77,14 +77,25 @@ public final class SQLiteConnection: Connection {
         sqlite3_busy_timeout(db, 10_000)
         do {
             // Touch the schema: a file that is not a database fails here, not mid-copy.
-            let check = try prepare("SELECT count(*) FROM sqlite_schema")
-            _ = try check.step()
-            check.reset()
+            do {
+                try touchSchema()
+            } catch let e as SQLiteError where e.code == SQLITE_READONLY | (3 << 8) {  // SQLITE_READONLY_ROLLBACK
+                // A hot journal: a writer stopped mid-transaction (killed, its machine down).
+                // Reading needs it rolled back, which a read-only connection cannot do: one
+                // read-write open does it (as any SQLite client would), restoring the last
+                // committed state; then the read-only connection reads that.
+                try Self.rollBackHotJournal(path, shown: shown)
+                try touchSchema()
+            }
         } catch let e as SQLiteError {
             statementCache.removeAll()
             sqlite3_close_v2(db)
             let hint = e.code & 0xff == SQLITE_NOTADB ? "\(path) is not a SQLite database" : e.message
             throw FerryError.connectionFailed(endpoint: shown, reason: hint)
+        } catch {
+            statementCache.removeAll()
+            sqlite3_close_v2(db)
+            throw error
         }
         if role == .target && sqlite3_db_readonly(db, "main") == 1 {
             statementCache.removeAll()
@@ -102,6 +113,30 @@ public final class SQLiteConnection: Connection {
     }
 
     deinit { close() }
+
+    private func touchSchema() throws {
+        let check = try prepare("SELECT count(*) FROM sqlite_schema")
+        defer { check.reset() }
+        _ = try check.step()
+    }
+
+    /// Rolls back the hot journal of `path` with a read-write connection of its own (closed at
+    /// once), or says in one line why it cannot.
+    static func rollBackHotJournal(_ path: String, shown: String) throws {
+        var rw: OpaquePointer?
+        defer { sqlite3_close_v2(rw) }
+        let rc = sqlite3_open_v2(path, &rw, SQLITE_OPEN_READWRITE | SQLITE_OPEN_NOMUTEX | SQLITE_OPEN_URI, nil)
+        var ok = rc == SQLITE_OK && rw != nil
+        if ok, let rw {
+            sqlite3_busy_timeout(rw, 10_000)
+            ok = sqlite3_exec(rw, "SELECT count(*) FROM sqlite_schema", nil, nil, nil) == SQLITE_OK
+        }
+        guard ok else {
+            throw FerryError.connectionFailed(
+                endpoint: shown,
+                reason: "\(path) has a hot journal (a writer stopped mid-transaction) that must be rolled back before it can be read, and Ferry may not write the file or its folder: open it once with write access (sqlite3 \(path) 'PRAGMA quick_check')")
+        }
+    }
 
     /// The page size of a database file Ferry creates (README, "SQLite targets").
     static let createdPageSize = 16_384

@@ -10,6 +10,8 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     public var message: String
     public var sql: String?
     public var endpoint: String
+    /// The file system refused the write for want of room (full, a size limit, a quota).
+    public var noRoom = false
 
     public init(code: Int32, message: String, sql: String? = nil, endpoint: String) {
         self.code = code
@@ -20,9 +22,12 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
 
     init(db: OpaquePointer?, code: Int32, sql: String?, endpoint: String) {
         var message = db.flatMap { sqlite3_errmsg($0) }.map { String(cString: $0) } ?? String(cString: sqlite3_errstr(code))
+        var noRoom = code & 0xff == SQLITE_FULL
         // A write the system refused: why, from the failed call's errno.
         if let db, [SQLITE_IOERR, SQLITE_FULL, SQLITE_CANTOPEN, SQLITE_READONLY].contains(code & 0xff) {
-            switch sqlite3_system_errno(db) {
+            let errno = sqlite3_system_errno(db)
+            if [EFBIG, ENOSPC, EDQUOT].contains(errno) { noRoom = true }
+            switch errno {
             case EFBIG: message += " (the file may not grow past its size limit: ulimit -f)"
             case ENOSPC: message += " (no space left on the device)"
             case EROFS: message += " (a read-only file system)"
@@ -32,6 +37,7 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
             }
         }
         self.init(code: code, message: message, sql: sql, endpoint: endpoint)
+        self.noRoom = noRoom
     }
 
     public var description: String {
@@ -50,4 +56,8 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
 extension SQLiteError: DatabaseBusyError {
     /// Another connection held a lock past the busy timeout (or this one's own, for LOCKED).
     public var isBusy: Bool { code & 0xff == SQLITE_BUSY || code & 0xff == SQLITE_LOCKED }
+}
+
+extension SQLiteError: DatabaseFullError {
+    public var isFull: Bool { noRoom }
 }

@@ -61,6 +61,13 @@ public struct ServiceError: Error, Sendable {
             message: "the service cannot reach its database now (it may be restarting); nothing was changed; try again shortly",
             detail: detail)
     }
+    /// The served database had no room to write (disk full, a size or quota limit).
+    public static func full(_ detail: String, table: TableName?) -> ServiceError {
+        ServiceError(
+            status: 507, code: "full", table: table?.description,
+            message: "the served database has no room to write (its disk is full, or a size or quota limit was reached); nothing was changed; free space where it is stored and try again",
+            detail: detail)
+    }
     public static func tooLarge(_ limit: Int) -> ServiceError {
         ServiceError(status: 413, code: "too_large", message: "the request body is larger than \(limit) bytes; send smaller batches")
     }
@@ -72,6 +79,7 @@ public struct ServiceError: Error, Sendable {
             return ServiceError(status: 409, code: "columns_added", table: e.table.description, message: e.description)
         }
         if let e = error as? any DatabaseBusyError, e.isBusy { return .busy("\(error)", table: table) }
+        if let e = error as? any DatabaseFullError, e.isFull { return .full("\(error)", table: table) }
         if let e = error as? XMLWireError {
             if case .limitExceeded = e { return ServiceError(status: 413, code: "too_large", table: table?.description, message: e.description) }
             return .badRequest(e.description, table: table?.description)

@@ -23,7 +23,8 @@ public struct HTTPDriver: Driver {
     public var name: String { Self.name }
     public var options: [DriverOption] {
         [DriverOption(name: "token-file", summary: "read the bearer token from this file (first line)"),
-         DriverOption(name: "ca-file", summary: "trust a service certificate signed by this CA (PEM), beside the system's CAs")]
+         DriverOption(name: "ca-file", summary: "trust a service certificate signed by this CA (PEM), beside the system's CAs"),
+         DriverOption(name: "timeout", summary: "seconds without a byte from the service before a request fails (default 300)")]
     }
     public var schemes: [String] { ["http", "https"] }
     public var dialect: any Dialect { HTTPDialect() }

@@ -29,11 +29,11 @@ extension Chaos {
         var f: [Fault] = [.sigint, .sigterm, .sigkill]
         if s.server != nil { f.append(.sourceServer) }
         if t.server != nil { f.append(.targetServer) }
-        if !s.sourceRelays.isEmpty { f.append(.sourceCut) }
-        if t.targetRelay != nil { f.append(.targetCut) }
+        if !s.sourceRelays.isEmpty { f += [.sourceCut, .sourceStall] }
+        if t.targetRelay != nil { f += [.targetCut, .targetStall] }
         if s.kind == .served || t.kind == .served { f.append(.serveKilled) }
         if s.kind == .plugin || t.kind == .plugin { f.append(.pluginKilled) }
-        if t.sqliteFile != nil { f.append(.fileLimit) }
+        if t.sqliteFile != nil { f += [.fileLimit] + (options.namespaces ? [.diskFull, .readOnly] : []) }
         return f
     }
 
@@ -61,24 +61,39 @@ extension Chaos {
 
         for r in relays { r.disarm() }
         var armed: FaultRelay?
-        if fault == .sourceCut || fault == .targetCut {
-            let relay = fault == .sourceCut ? s.sourceRelays[dataset] : t.targetRelay
+        let onSource = fault == .sourceCut || fault == .sourceStall
+        if [.sourceCut, .targetCut, .sourceStall, .targetStall].contains(fault) {
+            let relay = onSource ? s.sourceRelays[dataset] : t.targetRelay
             let direction: FaultRelay.Direction = rng.next(2) == 0 ? .toServer : .fromServer
-            let volumeKey = "\(key) \(fault == .sourceCut ? "source" : "target") \(direction.rawValue)"
+            let volumeKey = "\(key) \(onSource ? "source" : "target") \(direction.rawValue)"
             let volume = volumes[volumeKey] ?? Int64(options.rows * 120)
-            relay?.arm(direction, at: Int64(Double(rng.next(10_000)) / 10_000 * Double(volume) * 1.1))
+            relay?.arm(direction, at: Int64(Double(rng.next(10_000)) / 10_000 * Double(volume) * 1.1),
+                       stall: fault == .sourceStall || fault == .targetStall)
             armed = relay
         }
-        var fileLimit: Int?
-        if fault == .fileLimit, let file = t.sqliteFile {
+        // The file's confinement: a size limit, or a file system with room for part of the copy
+        // (a SQLite file needs about its size again while a replace or create writes).
+        var confinement = Confinement.none
+        var targetURL = t.target
+        if let file = t.sqliteFile, [.fileLimit, .diskFull, .readOnly].contains(fault) {
             let attributes = try? FileManager.default.attributesOfItem(atPath: file)
             let size = (attributes?[.size] as? NSNumber)?.intValue ?? 0
-            fileLimit = size / 1024 + 1 + rng.next(max(1, options.rows * 150 / 1024))
+            let room = size / 1024 + 1 + rng.next(max(1, options.rows * 150 / 1024))
+            switch fault {
+            case .fileLimit: confinement = .fileLimit(kilobytes: room)
+            case .diskFull:
+                let mount = self.path("full")
+                confinement = .fullDisk(file: file, mount: mount, kilobytes: room + 64)
+                targetURL = t.target.replacingOccurrences(of: file, with: mount + "/" + (file as NSString).lastPathComponent)
+            default: confinement = .readOnly(folder: (file as NSString).deletingLastPathComponent)
+            }
         }
 
         let killedService = s.kind == .served && (t.kind != .served || rng.next(2) == 0) ? s.sourceServices[dataset] : t.targetService
-        let args = ["copy", sourceURL, t.target, "--mode", mode, "--tables", "items", "-q"]
-        let launched = try launch(args, fileLimitKB: fileLimit)
+        // A stalled connection fails by `--timeout` (the others run without one).
+        let args = ["copy", sourceURL, targetURL, "--mode", mode, "--tables", "items", "-q"]
+            + (fault == .sourceStall || fault == .targetStall ? ["--timeout", "6"] : [])
+        let launched = try launch(args, confinement: confinement)
         // The fault, from its own thread at `delay` seconds, while the copy runs.
         let injected = Locked(false)
         let faultError = Locked<String?>(nil)
@@ -109,7 +124,7 @@ extension Chaos {
                         kill(pid, SIGKILL)
                         injected.withLock { $0 = true }
                     }
-                case .sourceCut, .targetCut, .fileLimit:
+                case .sourceCut, .targetCut, .sourceStall, .targetStall, .fileLimit, .diskFull, .readOnly:
                     break
                 }
             } catch {
@@ -121,8 +136,14 @@ extension Chaos {
         // The fault's thread is done before the checks read the servers.
         while injector.isExecuting || !injector.isFinished { usleep(10_000) }
         var didInject = injected.withLock { $0 }
-        if let armed { didInject = armed.fired }
-        if fault == .fileLimit { didInject = ended.status != 0 }
+        if let armed {
+            didInject = armed.fired
+            armed.disarm()
+        }
+        if [.fileLimit, .diskFull, .readOnly].contains(fault) { didInject = ended.status != 0 }
+        if ended.status >= 90 && ended.status <= 92 && !ended.signaled && fault == .diskFull {
+            throw ChaosFailure("the tmpfs for a full file system could not be set up (exit \(ended.status)): \(ended.err.prefix(300))")
+        }
 
         var problems: [String] = []
         if let e = faultError.withLock({ $0 }) { problems.append("the fault itself failed: \(e)") }

@@ -14,9 +14,13 @@ enum Fault: String, CaseIterable {
     case targetServer = "target server killed (kill -9, restarted)"
     case sourceCut = "source connection cut (relay, random byte)"
     case targetCut = "target connection cut (relay, random byte)"
+    case sourceStall = "source connection stalls (relay, --timeout 6)"
+    case targetStall = "target connection stalls (relay, --timeout 6)"
     case serveKilled = "ferry serve killed (restarted)"
     case pluginKilled = "plugin process killed"
     case fileLimit = "SQLite target cannot grow (ulimit -f)"
+    case diskFull = "SQLite target on a full file system (tmpfs)"
+    case readOnly = "SQLite target on a read-only mount"
 
     var signal: Int32? {
         switch self {
@@ -179,11 +183,13 @@ final class Chaos {
 
         // Targets.
         let liteTarget = Side(kind: .sqlite, label: "sqlite", server: nil)
-        liteTarget.sqliteFile = path("target.db")
-        liteTarget.target = "sqlite:" + path("target.db")
+        // Each SQLite target in a folder of its own, which a run may mount read-only.
+        for dir in ["lite", "kit", "full"] { try FileManager.default.createDirectory(atPath: path(dir), withIntermediateDirectories: true) }
+        liteTarget.sqliteFile = path("lite/target.db")
+        liteTarget.target = "sqlite:" + path("lite/target.db")
         let pluginTarget = Side(kind: .plugin, label: "plugin (sqlitekit)", server: nil)
-        pluginTarget.sqliteFile = path("plugin-target.db")
-        pluginTarget.target = "sqlitekit:" + path("plugin-target.db")
+        pluginTarget.sqliteFile = path("kit/target.db")
+        pluginTarget.target = "sqlitekit:" + path("kit/target.db")
         for side in [liteTarget, pluginTarget] {
             guard let file = side.sqliteFile else { continue }
             try Direct.sqlite(file).run("PRAGMA user_version = 1;")
@@ -242,7 +248,7 @@ final class Chaos {
 
     /// Runs ferry to its end (the suite's own unbroken commands: setup, verify).
     func ferry(_ args: [String]) throws -> Ended {
-        let p = try launch(args, fileLimitKB: nil)
+        let p = try launch(args, confinement: .none)
         return wait(p, deadline: 600)
     }
 
@@ -254,15 +260,43 @@ final class Chaos {
         init(_ p: Process) { process = p }
     }
 
-    func launch(_ args: [String], fileLimitKB: Int?) throws -> Launched {
+    /// How a run's ferry is started: as is, under `ulimit -f`, or in a private mount namespace
+    /// where the target's folder is read-only, or the target file sits on a small full tmpfs.
+    enum Confinement {
+        case none
+        case fileLimit(kilobytes: Int)
+        case readOnly(folder: String)
+        /// The target file `file` copied onto a tmpfs of `kilobytes` mounted at `mount`, written
+        /// there, and copied back after (what the file system kept is what the next run sees).
+        case fullDisk(file: String, mount: String, kilobytes: Int)
+    }
+
+    func launch(_ args: [String], confinement: Confinement) throws -> Launched {
         let p = Process()
-        if let fileLimitKB {
-            // The shell's `ulimit -f` (1,024-byte blocks), then ferry in its place.
-            p.executableURL = URL(fileURLWithPath: "/bin/sh")
-            p.arguments = ["-c", "ulimit -f \(fileLimitKB) && exec \"$0\" \"$@\"", ferry.path] + args
-        } else {
+        switch confinement {
+        case .none:
             p.executableURL = ferry
             p.arguments = args
+        case .fileLimit(let kb):
+            // The shell's `ulimit -f` (1,024-byte blocks), then ferry in its place.
+            p.executableURL = URL(fileURLWithPath: "/bin/sh")
+            p.arguments = ["-c", "ulimit -f \(kb) && exec \"$0\" \"$@\"", ferry.path] + args
+        case .readOnly(let folder):
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+            p.arguments = ["-m", "/bin/sh", "-c", "mount --bind \"$1\" \"$1\" && mount -o remount,bind,ro \"$1\" && shift && exec \"$0\" \"$@\"",
+                           ferry.path, folder] + args
+        case .fullDisk(let file, let mount, let kb):
+            let name = (file as NSString).lastPathComponent
+            let script = """
+                f=$1; m=$2; kb=$3; shift 3
+                mount -t tmpfs -o size=${kb}k tmpfs "$m" || exit 90
+                cp "$f" "$m/" || exit 91
+                "$0" "$@"; rc=$?
+                cp "$m/\(name)" "$f" || exit 92
+                exit $rc
+                """
+            p.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+            p.arguments = ["-m", "/bin/sh", "-c", script, ferry.path, file, mount, String(kb)] + args
         }
         p.environment = environment
         let errPipe = Pipe()

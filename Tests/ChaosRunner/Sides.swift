@@ -172,3 +172,8 @@ final class Side {
         self.server = server
     }
 }
+
+struct ChaosFailure: Error, CustomStringConvertible {
+    let description: String
+    init(_ d: String) { description = d }
+}

@@ -20,6 +20,8 @@ struct ChaosOptions {
     var keep = false
     var report: String?
     var minutes: Double?
+    /// Full and read-only file systems need a private mount namespace (unshare -m, as root).
+    var namespaces = getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare")
 
     static let usage = """
         usage: ferry-chaos [--runs N] [--seed S] [--rows N] [--products DIR] [--report FILE] [--minutes M] [--verbose] [--keep]
@@ -29,6 +31,7 @@ struct ChaosOptions {
           --products DIR  the folder of ferry and ferry-driver-sqlitekit (default: this program's)
           --report FILE   also write the table of cases and outcomes (Markdown) to FILE
           --minutes M     start no run after M minutes (the report covers the runs made)
+          --no-namespaces leave out the full and read-only file systems (they need root and unshare -m)
           --verbose       one line per run
           --keep          keep the suite's folder (files, logs) after the run
         Needs FERRY_TEST_POSTGRES_URL, FERRY_TEST_MYSQL_URL and FERRY_TEST_STATE (scripts/chaos sets them).
@@ -59,6 +62,7 @@ struct ChaosOptions {
                 minutes = m
             case "--verbose", "-v": verbose = true
             case "--keep": keep = true
+            case "--no-namespaces": namespaces = false
             case "-h", "--help":
                 say(Self.usage)
                 exit(0)

@@ -41,6 +41,106 @@ final class FaultTests: XCTestCase {
         XCTAssertEqual(try ferry(["verify", "sqlite:" + src, "sqlite:" + target, "--tables", "bench_orders"]).code, 0)
     }
 
+    /// A served SQLite file that may not grow (`ferry serve` under `ulimit -f`): the service
+    /// answers 507 with a reason that names no path, the copy fails in one line, and the file
+    /// is whole and without the table.
+    func testAServedFileThatCannotGrowAnswers507() throws {
+        let src = try fixture.source(rows: 60_000)
+        let db = folder.path("served-small.db")
+        _ = try fixture.sqlite(db).query("CREATE TABLE kept (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO kept VALUES (1, 'before')")
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokens = folder.path("tokens.txt")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let log = folder.path("serve-small.log")
+        guard FileManager.default.createFile(atPath: log, contents: nil), let handle = FileHandle(forWritingAtPath: log) else {
+            return XCTFail("cannot write \(log)")
+        }
+        let serve = Process()
+        serve.executableURL = URL(fileURLWithPath: "/bin/bash")
+        serve.arguments = ["-c", "ulimit -f 2048; exec \"$0\" \"$@\"", CLITests.binaryURL.path, "serve", "sqlite:" + db,
+                           "--listen", "127.0.0.1:0", "--token-file", tokens]
+        serve.standardError = handle
+        serve.standardOutput = FileHandle.nullDevice
+        try serve.run()
+        defer {
+            if serve.isRunning { serve.interrupt() }
+            serve.waitUntilExit()
+        }
+        var port: Int?
+        for _ in 0..<300 where port == nil && serve.isRunning {
+            usleep(50_000)
+            let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
+            port = text.range(of: "on http://127.0.0.1:").flatMap { Int(text[$0.upperBound...].prefix { $0.isNumber }) }
+        }
+        let bound = try XCTUnwrap(port, (try? String(contentsOfFile: log, encoding: .utf8)) ?? "")
+        let r = try ferry(["copy", "sqlite:" + src, "http://:\(token)@127.0.0.1:\(bound)/", "--tables", "bench_orders", "--quiet"])
+        XCTAssertEqual(r.code, 1, r.err)
+        XCTAssertTrue(r.err.contains("has no room to write") && r.err.contains("HTTP 507"), r.err)
+        XCTAssertFalse(r.err.contains(db), "the service's answer names the file: \(r.err)")
+        XCTAssertEqual(r.err.split(separator: "\n").count, 1, r.err)
+        serve.interrupt()
+        serve.waitUntilExit()
+        let file = fixture.sqlite(db)
+        XCTAssertEqual(try file.query("PRAGMA integrity_check").trimmingCharacters(in: .whitespacesAndNewlines), "ok")
+        XCTAssertEqual(try file.tables("bench_orders"), [])
+        XCTAssertEqual(try file.query("SELECT v FROM kept").trimmingCharacters(in: .whitespacesAndNewlines), "before")
+    }
+
+    /// A connection that stalls mid-copy — a relay passes nothing more either way and keeps its
+    /// sockets open, as a peer whose kernel still acknowledges — fails the copy after
+    /// `--timeout`, in one line, with PostgreSQL and MariaDB as source and as target and with
+    /// `ferry serve` as source and as target; the target table is as it was.
+    func testAStalledConnectionFailsAfterTheTimeout() throws {
+        let src = try fixture.source(rows: 100_000)
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        let pg = try fixture.postgres("stall_\(tag)"), my = try fixture.mariadb("stall_\(tag)")
+        for t in [pg, my] {
+            let r = try ferry(["copy", "sqlite:" + src, t.url, "--tables", "bench_orders", "-q"])
+            XCTAssertEqual(r.code, 0, r.err)
+        }
+        let (served, serve) = try fixture.served(pg, tokens: "--token-file")
+        defer { serve.stop() }
+        func relayed(_ url: String) throws -> (FaultRelay, String) {
+            let port = try XCTUnwrap(try Endpoint(parsing: url).port)
+            let relay = try FaultRelay(upstreamPort: port)
+            let host = url.contains("@127.0.0.1:") || url.contains("//127.0.0.1:") ? "127.0.0.1" : "localhost"
+            return (relay, url.replacingOccurrences(of: "\(host):\(port)", with: "127.0.0.1:\(relay.port)"))
+        }
+        let cases: [(String, String, Bool)] = [
+            ("postgres as source", pg.url, true), ("postgres as target", pg.url, false),
+            ("mariadb as source", my.url, true), ("mariadb as target", my.url, false),
+            ("ferry serve as source", served.url, true), ("ferry serve as target", served.url, false),
+        ]
+        for (name, url, isSource) in cases {
+            let (relay, through) = try relayed(url)
+            defer { relay.stop() }
+            relay.arm(isSource ? .fromServer : .toServer, at: 300_000, stall: true)
+            let out = folder.path("stalled-\(name.split(separator: " ").joined(separator: "-")).db")
+            let args = isSource
+                ? ["copy", through, "sqlite:" + out, "--tables", "bench_orders", "--timeout", "3", "-q"]
+                : ["copy", "sqlite:" + src, through, "--tables", "bench_orders", "--mode", "replace", "--timeout", "3", "-q"]
+            let started = Date()
+            let r = try ferry(args)
+            let seconds = Date().timeIntervalSince(started)
+            let fired = relay.fired
+            relay.disarm()
+            XCTAssertTrue(fired, "\(name): the copy ended before the stall (\(r.err))")
+            XCTAssertEqual(r.code, 1, "\(name): \(r.err)")
+            XCTAssertEqual(r.err.split(separator: "\n").count, 1, "\(name): \(r.err)")
+            XCTAssertLessThan(seconds, 60, "\(name): the stall took \(Int(seconds)) s to end the copy: \(r.err)")
+            print("\(name): stalled copy ended after \(String(format: "%.1f", seconds)) s: \(r.err)")
+        }
+        for t in [pg, my] {
+            let v = try ferry(["verify", "sqlite:" + src, t.url, "--tables", "bench_orders"])
+            XCTAssertEqual(v.code, 0, "\(t.name) after the stalled replace: \(v.out) \(v.err)")
+        }
+        // The staging table the stalled replace left in MariaDB (DDL commits there; its lease's
+        // owner is gone) goes with the next run. (The service's, in PostgreSQL, is its janitor's.)
+        let again = try ferry(["copy", "sqlite:" + src, my.url, "--tables", "bench_orders", "--mode", "replace", "-q"])
+        XCTAssertEqual(again.code, 0, again.err)
+        XCTAssertEqual(try my.tables("_ferry_load_"), [], "mariadb: a staging table was left after the next run")
+    }
+
     /// A table name with a NUL byte names no table, on every endpoint that takes one: 404, not
     /// the table the name's first part names (a C library reads a name up to its NUL).
     func testANameWithANulByteIsNoTable() throws {

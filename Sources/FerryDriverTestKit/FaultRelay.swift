@@ -1,5 +1,4 @@
 import FerryCore
-import FerryDriverTestKit
 import Foundation
 #if canImport(Glibc)
 import Glibc
@@ -8,22 +7,26 @@ import Glibc
 /// A TCP relay on loopback in front of a server (PostgreSQL, MariaDB, `ferry serve`) that passes
 /// bytes through until armed, then cuts every connection it carries once a chosen number of
 /// bytes has gone one way: a connection broken at a random byte offset, in either direction.
-final class FaultRelay: @unchecked Sendable {  // its state is Locked; the listener is closed once, in stop()
-    enum Direction: String, CaseIterable { case toServer = "to the server", fromServer = "from the server" }
+public final class FaultRelay: @unchecked Sendable {  // its state is Locked; the listener is closed once, in stop()
+    public enum Direction: String, CaseIterable, Sendable { case toServer = "to the server", fromServer = "from the server" }
 
-    let port: Int
-    let upstreamPort: Int
+    public let port: Int
+    public let upstreamPort: Int
     private let listener: Int32
     private struct State {
         var counted: [Direction: Int64] = [.toServer: 0, .fromServer: 0]
         var cut: (Direction, Int64)?
+        /// The armed fault stalls (passes nothing more either way, sockets open) instead of cutting.
+        var stalls = false
+        /// A stall fired: every pump holds what it read until `disarm`.
+        var frozen = false
         var fired = false
         var sockets: Set<Int32> = []
         var stopped = false
     }
     private let state = Locked(State())
 
-    init(upstreamPort: Int) throws {
+    public init(upstreamPort: Int) throws {
         self.upstreamPort = upstreamPort
         (listener, port) = try ByteCountingProxy.listenOnLoopback()
         let relay = self
@@ -31,28 +34,36 @@ final class FaultRelay: @unchecked Sendable {  // its state is Locked; the liste
     }
 
     /// Counts from zero again and cuts every connection once `offset` bytes have gone `direction`.
-    func arm(_ direction: Direction, at offset: Int64) {
+    public func arm(_ direction: Direction, at offset: Int64, stall: Bool = false) {
         state.withLock {
             $0.counted = [.toServer: 0, .fromServer: 0]
             $0.cut = (direction, offset)
+            $0.stalls = stall
+            $0.frozen = false
             $0.fired = false
         }
     }
 
     /// Counts from zero again, passing everything.
-    func disarm() {
-        state.withLock {
-            $0.counted = [.toServer: 0, .fromServer: 0]
-            $0.cut = nil
-            $0.fired = false
+    /// Also ends a stall: the connections it held are closed.
+    public func disarm() {
+        let held = state.withLock { s -> Set<Int32> in
+            let wasFrozen = s.frozen
+            s.counted = [.toServer: 0, .fromServer: 0]
+            s.cut = nil
+            s.stalls = false
+            s.frozen = false
+            s.fired = false
+            return wasFrozen ? s.sockets : []
         }
+        for fd in held { shutdown(fd, Int32(SHUT_RDWR)) }
     }
 
     /// Whether the armed cut happened, and the bytes counted each way since `arm`/`disarm`.
-    var fired: Bool { state.withLock { $0.fired } }
-    func counted(_ d: Direction) -> Int64 { state.withLock { $0.counted[d] ?? 0 } }
+    public var fired: Bool { state.withLock { $0.fired } }
+    public func counted(_ d: Direction) -> Int64 { state.withLock { $0.counted[d] ?? 0 } }
 
-    func stop() {
+    public func stop() {
         let sockets = state.withLock { s -> Set<Int32> in
             s.stopped = true
             return s.sockets
@@ -111,16 +122,18 @@ final class FaultRelay: @unchecked Sendable {  // its state is Locked; the liste
             let n = buffer.withUnsafeMutableBytes { read(from, $0.baseAddress, $0.count) }
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { break }
-            // How much of this chunk may pass before an armed cut.
-            let (pass, cutNow) = state.withLock { s -> (Int, Bool) in
+            // How much of this chunk may pass before an armed cut or stall.
+            let (pass, cutNow, frozen) = state.withLock { s -> (Int, Bool, Bool) in
+                if s.frozen { return (0, false, true) }
                 let before = s.counted[direction] ?? 0
                 if let (d, offset) = s.cut, d == direction, !s.fired, before + Int64(n) >= offset {
                     s.fired = true
                     s.counted[direction] = offset
-                    return (Int(max(0, offset - before)), true)
+                    if s.stalls { s.frozen = true }
+                    return (Int(max(0, offset - before)), !s.stalls, s.stalls)
                 }
                 s.counted[direction] = before + Int64(n)
-                return (n, false)
+                return (n, false, false)
             }
             var sent = 0
             while sent < pass {
@@ -131,6 +144,12 @@ final class FaultRelay: @unchecked Sendable {  // its state is Locked; the liste
                 if w < 0 && errno == EINTR { continue }
                 guard w > 0 else { break }
                 sent += w
+            }
+            if frozen {
+                // Stalled: nothing more passes; the sockets stay open (the peer's kernel still
+                // acknowledges) until the suite disarms the relay, which closes them.
+                while state.withLock({ $0.frozen && !$0.stopped }) { usleep(20_000) }
+                break
             }
             if cutNow {
                 // Every connection the relay carries goes down at once, both ways.
@@ -143,9 +162,4 @@ final class FaultRelay: @unchecked Sendable {  // its state is Locked; the liste
         shutdown(to, Int32(SHUT_WR))
         shutdown(from, Int32(SHUT_RD))
     }
-}
-
-struct ChaosFailure: Error, CustomStringConvertible {
-    let description: String
-    init(_ d: String) { description = d }
 }
