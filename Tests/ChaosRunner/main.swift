@@ -105,13 +105,32 @@ func report(_ records: [RunRecord], options: ChaosOptions, seconds: Double) -> S
     return lines.joined(separator: "\n")
 }
 
+/// Whether a private mount namespace can mount a tmpfs here (the full and read-only faults).
+func namespacesWork() -> Bool {
+    let dir = NSTemporaryDirectory() + "ferry-chaos-probe-\(getpid())"
+    guard (try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)) != nil else { return false }
+    defer { try? FileManager.default.removeItem(atPath: dir) }
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
+    p.arguments = ["-m", "/bin/sh", "-c", "mount -t tmpfs -o size=64k tmpfs \"$0\" && mount --bind \"$0\" \"$0\" && mount -o remount,bind,ro \"$0\"", dir]
+    p.standardOutput = FileHandle.nullDevice
+    p.standardError = FileHandle.nullDevice
+    guard (try? p.run()) != nil else { return false }
+    p.waitUntilExit()
+    return p.terminationReason == .exit && p.terminationStatus == 0
+}
+
 /// A line on stdout, unbuffered (the runner's output goes to pipes and logs).
 func say(_ text: String) { FileHandle.standardOutput.write(Data((text + "\n").utf8)) }
 
 signal(SIGPIPE, SIG_IGN)
 do {
-    let options = try ChaosOptions(Array(CommandLine.arguments.dropFirst()))
+    var options = try ChaosOptions(Array(CommandLine.arguments.dropFirst()))
     let started = Date()
+    if options.namespaces && !namespacesWork() {
+        say("ferry-chaos: unshare -m cannot mount here (not root, or no CAP_SYS_ADMIN): the full and read-only file systems are left out")
+        options.namespaces = false
+    }
     let chaos = try Chaos(options: options)
     say("ferry-chaos: seed \(options.seed), \(options.runs) runs, \(options.rows) rows; folder \(chaos.folder)")
     var failed = true
