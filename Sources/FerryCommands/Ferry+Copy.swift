@@ -52,6 +52,7 @@ extension Ferry {
                   ferry copy postgres://dba@db/shop sqlite:shop.db --mode upsert
                   ferry copy postgres://dba@db/shop mysql://app@replica/shop --mode mirror --max-delete 1%
                   ferry copy sqlite:app.db sqlite:recent.db --tables orders --where "created_at >= '2026-01-01'"
+                  ferry copy sqlite:legacy.db postgres://dba@db/shop --mode append --on-error reject=refused.db
                   ferry copy postgres://dba@db/shop sqlite:eu.db --where "customer=country = 'DE'" --where "orders=total > 100"
                   ferry copy postgres://dba@db/shop sqlite:shop.db --schema public --jobs 4
                   ferry copy postgres://dba@db/shop mysql://app@dw/shop --tables orders --resume
@@ -115,6 +116,15 @@ extension Ferry {
         @Option(name: .long, help: "With --resume: rows per committed chunk (the most a resumed run reads again).")
         var chunkRows: Int = 100_000
 
+        @Option(name: .long, help: ArgumentHelp(
+            "What a row the target refuses does: fail (its table fails, nothing of it committed) or reject=FILE (set aside in the SQLite file FILE, the rest loaded; exit 3).",
+            discussion: "A refused row is one the target will not store: a NOT NULL, CHECK, unique or foreign key it enforces, a value out of its range. FILE gets a table of the target table's name and columns holding the refused rows as they were copied, and _ferry_rejects with each row's reason. Fix the rows there, then load them: ferry copy sqlite:FILE TARGET --tables T --mode append. Refused rows are found by rolling a batch back to a savepoint and splitting it, so the rest loads at batch speed. Targets: SQLite, PostgreSQL, MySQL/MariaDB; modes create, replace, append, upsert.",
+            valueName: "fail|reject=FILE"))
+        var onError: String = "fail"
+
+        @Option(name: .long, help: "With --on-error reject: refused rows per table past which the table fails instead (the cause is then not in the rows).")
+        var maxRejects: Int = 1_000
+
         @Flag(name: .long, help: "Print the plan (tables, keys, columns, skipped columns, DDL) and touch nothing.")
         var dryRun = false
 
@@ -131,9 +141,39 @@ extension Ferry {
             if verify && !what.where.isEmpty {
                 throw ValidationError("--verify compares whole tables: run the copy with --where and without --verify")
             }
+            if rejectPath != nil {
+                guard maxRejects >= 1 else { throw ValidationError("--max-rejects must be at least 1, not \(maxRejects)") }
+                if what.mode == .mirror { throw ValidationError("--on-error reject is for create, replace, append and upsert copies, not --mode mirror") }
+                if resume { throw ValidationError("--on-error reject and --resume cannot be combined: load the rows, set aside, without --resume") }
+                if units.plan != nil { throw ValidationError("--on-error reject is for a copy without --plan") }
+            } else if onError != "fail" {
+                throw ValidationError("--on-error takes fail or reject=FILE (a SQLite file for the refused rows), not '\(onError)'")
+            }
             if units.plan == nil && (source == nil || target == nil) {
                 throw ValidationError("copy needs a SOURCE and a TARGET (or --plan FILE, made by `ferry plan`)")
             }
+        }
+
+        /// The reject file of `--on-error reject=FILE`.
+        var rejectPath: String? {
+            guard onError.hasPrefix("reject=") else { return nil }
+            let path = String(onError.dropFirst("reject=".count))
+            return path.isEmpty ? nil : path
+        }
+
+        /// Opens the reject file (a SQLite file, created when missing) for a copy into `target`.
+        func openRejects(_ path: String, target: any Connection, registry: DriverRegistry) throws -> (any Connection)? {
+            guard target.supportsSavepoints else {
+                throw FerryError.invalidOption(
+                    "--on-error reject: \(target.endpoint.redacted) cannot roll back part of a transaction (a service or plugin target); load it without --on-error reject, or into a database first")
+            }
+            let endpoint = try Endpoint(parsing: "sqlite:" + path)
+            let file = try registry.connect(endpoint, role: .target)
+            if let mine = try? file.databaseIdentity(), let theirs = try? target.databaseIdentity(), mine == theirs {
+                file.close()
+                throw FerryError.invalidOption("--on-error reject=\(path) names the target itself: name another file for the refused rows")
+            }
+            return file
         }
 
         func run() throws {
@@ -167,6 +207,12 @@ extension Ferry {
             let (sourceEndpoint, targetEndpoint) = try driverSettings.endpoints(source: source, target: target, registry: registry, passwords: passwordFiles)
             let session = try CopySession(source: sourceEndpoint, target: targetEndpoint, registry: registry)
             defer { session.close() }
+            var rejectConnection: (any Connection)?
+            if let path = rejectPath, !dryRun {
+                rejectConnection = try openRejects(path, target: session.target, registry: registry)
+                options.rejects = rejectConnection.map { RejectFile(connection: $0, path: path, limit: maxRejects) }
+            }
+            defer { rejectConnection?.close() }
             let plan = try session.plan(options)
             if dryRun {
                 if output.json { try Console.json(plan) } else { Console.out(render(plan)) }
@@ -220,13 +266,25 @@ extension Ferry {
                         Console.error("\(t.source): resumed: read \(read) rows, \(t.rows - read) were loaded by an earlier run")
                     }
                 }
+                if summary.totalRejected > 0 { objects += ", \(summary.totalRejected) refused rows set aside" }
                 Console.error(
                     "copied \(summary.tables.filter { $0.status == .ok }.count) of \(summary.tables.count) tables, "
                         + "\(summary.totalRows) rows\(objects) in \(String(format: "%.2f", summary.seconds))s "
                         + "(\(String(format: "%.0f", rate)) rows/s) from \(summary.source) to \(summary.target)")
             }
             let failures = summary.tables.filter { $0.status != .ok }
-            if verify && failures.isEmpty && !plan.tables.isEmpty {
+            if let path = rejectPath, !output.json {
+                for t in summary.tables where t.status == .ok {
+                    guard let n = t.rejected, let into = t.rejectedInto else { continue }
+                    Console.error(
+                        "\(t.source): \(n) row\(n == 1 ? "" : "s") refused by the target, set aside in \(path) (table \(into), reasons in \(RejectFile.reasons.name)); "
+                            + "fix them, then: ferry copy sqlite:\(path) \(session.target.endpoint.redacted) --tables \(into) --mode append")
+                }
+            }
+            if verify && summary.totalRejected > 0 {
+                Console.error("note: --verify left out: the tables differ by the \(summary.totalRejected) rows set aside")
+            }
+            if verify && failures.isEmpty && !plan.tables.isEmpty && summary.totalRejected == 0 {
                 // The source side reads the copy's own snapshot (kept open by keepSourceSnapshot).
                 let report = try session.verify(plan, options: options)
                 if !output.json { try Verify.print(report, json: false) }
@@ -235,6 +293,7 @@ extension Ferry {
             if !failures.isEmpty {
                 try Self.fail(failures, of: summary.tables.count, quiet: quiet || output.json)
             }
+            if summary.totalRejected > 0 { throw ExitStatus.differences.exitCode }
         }
 
         /// Ends a copy whose tables failed: one line for the one table of a copy (quiet: its

@@ -297,6 +297,8 @@ public final class MySQLConnection: Connection {
         try forEachRow(DigestSQL.query(table.name, request, d)) { out.append(try DigestSQL.digest($0, table: table.name)) }
         return out
     }
+    public var supportsSavepoints: Bool { true }
+    public func savepoint(_ step: SavepointStep) throws { try execute(step.sql) }
     public func commit() throws {
         try execute("COMMIT")
         inTransaction = false

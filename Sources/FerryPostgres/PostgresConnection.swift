@@ -357,6 +357,8 @@ public final class PostgresConnection: Connection {
             return out
         }
     }
+    public var supportsSavepoints: Bool { true }
+    public func savepoint(_ step: SavepointStep) throws { try execute(step.sql) }
     public func commit() throws {
         inReadSnapshot = false
         try execute("COMMIT")

@@ -326,6 +326,8 @@ public final class SQLiteConnection: Connection {
         try execute("BEGIN DEFERRED")
         try execute("SELECT count(*) FROM sqlite_schema")
     }
+    public var supportsSavepoints: Bool { true }
+    public func savepoint(_ step: SavepointStep) throws { try execute(step.sql) }
     public func commit() throws { try execute("COMMIT") }
     public func rollback() throws {
         if sqlite3_get_autocommit(db) == 0 { try execute("ROLLBACK") }

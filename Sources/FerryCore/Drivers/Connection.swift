@@ -181,6 +181,14 @@ public protocol Connection: AnyObject {
     func commit() throws
     func rollback() throws
 
+    /// True where `savepoint` works inside a write transaction (SQLite, PostgreSQL, MySQL):
+    /// what `--on-error reject` needs to set refused rows aside and keep the rest. False (the
+    /// default) where a transaction cannot be rolled back in part (the XML service, plugins).
+    var supportsSavepoints: Bool { get }
+    /// Sets, rolls back to, or releases Ferry's one savepoint in the caller's transaction (a
+    /// rollback leaves it set: release it after). Default: refused.
+    func savepoint(_ step: SavepointStep) throws
+
     /// Moves the serial counters of `table` past the largest values now in it, so the next
     /// generated value is max + 1.
     func resetSerial(_ table: TableName, schema: TableSchema) throws
@@ -312,6 +320,10 @@ extension Connection {
     public func unfreezeWrites() throws {}
     public var keepsLoadState: Bool { true }
     public var heldSnapshotsBlockWriters: Bool { false }
+    public var supportsSavepoints: Bool { false }
+    public func savepoint(_ step: SavepointStep) throws {
+        throw FerryError.invalidOption("\(endpoint.redacted) cannot roll back part of a transaction: load it without --on-error reject")
+    }
 
     public func stageWatermark(_ move: WatermarkMove, with table: TableSchema, key: [String]) throws {
         throw FerryError.invalidOption("\(endpoint.redacted) cannot move a watermark with its rows: --incremental into it is not supported")
@@ -376,6 +388,21 @@ extension Connection {
     }
 }
 
+/// A step of `Connection.savepoint`.
+public enum SavepointStep: Sendable {
+    case set, rollback, release
+
+    /// The statement, the same in SQLite, PostgreSQL and MySQL (a fixed name: savepoints are
+    /// never nested, one is set, then released or rolled back to and released).
+    public var sql: String {
+        switch self {
+        case .set: return "SAVEPOINT ferry_rows"
+        case .rollback: return "ROLLBACK TO SAVEPOINT ferry_rows"
+        case .release: return "RELEASE SAVEPOINT ferry_rows"
+        }
+    }
+}
+
 /// What a keyed write did to the rows it was given.
 public struct MergeCounts: Sendable, Hashable, Codable {
     public var inserted: Int64 = 0
@@ -422,4 +449,15 @@ public protocol BatchWriter: AnyObject {
 
 extension BatchWriter {
     public var rowsStored: Int64? { nil }
+
+    /// Writes `batch` and finishes; aborts on failure.
+    public func writeWhole(_ batch: RowBatch) throws {
+        do {
+            try write(batch)
+            try finish()
+        } catch {
+            abort()
+            throw error
+        }
+    }
 }

@@ -69,6 +69,20 @@ extension CopyEngine {
                     try target.begin()
                 }
             }
+            /// A new table, its keys after its rows where that is faster — but with them where
+            /// refused rows are set aside: a duplicate key must be refused with its batch.
+            func createPlanned(_ planned: PlannedTable) throws {
+                if options.rejects == nil { try target.createTableDeferringKeys(planned) } else { try target.createTable(planned) }
+            }
+            // Rows the target refused (`--on-error reject`), set aside when the table commits.
+            let rejected = RejectedRows()
+            var rejectedInto: TableName?
+            func commitTarget() throws {
+                guard let file = options.rejects, !rejected.rows.isEmpty else { return try target.commit() }
+                rejectedInto = try file.keep(rejected.rows, of: table.target, columns: table.targetSchema.columns, target: target.endpoint.redacted) {
+                    try target.commit()
+                }
+            }
             // An append or upsert whose staging table is merged into the existing table at the end.
             var mergeInto: TableSchema?
             switch mode {
@@ -77,14 +91,14 @@ extension CopyEngine {
                     throw FerryError.targetTableExists(table: table.target, endpoint: target.endpoint.redacted)
                 }
                 if let planned = table.creates {
-                    try stage { try target.createTableDeferringKeys(planned); return nil }
+                    try stage { try createPlanned(planned); return nil }
                     keysAfterLoad = planned
                 }
                 created = staged == nil ? table.target : nil
             case .append, .upsert, .mirror:
                 if let planned = table.creates, staged != nil {
                     // A resumable load of a table the target lacks: staged and renamed in, as a create's.
-                    try stage { try target.createTableDeferringKeys(planned); return nil }
+                    try stage { try createPlanned(planned); return nil }
                     keysAfterLoad = planned
                 } else if let planned = table.creates {
                     if try target.tableExists(planned.schema.name) {
@@ -133,7 +147,7 @@ extension CopyEngine {
                     merge?.tracking = (inc.index, inc.type)
                 }
                 (rows, stored) = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
-                                          cancellation: cancellation, writer: merge, chunks: chunks, since: since)
+                                          cancellation: cancellation, writer: merge, chunks: chunks, since: since, rejected: rejected)
                 if table.incremental != nil { rowsRead = rows }
                 if direct { try target.begin() }
                 if let staged, staged.resumable {
@@ -150,7 +164,7 @@ extension CopyEngine {
                 if staged?.record != nil, planned.deferredKeys != nil {
                     added = try !target.describe(loadName, rowEstimate: false).primaryKey.isEmpty
                 }
-                if !added { try target.addDeferredKeys(planned) }
+                if !added && options.rejects == nil { try target.addDeferredKeys(planned) }
             }
 
             if mode == .create || mode == .replace || keysAfterLoad != nil {
@@ -184,7 +198,7 @@ extension CopyEngine {
                 if table.targetSchema.columns.contains(where: \.isSerial) {
                     try target.resetSerial(mergeInto.name, schema: table.targetSchema)
                 }
-                try target.commit()
+                try commitTarget()
                 staged.keeper?.stop()
             } else if let staged {
                 // Made visible whole. One swap at a time: a swap moves other tables' foreign keys,
@@ -196,11 +210,11 @@ extension CopyEngine {
                     }
                     try target.swapTable(loadName, into: table.target)
                     if let objects = table.objects, table.indexesAfterSwap { declined += try target.createIndexes(objects) }
-                    try target.commit()
+                    try commitTarget()
                 }
                 staged.keeper?.stop()
             } else {
-                try target.commit()
+                try commitTarget()
             }
             let seconds = Date().timeIntervalSince(started)
             progress.finished(label, rows: rows, seconds: seconds, error: nil)
@@ -216,6 +230,10 @@ extension CopyEngine {
             // Staged keyed writes (the XML service) count when the commit applied them.
             if let applied = target.committedCounts, mode.isKeyed { result.counts = (result.counts ?? MergeCounts()) + applied }
             result.mirror = mirrored?.stats
+            if let rejectedInto {
+                result.rejected = Int64(rejected.rows.count)
+                result.rejectedInto = rejectedInto.name
+            }
             result.indexes = (table.objects?.indexes.count ?? 0) - declined.count
             result.skippedObjects = table.skippedObjects + declined
             for o in declined { progress.note("warning: \(o)") }
@@ -251,7 +269,7 @@ extension CopyEngine {
         _ table: TablePlan, source: any Connection, target: any Connection, into: TableSchema,
         options: CopyOptions, progress: ProgressReporter, cancellation: Cancellation?, writer custom: (any BatchWriter)? = nil,
         buckets: BucketFilter? = nil, keys: (columns: [String], values: [[Value]])? = nil, chunks: ChunkCommits? = nil,
-        bounds: (after: [Value]?, upTo: [Value]?)? = nil, since: ColumnBound? = nil
+        bounds: (after: [Value]?, upTo: [Value]?)? = nil, since: ColumnBound? = nil, rejected: RejectedRows? = nil
     ) throws -> (rows: Int64, stored: Int64?) {
         var range = table.filter == nil && buckets == nil ? nil : KeyRange(key: [], filter: table.filter, buckets: buckets)
         if let bounds, let key = table.key?.columns {
@@ -277,8 +295,20 @@ extension CopyEngine {
             }
         } ?? source.reader(table: table.sourceSchema, columns: table.columns, keyRange: range, batchSize: batchSize))
         var writer: any BatchWriter
+        var rejecting: RejectingWriter?
         do {
-            writer = try custom ?? target.writer(into: into, columns: table.targetSchema.columns)
+            if let rejected, let file = options.rejects {
+                // Each batch in a savepoint, refused rows set aside (`--on-error reject`).
+                let columns = table.targetSchema.columns
+                let w = RejectingWriter(target: target, table: table.source, limit: file.limit, describeRow: { [self] b, r in keyDescription(table, batch: b, row: r) }) {
+                    try custom ?? target.writer(into: into, columns: columns)
+                }
+                rejecting = w
+                rejected.writer = w
+                writer = w
+            } else {
+                writer = try custom ?? target.writer(into: into, columns: table.targetSchema.columns)
+            }
         } catch {
             reader.value.close()
             throw error
@@ -345,6 +375,7 @@ extension CopyEngine {
         }
         producer.join()
         reader.value.close()
+        if let rejecting { rows -= Int64(rejecting.rejected.count) }
         return (rows, writer.rowsStored.flatMap { n in storedBefore.map { $0 + n } })
     }
 
@@ -382,6 +413,12 @@ extension CopyEngine {
         }
         return "\(error)"
     }
+}
+
+/// The rows a table's `RejectingWriter` set aside (empty without `--on-error reject`).
+final class RejectedRows {
+    fileprivate(set) var writer: CopyEngine.RejectingWriter?
+    var rows: [RejectFile.Row] { writer?.rejected ?? [] }
 }
 
 /// A resumable load's chunks: every `rows` rows (at a batch's end) the writer finishes and

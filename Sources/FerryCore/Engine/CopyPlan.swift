@@ -145,6 +145,9 @@ public struct CopyOptions: Sendable {
     public var incrementalLookback: String?
     /// `--columns TABLE=COL,COL` (or `COL,COL` for the tables named): only these columns are copied.
     public var columns: [String] = []
+    /// `--on-error reject=FILE`: rows the target refuses are set aside there (with savepoints:
+    /// targets whose `supportsSavepoints`); nil fails a table at its first refused row.
+    public var rejects: RejectFile?
 
     public init() {}
 }

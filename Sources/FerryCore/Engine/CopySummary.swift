@@ -22,6 +22,10 @@ public struct CopySummary: Sendable, Codable {
         public var foreignKeys: Int = 0
         /// Schema objects of the source left out, each with its reason.
         public var skippedObjects: [SkippedObject] = []
+        /// `--on-error reject`: rows the target refused, set aside in the reject file's table
+        /// `rejectedInto` (nil without the option, or when none was refused). `rows` leaves them out.
+        public var rejected: Int64?
+        public var rejectedInto: String?
     }
 
     /// What a mirror read to find the differences: digest levels compared, buckets whose
@@ -63,6 +67,8 @@ public struct CopySummary: Sendable, Codable {
     /// Rows of the tables that were copied: a failed or cancelled table committed none, whatever
     /// it had sent before it failed (through the service, a table can fail at its commit).
     public var totalRows: Int64 { tables.filter { $0.status == .ok }.reduce(0) { $0 + $1.rows } }
+    /// Rows set aside by `--on-error reject` in the tables that were copied.
+    public var totalRejected: Int64 { tables.filter { $0.status == .ok }.reduce(0) { $0 + ($1.rejected ?? 0) } }
 }
 
 /// A problem at one row of a batch, raised by a writer; the engine names the row by its key.

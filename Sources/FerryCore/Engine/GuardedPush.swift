@@ -192,14 +192,7 @@ public enum PushLedger {
     static func record(_ c: any Connection, _ schema: TableSchema, id: String, at time: Date) throws {
         let stamp = ISOTime.string(time)
         let record = try RowBatch(rows: [[.text(id), .text(stamp)]], types: schema.columns.map(\.logicalType))
-        let w = try c.writer(into: schema, columns: schema.columns)
-        do {
-            try w.write(record)
-            try w.finish()
-        } catch {
-            w.abort()
-            throw error
-        }
+        try c.writer(into: schema, columns: schema.columns).writeWhole(record)
     }
 }
 

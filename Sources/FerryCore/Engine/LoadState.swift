@@ -314,14 +314,7 @@ enum StateTable {
             Column(name: c.name, nativeType: c.nativeType, logicalType: columns[i].logicalType, isNullable: c.isNullable)
         }
         if insert {
-            let w = try c.writer(into: schema, columns: cols)
-            do {
-                try w.write(batch)
-                try w.finish()
-            } catch {
-                w.abort()
-                throw error
-            }
+            try c.writer(into: schema, columns: cols).writeWhole(batch)
         } else {
             _ = try c.upsertRows(into: schema, columns: cols, key: key, rows: batch)
         }

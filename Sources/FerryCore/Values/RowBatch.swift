@@ -88,3 +88,14 @@ extension RowBatch {
         for c in columns.indices { columns[c].append(contentsOf: other.columns[c]) }
     }
 }
+
+extension RowBatch {
+    /// Rows `range` of this batch, as a batch of their own.
+    public func rows(_ range: Range<Int>) -> RowBatch {
+        var out = RowBatch(columns: columns.map { ColumnBuffer(storage: $0.storage, capacity: range.count) })
+        for c in columns.indices {
+            for r in range { out.columns[c].append(row: r, of: columns[c]) }
+        }
+        return out
+    }
+}
