@@ -121,12 +121,7 @@ extension Ferry {
             if let metrics, metricsAddress(metrics) == nil { throw ValidationError("--metrics must be HOST:PORT, e.g. 127.0.0.1:9187") }
         }
 
-        func metricsAddress(_ text: String) -> (host: String, port: Int)? {
-            guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else { return nil }
-            var host = String(text[..<colon])
-            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-            return host.isEmpty ? nil : (host, port)
-        }
+        func metricsAddress(_ text: String) -> (host: String, port: Int)? { Ferry.hostAndPort(text).map { ($0.0, $0.1) } }
 
         func run() throws {
             // SIGINT and SIGTERM stop the follower between source transactions (taken from the

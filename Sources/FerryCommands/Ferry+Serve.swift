@@ -6,6 +6,14 @@ import Foundation
 import Logging
 
 extension Ferry {
+    /// `HOST:PORT` (`[::1]:PORT` for IPv6) as a host and a port 0–65535, or nil.
+    static func hostAndPort(_ text: String) -> (String, Int)? {
+        guard let colon = text.lastIndex(of: ":"), let port = Int(text[text.index(after: colon)...]), (0...65535).contains(port) else { return nil }
+        var host = String(text[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        return host.isEmpty ? nil : (host, port)
+    }
+
     /// `ferry serve DATABASE-URL`: the XML-over-HTTP data service.
     struct Serve: ParsableCommand {
         static let configuration = CommandConfiguration(
@@ -28,6 +36,7 @@ extension Ferry {
                   ferry copy http://:$(cat tokens.txt)@127.0.0.1:8080/ sqlite:chinook-copy.db
                   ferry replicate http://:$(cat tokens.txt)@127.0.0.1:8080/ sqlite:replica.db --until-caught-up
                   ferry serve postgres://app@db/shop --token-file admin.txt --write-token-file laptops.txt
+                  ferry serve postgres://app@db/shop --token-file admin.txt --max-connections 8 --metrics 127.0.0.1:9188
                   ferry serve postgres://app@db/shop --listen 0.0.0.0:8443 --token-file rw.txt \\
                       --read-only-token-file ro.txt --tables artist,album --tls-cert cert.pem --tls-key key.pem
                 """)
@@ -79,15 +88,28 @@ extension Ferry {
             guard maxBodyMb >= 1 else { throw ValidationError("--max-body-mb must be at least 1") }
             guard maxLoadMb >= 1 && maxLoadMb <= 1 << 20 else { throw ValidationError("--max-load-mb must be between 1 and 1048576") }
             guard stagingIdleLimit >= 1 else { throw ValidationError("--staging-idle-limit is a number of seconds, at least 1") }
+            guard maxConnections == 0 || maxConnections >= 2 else {
+                throw ValidationError("--max-connections must be at least 2 (a merge reads on a second connection while it writes), or 0 for no limit")
+            }
+            guard connectionWait > 0 else { throw ValidationError("--connection-wait is a number of seconds above 0") }
+            if let metrics, Ferry.hostAndPort(metrics) == nil { throw ValidationError("--metrics must be HOST:PORT, e.g. 127.0.0.1:9188") }
         }
 
-        func parseListen() -> (String, Int)? {
-            guard let colon = listen.lastIndex(of: ":"), let port = Int(listen[listen.index(after: colon)...]),
-                  (0...65535).contains(port) else { return nil }
-            var host = String(listen[..<colon])
-            if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
-            return host.isEmpty ? nil : (host, port)
-        }
+        func parseListen() -> (String, Int)? { Ferry.hostAndPort(listen) }
+
+        @Option(name: .long, help: ArgumentHelp(
+            "Database connections requests may hold at once (at least 2; 0: no limit); more wait in line.",
+            discussion: "Keeps many clients from exhausting the database's connection limit (PostgreSQL's max_connections). A request waits up to --connection-wait seconds for a connection, then is answered 503 busy (clients retry it). Read snapshots (--max-snapshots) and change feeds hold connections of their own, outside this limit."))
+        var maxConnections: Int = 16
+
+        @Option(name: .long, help: ArgumentHelp("Seconds a request waits in line for a database connection before 503 busy.", valueName: "seconds"))
+        var connectionWait: Double = 30
+
+        @Option(name: .long, help: ArgumentHelp(
+            "Serve Prometheus metrics at http://HOST:PORT/metrics (requests, errors, bytes, connections in use and waiting, snapshots held), e.g. 127.0.0.1:9188; port 0 picks a free one.",
+            discussion: "On an address of its own, without a token: listen on loopback or a network only monitoring reaches. GET /healthz on the service's own address answers 200 or 503 (database unreachable) without a token.",
+            valueName: "host:port"))
+        var metrics: String?
 
         @Flag(name: .long, help: ArgumentHelp(
             "Let any token start and remove change feeds (ferry replicate from this service).",
@@ -120,6 +142,17 @@ extension Ferry {
             config.tokenFiles = [(tokenFile, TokenScope.manage), (writeTokenFile, .write), (readOnlyTokenFile, .read)].compactMap { f, s in f.map { ($0, s) } }
             config.stagingIdleSeconds = Double(stagingIdleLimit)
             config.followable = followable
+            config.maxConnections = maxConnections
+            config.connectionWaitSeconds = connectionWait
+            if let metrics, let (mhost, mport) = Ferry.hostAndPort(metrics) {
+                do {
+                    try FerryMetrics.bootstrap().serve(host: mhost, port: mport) { bound in
+                        Console.error("ferry: metrics on http://\(mhost):\(bound)/metrics")
+                    }
+                } catch {
+                    throw FerryError.invalidOption("--metrics \(metrics): cannot listen there (\(error)); give a free HOST:PORT")
+                }
+            }
             let scheme = config.tlsCertificate == nil ? "http" : "https"
             if config.exposedWithoutTLS {
                 Console.error("ferry: warning: listening on \(host) without TLS: tokens and data cross the network in clear text; use --tls-cert and --tls-key")

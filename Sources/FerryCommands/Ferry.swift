@@ -146,8 +146,15 @@ struct DriverSettings: ParsableArguments {
         valueName: "seconds"))
     var timeout: Double?
 
+    @Option(name: .long, help: ArgumentHelp(
+        "For http(s):// endpoints: ask again, at most N times each, a request the service answered 503 (busy, unavailable: nothing was done), waiting 0.5 s, then twice as long each time up to 8 s; each retry is said on stderr.",
+        discussion: "Reads continue in the same read snapshot after the last key read. A streamed load of rows is not sent again (its rows are gone once sent): it fails, and its table with it, unchanged.",
+        valueName: "N"))
+    var retries: Int = 0
+
     func validate() throws {
         if let timeout { guard timeout > 0 else { throw ValidationError("--timeout must be a positive number of seconds") } }
+        guard retries >= 0 && retries <= 100 else { throw ValidationError("--retries must be between 0 and 100, not \(retries)") }
     }
 
     enum ZeroDates: String, ExpressibleByArgument, CaseIterable {
@@ -161,6 +168,7 @@ struct DriverSettings: ParsableArguments {
         if let tokenFile { values["token-file"] = tokenFile }
         if let caFile { values["ca-file"] = caFile }
         if let timeout { values["timeout"] = String(timeout) }
+        if retries > 0 { values["retries"] = String(retries) }
         if zeroDates == .null { values["zero-dates"] = "null" }
         var endpoint = try registry.applying(values, to: Endpoint(parsing: url))
         if endpoint.password == nil, let file = passwordFile ?? self.passwordFile {

@@ -49,6 +49,8 @@ struct AuthMiddleware: RouterMiddleware {
     }
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
+        // A health check says only whether the service can reach its database: no token.
+        if request.uri.path == XMLService.healthPath, request.method == .get || request.method == .head { return try await next(request, context) }
         guard let header = request.headers[.authorization], header.hasPrefix("Bearer ") else { throw ServiceError.unauthorized }
         let token = Array(header.dropFirst(7).utf8)
         // Check every token (no early exit), so timing does not say which one nearly matched.
@@ -125,6 +127,7 @@ struct RequestCounts: Sendable {
 
 struct ErrorAndLogMiddleware<Context: RequestContext>: RouterMiddleware {
     let inFlight: Locked<RequestCounts>
+    let metrics: ServiceMetrics
 
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response) async throws -> Response {
         let started = Date()
@@ -148,8 +151,12 @@ struct ErrorAndLogMiddleware<Context: RequestContext>: RouterMiddleware {
             if e.status == 503 { headers[.retryAfter] = "5" }
             response = Response(status: .init(code: e.status), headers: headers, body: .init(byteBuffer: ByteBuffer(bytes: e.document)))
         }
-        context.logger.info(
-            "\(request.method) \(request.uri.path) \(response.status.code) \(String(format: "%.1f", Date().timeIntervalSince(started) * 1000)) ms")
+        let seconds = Date().timeIntervalSince(started)
+        context.logger.info("\(request.method) \(request.uri.path) \(response.status.code) \(String(format: "%.1f", seconds * 1000)) ms")
+        metrics.answered(
+            method: request.method.rawValue, endpoint: ProtocolRoute.match(method: request.method.rawValue, path: request.uri.path)?.route.pattern,
+            status: Int(response.status.code), requestBytes: request.headers[.contentLength].flatMap { Int($0) }, seconds: seconds,
+            answering: inFlight.withLock { $0.answering } - 1)
         return response
     }
 }

@@ -47,6 +47,10 @@ public struct ServerConfiguration: Sendable {
     public var stagingIdleSeconds: Double = 1_800
     /// Any token may start and remove a change feed (`--allow-feed`), not only manage tokens.
     public var allowFeed = false
+    /// Database connections requests hold at once (`--max-connections`; 0: no limit), and how
+    /// long a request waits in line for one (`--connection-wait`) before 503 busy.
+    public var maxConnections = 16
+    public var connectionWaitSeconds: Double = 30
     /// The served database has a change capture (PostgreSQL, MariaDB, SQLite): the service
     /// announces `change-feed`.
     public var followable = true
@@ -101,6 +105,8 @@ public struct ServerConfiguration: Sendable {
                 .subtracting(followable ? [] : .changeFeed),
             allowFeed: allowFeed)
         c.stagingIdleSeconds = stagingIdleSeconds
+        c.maxConnections = maxConnections
+        c.connectionWaitSeconds = connectionWaitSeconds
         return c
     }
 

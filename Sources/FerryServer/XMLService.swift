@@ -34,7 +34,7 @@ public struct XMLService: Sendable {
     public func application(logger: Logger, onRunning: @escaping @Sendable (Int) async -> Void = { _ in }) throws -> some ApplicationProtocol {
         let router = Router(context: ServiceRequestContext.self)
         handlers.startSweeping()
-        router.add(middleware: ErrorAndLogMiddleware(inFlight: inFlight))
+        router.add(middleware: ErrorAndLogMiddleware(inFlight: inFlight, metrics: ServiceMetrics(handlers: handlers)))
         router.add(middleware: AuthMiddleware(tokens: configuration.scopedTokens, files: configuration.tokenFiles, logger: logger))
         // The route table: every endpoint of the protocol, onto its handler.
         let handlers = self.handlers
@@ -44,6 +44,9 @@ public struct XMLService: Sendable {
                 Self.response(to: await handlers.respond(Self.request(route, request, context)))
             }
         }
+        let health = HealthCheck(handlers: handlers)
+        router.on(RouterPath(Self.healthPath), method: .get) { _, _ in await health.response() }
+        router.on(RouterPath(Self.healthPath), method: .head) { _, _ in await health.response() }
         var server: HTTPServerBuilder = .http1()
         if let cert = configuration.tlsCertificate, let key = configuration.tlsKey {
             let chain = try NIOSSLCertificate.fromPEMFile(cert).map { NIOSSLCertificateSource.certificate($0) }
@@ -56,6 +59,9 @@ public struct XMLService: Sendable {
             onServerRunning: { channel in await onRunning(channel.localAddress?.port ?? 0) },
             logger: logger)
     }
+
+    /// `GET /healthz`: answered without a token (see `HealthCheck`).
+    public static let healthPath = "/healthz"
 
     /// An HTTP request as the handlers take it.
     static func request(_ route: ProtocolRoute, _ request: Request, _ context: ServiceRequestContext) -> ServiceRequest {
@@ -92,5 +98,29 @@ final class BodyIterator: @unchecked Sendable {  // unchecked: one request's han
     func next() async throws -> [UInt8]? {
         guard let buffer = try await iterator.next() else { return nil }
         return Array(buffer.readableBytesView)
+    }
+}
+
+/// `GET /healthz` (no token): 200 when the service can open a connection to its database, 503
+/// when it cannot — for a load balancer or an orchestrator. The answer is kept for a second,
+/// so that probes, which need no token, cannot make the service open a connection each.
+actor HealthCheck {
+    let handlers: ServiceHandlers
+    private var last: (at: Date, ok: Bool)?
+
+    init(handlers: ServiceHandlers) { self.handlers = handlers }
+
+    func response() async -> Response {
+        let ok: Bool
+        if let last, Date().timeIntervalSince(last.at) < 1 {
+            ok = last.ok
+        } else {
+            ok = await handlers.databaseReachable()
+            last = (Date(), ok)
+        }
+        let body = ok ? "<health status=\"ok\"/>\n" : "<health status=\"unavailable\">the service cannot reach its database</health>\n"
+        return Response(
+            status: ok ? .ok : .serviceUnavailable, headers: [.contentType: "application/xml; charset=utf-8"],
+            body: .init(byteBuffer: ByteBuffer(bytes: Array(body.utf8))))
     }
 }

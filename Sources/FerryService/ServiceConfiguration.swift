@@ -33,6 +33,10 @@ public struct ServiceConfiguration: Sendable {
     /// A load's transient staging table (`_ferry_append_…`, `_ferry_upsert_…`, …) unused for this
     /// long is taken for abandoned (its client killed) and dropped.
     public var stagingIdleSeconds: Double = 1_800
+    /// Database connections requests hold at once (0: no limit), and how long a request waits
+    /// in line for one before it is answered 503 busy (see `ConnectionSlots`).
+    public var maxConnections: Int = 16
+    public var connectionWaitSeconds: Double = 30
     /// What `GET /v1/capabilities` announces (what the served driver can do; a transport that
     /// serves it read-only announces less).
     public var name: String

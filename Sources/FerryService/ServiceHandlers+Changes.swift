@@ -14,7 +14,7 @@ extension ServiceHandlers {
         let data = try await body(r)
         let counts = try await Offload.run { [self] () -> [(String, Int)] in
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             let t = try served(name, in: c)
             let schema = try c.describe(t, rowEstimate: false)
             let columns = try (wanted.isEmpty ? schema.columns.filter { $0.logicalType.isSupported && !$0.generated } : wanted.map { w in
@@ -52,7 +52,7 @@ extension ServiceHandlers {
         try mayWrite(name, r, doing: "change")
         try await Offload.run { [self] in
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             let t = try served(name, in: c)
             try Self.transaction(c) { try c.resetSerial(t, schema: try c.describe(t, rowEstimate: false)) }
         }

@@ -75,7 +75,7 @@ extension ServiceHandlers {
         let name = try Self.feedName(r.value("name"))
         let answer = try await feedWork { [self] () -> Data in
             let c = try open(write: false)
-            defer { c.close() }
+            defer { close(c) }
             let capture = try capture(c)
             let tables = try feedTables(r, in: c)
             feeds.close(name)
@@ -86,7 +86,7 @@ extension ServiceHandlers {
                 var pending: FeedStore.Pending?
                 let box = PendingBox()
                 id = try snapshots.create(
-                    open: { try open(write: false) },
+                    open: { try connect(write: false) },
                     begin: { holder in
                         let (p, shared) = try start.beginSnapshot(on: holder)
                         position = p.text
@@ -119,7 +119,7 @@ extension ServiceHandlers {
         let pageBytes = configuration.pageBytes
         let answer = try await feedWork { [self] () -> Data in
             let c = try open(write: false)
-            defer { c.close() }
+            defer { close(c) }
             let names = r.values("table").map { TableName(parsing: $0) }
             var entry = try feeds.take(name)
             var kept = false
@@ -210,7 +210,7 @@ extension ServiceHandlers {
         let name = try Self.feedName(r.parameters["id"])
         let answer = try await feedWork { [self] () -> Data in
             let c = try open(write: false)
-            defer { c.close() }
+            defer { close(c) }
             let capture = try capture(c)
             return ChangeDocuments.feedPosition(try capture.currentPosition(name: name).text, streamsCascades: capture.streamsCascadedChanges)
         }
@@ -222,7 +222,7 @@ extension ServiceHandlers {
         guard let from = r.value("from"), !from.isEmpty else { throw ServiceError.badRequest("a feed's lag needs from=POSITION (the replica's)") }
         let answer = try await feedWork { [self] () -> Data in
             let c = try open(write: false)
-            defer { c.close() }
+            defer { close(c) }
             return ChangeDocuments.lag(try capture(c).lag(name: name, from: ChangePosition(from)))
         }
         return .xml(answer)
@@ -233,7 +233,7 @@ extension ServiceHandlers {
         let name = try Self.feedName(r.parameters["id"])
         let answer = try await feedWork { [self] () -> Data in
             let c = try open(write: false)
-            defer { c.close() }
+            defer { close(c) }
             feeds.close(name)
             let removed = try capture(c).drop(name: name)
             if !removed.isEmpty { r.logger.info("change feed \(name) removed: \(removed.joined(separator: ", "))") }

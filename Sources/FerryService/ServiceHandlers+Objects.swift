@@ -8,7 +8,7 @@ extension ServiceHandlers {
     func objects(_ r: ServiceRequest) async throws -> ServiceResponse {
         let data = try await Offload.run { [self] in
             let c = try open(write: false)
-            defer { c.close() }
+            defer { close(c) }
             // With --tables, only what belongs to a served table.
             let all = try c.listOtherObjects()
             let tables = configuration.tables
@@ -30,7 +30,7 @@ extension ServiceHandlers {
         let result = try await Offload.run { [self] () -> Data in
             let objects = try XMLDocuments.decodeObjects(data)
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             let t = try served(name, in: c)
             // A foreign key may only reference a table this service serves.
             for fk in objects.foreignKeys { try mayReference(fk.referencedTable) }

@@ -11,7 +11,7 @@ extension ServiceHandlers {
         let logger = r.logger
         let answer = try await Offload.run { [self] () -> Data in
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             let push = try PushDocument.decode(data) { name, names in
                 let t = try served(name, in: c)
                 guard !Self.isStaging(t) else { throw ServiceError.notFound(t) }
@@ -36,7 +36,7 @@ extension ServiceHandlers {
         }
         let committed = try await Offload.run { [self] () -> Bool in
             let c = try open(write: false)
-            defer { c.close() }
+            defer { close(c) }
             return try c.pushCommitted(id)
         }
         return .xml(XMLDocuments.pushStatus(id: id, committed: committed))

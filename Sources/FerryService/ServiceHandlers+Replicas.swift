@@ -10,7 +10,7 @@ extension ServiceHandlers {
         let name = try Self.feedName(r.parameters["id"])
         let row = try await Offload.run { [self] () -> ReplicationState.Row? in
             let c = try open(write: false)
-            defer { c.close() }
+            defer { close(c) }
             return try c.replicaStates().read(name)
         }
         guard let row else { throw ServiceError(status: 404, code: "not_found", message: "no replica \(name) is recorded here") }
@@ -21,7 +21,7 @@ extension ServiceHandlers {
         let name = try Self.feedName(r.parameters["id"])
         let removed = try await Offload.run { [self] () -> Bool in
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             return try c.replicaStates().remove(name)
         }
         return .xml(XMLDocuments.applied([("removed", removed ? 1 : 0)]))
@@ -35,7 +35,7 @@ extension ServiceHandlers {
         let native = configuration.storedForm != nil
         let counts = try await Offload.run { [self] () -> [(String, Int)] in
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             var schemas: [TableName: TableSchema] = [:]
             func schema(_ name: TableName) throws -> TableSchema {
                 if let s = schemas[name] { return s }
@@ -69,8 +69,8 @@ extension ServiceHandlers {
             // the transaction writes would hold SQLite's lock against its commit.
             var stagedBatches: [[RowBatch]] = []
             if !staged.isEmpty {
-                let reading = try open(write: false)
-                defer { reading.close() }
+                // On the request's own connection, outside any transaction yet.
+                let reading = c
                 for table in staged {
                     let reader = try reading.reader(table: table, columns: movedColumns(table.columns), keyRange: nil, batchSize: 10_000)
                     defer { reader.close() }

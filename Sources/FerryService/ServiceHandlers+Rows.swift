@@ -92,7 +92,7 @@ extension ServiceHandlers {
         async let inserted: Int = Offload.run { [self] () -> Int in
             defer { pipe.close() }
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             let t = try served(name, in: c)
             let schema = try c.describe(t, rowEstimate: false)
             let columns = try (wanted.isEmpty ? schema.columns : wanted.map { w in

@@ -11,7 +11,7 @@ extension ServiceHandlers {
                 status: 403, code: "forbidden",
                 message: "a snapshot held on this database (a SQLite file in a rollback journal) keeps every writer waiting until it ends: only a token that may write may hold one; read without a snapshot, or switch the file to WAL (PRAGMA journal_mode=WAL)")
         }
-        let id = try await Offload.run { [self] in try snapshots.create { try open(write: false) } }
+        let id = try await Offload.run { [self] in try snapshots.create { try connect(write: false) } }
         return .xml(
             XMLDocuments.snapshot(id: id, idleSeconds: Int(snapshots.idleSeconds), lifetimeSeconds: Int(snapshots.lifetimeSeconds)),
             status: 201)
@@ -23,7 +23,7 @@ extension ServiceHandlers {
         guard principal.scope < .write, configuration.writable else { return false }
         return try await Offload.run { [self] in
             let c = try open(write: false)
-            defer { c.close() }
+            defer { close(c) }
             return c.heldSnapshotsBlockWriters
         }
     }

@@ -7,13 +7,6 @@ import Foundation
 extension ServiceHandlers {
     /// Moves every row of a staging table into its target in one transaction, then drops
     /// the staging table: how the http driver appends without leaving half a load behind.
-    /// The connection that reads staging tables while `c` writes: a second one, except where a
-    /// reader holds a lock the writer needs to spill its cache or commit (a SQLite file in a
-    /// rollback journal: the two would wait for each other for ever), where `c` reads them itself.
-    func readingConnection(beside c: any Connection) throws -> (connection: any Connection, separate: Bool) {
-        c.heldSnapshotsBlockWriters ? (c, false) : (try open(write: false), true)
-    }
-
     func merge(_ r: ServiceRequest) async throws -> ServiceResponse {
         let stagingTable = try r.table()
         let into = try Self.into(r, for: "merge")
@@ -23,19 +16,18 @@ extension ServiceHandlers {
         try staging.check(stagingTable, r.principal, doing: "merge")
         try mayWrite(into, r, doing: "merge into")
         let moved = try await Offload.run { [self] () -> Int in
-            let c = try open(write: true)
-            defer { c.close() }
             // A second connection reads the (committed) staging table while the first writes:
             // batches stream through, memory stays flat whatever the size of the load.
-            let r = try readingConnection(beside: c)
-            defer { if r.separate { r.connection.close() } }
+            let (c, reading, separate) = try openTwo()
+            defer { close(c) }
+            defer { if separate { close(reading) } }
             let from = try served(stagingTable, in: c)
             let to = try served(into, in: c)
             let schema = try c.describe(from, rowEstimate: false)
             let target = try c.describe(to, rowEstimate: false)
             return try Self.transaction(c) {
                 let columns = movedColumns(schema.columns)
-                let reader = try r.connection.reader(table: schema, columns: columns, keyRange: nil, batchSize: 10_000)
+                let reader = try reading.reader(table: schema, columns: columns, keyRange: nil, batchSize: 10_000)
                 let writer = try c.writer(into: target, columns: columns)
                 var n = 0
                 do {
@@ -64,7 +56,7 @@ extension ServiceHandlers {
         try r.principal.require(.manage, "replace tables")
         try await Offload.run { [self] in
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             let from = try served(stagingTable, in: c)
             try Self.transaction(c) { try c.swapTable(from, into: into) }
             staging.forget(from)
@@ -102,11 +94,10 @@ extension ServiceHandlers {
             throw ServiceError.badRequest("apply needs ?upserts=STAGING and/or ?deletes=STAGING", table: name.description)
         }
         let counts = try await Offload.run { [self] () -> [(String, Int)] in
-            let c = try open(write: true)
-            defer { c.close() }
             // A second connection reads the (committed) staging tables while the first writes.
-            let r = try readingConnection(beside: c)
-            defer { if r.separate { r.connection.close() } }
+            let (c, reading, separate) = try openTwo()
+            defer { close(c) }
+            defer { if separate { close(reading) } }
             let t = try served(name, in: c)
             let schema = try c.describe(t, rowEstimate: false)
             let key = keyNames.isEmpty ? (schema.preferredKey?.columns ?? []) : keyNames
@@ -126,7 +117,7 @@ extension ServiceHandlers {
                     guard let col = schema.column(named: s.name) else { throw FerryError.columnNotFound(table: t, column: s.name) }
                     return Column(name: col.name, nativeType: col.nativeType, logicalType: s.logicalType, isNullable: true)
                 })
-                let reader = try r.connection.reader(table: staging, columns: movedColumns(staging.columns), keyRange: nil, batchSize: 10_000)
+                let reader = try reading.reader(table: staging, columns: movedColumns(staging.columns), keyRange: nil, batchSize: 10_000)
                 defer { reader.close() }
                 while let batch = try reader.next() {
                     do {
@@ -151,12 +142,12 @@ extension ServiceHandlers {
             // is read while it writes: the keys to delete are read first, the upserts move
             // inside the database (`moveRows`, which drops their staging table).
             var deleteBatches: [(RowBatch, [Column])] = []
-            if !r.separate, let d = staged[0] { try each(d) { batch, columns in deleteBatches.append((batch, columns)) } }
+            if !separate, let d = staged[0] { try each(d) { batch, columns in deleteBatches.append((batch, columns)) } }
             let applied = try Self.transaction(c) { () -> MergeCounts in
                 var counts = MergeCounts()
                 // Deletes first: a row going away may free a unique value an upsert takes.
                 if let d = staged[0] {
-                    if r.separate {
+                    if separate {
                         try each(d) { batch, columns in
                             counts.deleted += Int64(try c.deleteRows(from: schema, key: columns, keys: batch))
                         }
@@ -165,7 +156,7 @@ extension ServiceHandlers {
                     }
                 }
                 if let u = staged[1] {
-                    if r.separate {
+                    if separate {
                         try each(u) { batch, columns in
                             counts = counts + (try c.mergeRows(into: schema, columns: columns, key: key, rows: batch))
                         }

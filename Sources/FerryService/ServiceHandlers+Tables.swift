@@ -18,7 +18,7 @@ extension ServiceHandlers {
         let counted = r.value("rows") != "no"
         let data = try await Offload.run { [self] in
             let c = try open(write: false)
-            defer { c.close() }
+            defer { close(c) }
             let all = counted ? try c.listTables() : try c.listTableNames().map { TableInfo(name: $0, rowEstimate: nil) }
             let served = configuration.tables
             return XMLDocuments.tables(served.isEmpty ? all : all.filter { t in served.contains { t.name.matches($0) } })
@@ -58,7 +58,7 @@ extension ServiceHandlers {
             // A write token creates only the staging tables of its loads.
             if !Self.isStaging(schema.name) { try principal.require(.manage, "create tables") }
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             // A foreign key (SQLite declares them in CREATE TABLE) may only reference a served table.
             for fk in schema.foreignKeys { try mayReference(fk.referencedTable) }
             if try c.tableExists(schema.name) {
@@ -101,7 +101,7 @@ extension ServiceHandlers {
                 throw ServiceError.badRequest("adding a column takes a schema of that one column", table: name.description)
             }
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             let t = try served(name, in: c)
             guard !Self.isStaging(t) else { throw ServiceError.notFound(t) }
             let existing = try c.describe(t, rowEstimate: false)
@@ -134,7 +134,7 @@ extension ServiceHandlers {
         }
         try await Offload.run { [self] in
             let c = try open(write: true)
-            defer { c.close() }
+            defer { close(c) }
             let t = try served(name, in: c)
             try Self.transaction(c) { try c.dropTable(t) }
             staging.forget(t)

@@ -21,9 +21,12 @@ public final class ServiceHandlers: Sendable {
     let feeds = FeedStore()
     /// Drops the transient staging tables of killed clients and services.
     let janitor = StagingJanitor()
+    /// The database connections requests hold at once (`--max-connections`).
+    public let slots: ConnectionSlots
 
     public init(configuration: ServiceConfiguration) {
         self.configuration = configuration
+        slots = ConnectionSlots(limit: configuration.maxConnections, waitSeconds: configuration.connectionWaitSeconds)
         snapshots = SnapshotStore(
             maxSnapshots: configuration.maxSnapshots, idleSeconds: configuration.snapshotIdleSeconds,
             lifetimeSeconds: configuration.snapshotLifetimeSeconds)
@@ -52,6 +55,15 @@ public final class ServiceHandlers: Sendable {
         snapshots.startSweeping()
         if configuration.writable { janitor.start() }
     }
+
+    /// True when a connection to the served database opens now (a health check; outside the
+    /// request slots, so that a full pool does not look like a dead database).
+    public func databaseReachable() async -> Bool {
+        (try? await Offload.run { [self] in try connect(write: false).close() }) != nil
+    }
+
+    /// Read snapshots clients hold now.
+    public var snapshotsHeld: Int { snapshots.held }
 
     /// Ends every snapshot held (the service or the plugin is stopping).
     public func releaseAll() {
@@ -108,18 +120,65 @@ public final class ServiceHandlers: Sendable {
 
     // MARK: Shared by the handlers
 
-    /// Opens a connection for one request. A database served for writing is opened as a
-    /// target even to read (a new SQLite file is then created by the first write, not refused).
+    /// Opens a connection for one request, in one of the service's connection slots (waiting
+    /// in line for one; `close` gives it back).
     func open(write: Bool) throws -> any Connection {
+        try slots.acquire()
+        do {
+            return try connect(write: write)
+        } catch {
+            slots.release()
+            throw error
+        }
+    }
+
+    /// Closes a connection `open` made and gives its slot back.
+    func close(_ c: any Connection) {
+        c.close()
+        slots.release()
+    }
+
+    /// Two connections for one request that reads staging tables on the second while the
+    /// first writes, both slots taken at once (see `ConnectionSlots`) — or one, read and written
+    /// on, where a reader holds a lock the writer needs to spill its cache or commit (a SQLite
+    /// file in a rollback journal: the two would wait for each other for ever). `close` each;
+    /// the reading one only when `separate`.
+    func openTwo() throws -> (writing: any Connection, reading: any Connection, separate: Bool) {
+        try slots.acquire(2)
+        let c: any Connection
+        do {
+            c = try connect(write: true)
+        } catch {
+            slots.release(2)
+            throw error
+        }
+        if c.heldSnapshotsBlockWriters {
+            slots.release()
+            return (c, c, false)
+        }
+        do {
+            return (c, try connect(write: false), true)
+        } catch {
+            c.close()
+            slots.release(2)
+            throw error
+        }
+    }
+
+    /// Opens a connection outside the request slots: for read snapshots and change feeds (held
+    /// between requests, bounded by their own limits) and the service's own bookkeeping. A
+    /// database served for writing is opened as a target even to read (a new SQLite file is
+    /// then created by the first write, not refused).
+    func connect(write: Bool) throws -> any Connection {
         try configuration.registry.connect(configuration.database, role: write || configuration.writable ? .target : .source)
     }
 
     /// A connection for one read: inside snapshot `id` when the request names one
     /// (`snapshot=ID`), else a new one. `release` it when done.
     func read(snapshot id: String?) throws -> SnapshotStore.Lease {
-        if let id { return try snapshots.lease(id) { try open(write: false) } }
+        if let id { return try snapshots.lease(id, open: { try open(write: false) }, close: { [self] in close($0) }) }
         let c = try open(write: false)
-        return SnapshotStore.Lease(connection: c, release: { c.close() })
+        return SnapshotStore.Lease(connection: c, release: { [self] in close(c) })
     }
 
     /// A foreign key may reference only a table the service would serve (it need not exist yet:

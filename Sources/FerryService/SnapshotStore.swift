@@ -39,6 +39,8 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
     let lifetimeSeconds: Double
     private let lock = NSLock()
     private var entries: [String: Entry] = [:]
+    /// Snapshots held now.
+    var held: Int { lock.withLock { entries.count } }
     private var timer: DispatchSourceTimer?
 
     /// Sweeps every 30 s, so that a snapshot a client abandoned ends even when no other
@@ -95,7 +97,7 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
 
     /// A connection that reads inside snapshot `id`: a new one importing it where the engine
     /// shares snapshots, else the holder's, once the request before has given it back.
-    func lease(_ id: String, open: () throws -> any Connection) throws -> Lease {
+    func lease(_ id: String, open: () throws -> any Connection, close: @escaping @Sendable (any Connection) -> Void) throws -> Lease {
         sweep()
         guard let entry = lock.withLock({ () -> Entry? in
             let e = entries[id]
@@ -110,12 +112,12 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
             let c = try open()
             do { try c.beginSnapshot(importing: exported) } catch {
                 try? c.rollback()
-                c.close()
+                close(c)
                 throw error
             }
             return Lease(connection: c, release: {
                 try? c.rollback()
-                c.close()
+                close(c)
             })
         }
         guard entry.gate.wait(timeout: .now() + 120) == .success else {

@@ -44,7 +44,7 @@ final class StagingJanitor: @unchecked Sendable {
     }
 
     func sweep() {
-        guard let h = handlers, let c = try? h.open(write: true) else { return }
+        guard let h = handlers, let c = try? h.connect(write: true) else { return }
         defer { c.close() }
         do {
             // No lease table, no transient staging table made through a service: nothing to do

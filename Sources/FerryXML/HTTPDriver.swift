@@ -24,7 +24,8 @@ public struct HTTPDriver: Driver {
     public var options: [DriverOption] {
         [DriverOption(name: "token-file", summary: "read the bearer token from this file (first line)"),
          DriverOption(name: "ca-file", summary: "trust a service certificate signed by this CA (PEM), beside the system's CAs"),
-         DriverOption(name: "timeout", summary: "seconds without a byte from the service before a request fails (default 300)")]
+         DriverOption(name: "timeout", summary: "seconds without a byte from the service before a request fails (default 300)"),
+         DriverOption(name: "retries", summary: "times a request the service answered 503 (busy, unavailable) is asked again, with backoff (default 0)")]
     }
     public var schemes: [String] { ["http", "https"] }
     public var dialect: any Dialect { HTTPDialect() }

@@ -164,6 +164,7 @@ final class HTTPReader: BatchReader {
         let path = pagePath(after: after)
         var lastError: HTTPTransportError?
         let client = connection.client
+        var retried = 0
         while pageAttempts < 4 {
             if pageAttempts > 0 && lastError != nil { Thread.sleep(forTimeInterval: 0.25 * Double(1 << (pageAttempts - 1))) }
             pageAttempts += 1
@@ -171,8 +172,15 @@ final class HTTPReader: BatchReader {
                 let exchange = try client.start("GET", path)
                 let status = exchange.status ?? 0
                 guard (200..<300).contains(status) else {
-                    defer { exchange.cancel() }
-                    throw client.error(HTTPReply(status: status, body: try exchange.collect(upTo: 1 << 20)), table: table)
+                    let reply = HTTPReply(status: status, body: try exchange.collect(upTo: 1 << 20))
+                    exchange.cancel()
+                    // The same page of the same snapshot, after the last key read: asked again.
+                    retried += 1
+                    if client.retrying(status: status, body: reply.body, retry: retried, doing: "reading \(table)") {
+                        pageAttempts -= 1
+                        continue
+                    }
+                    throw client.error(reply, table: table)
                 }
                 page = (exchange, XMLRowsStreamDecoder(columns: requested, batchSize: batchSize))
                 pageDelivered = false

@@ -92,7 +92,25 @@ final class ProtocolClient: @unchecked Sendable {  // unchecked: immutable after
     /// The most of a short document (schema, table list, error) collected in memory.
     static let maxCollectedBytes = 64 << 20
 
-    init(transport: any ProtocolTransport) { self.transport = transport }
+    /// `--retries`: how many times a request the service answered 503 (busy, unavailable:
+    /// nothing was done) is asked again, with backoff, when it can be sent again as it was.
+    let retries: Int
+
+    init(transport: any ProtocolTransport) {
+        self.transport = transport
+        retries = max(0, transport.endpoint.options["retries"].flatMap { Int($0) } ?? 0)
+    }
+
+    /// Whether an answer of `status` is asked again as retry `retry` (1-based), after saying so
+    /// and waiting: a 503 within `--retries`, its wait doubling from 0.5 s up to 8 s.
+    func retrying(status: Int, body: Data, retry: Int, doing: String) -> Bool {
+        guard status == 503, retry <= retries else { return false }
+        let wait = min(8, 0.5 * Double(1 << min(retry - 1, 4)))
+        let why = XMLDocuments.decodeError(body).map { "\($0.code): \($0.message)" } ?? "HTTP 503"
+        Notices.say("\(doing): \(transport.peer) answered 503 (\(why.prefix(160))); retry \(retry) of \(retries) in \(wait) s (--retries)")
+        Thread.sleep(forTimeInterval: wait)
+        return true
+    }
 
     func start(_ method: String, _ path: String, body: Data? = nil, upload: RowsDocumentSource? = nil) throws -> any ProtocolExchange {
         try transport.start(method, path, body: body, upload: upload)
@@ -100,21 +118,39 @@ final class ProtocolClient: @unchecked Sendable {  // unchecked: immutable after
 
     /// Sends a request and collects its (short) answer. GETs are retried with backoff when the
     /// connection fails before anything of the answer was used.
+    /// A 503 answer (nothing done) is asked again within `--retries` unless its body was a
+    /// stream of rows, which is gone once sent.
     func send(_ method: String, _ path: String, body: Data? = nil, upload: (() -> RowsDocumentSource)? = nil) throws -> HTTPReply {
         let attempts = method == "GET" ? 4 : 1
         var lastError: HTTPTransportError?
-        for attempt in 0..<attempts {
+        var attempt = 0
+        var retried = 0
+        while attempt < attempts {
             if attempt > 0 { Thread.sleep(forTimeInterval: 0.25 * Double(1 << (attempt - 1))) }
+            attempt += 1
             do {
                 let exchange = try start(method, path, body: body, upload: upload?())
                 defer { exchange.cancel() }
                 let status = exchange.status ?? 0
-                return HTTPReply(status: status, body: try exchange.collect(upTo: Self.maxCollectedBytes))
+                let reply = HTTPReply(status: status, body: try exchange.collect(upTo: Self.maxCollectedBytes))
+                if upload == nil {
+                    retried += 1
+                    if retrying(status: status, body: reply.body, retry: retried, doing: "\(method) \(Self.shown(path))") {
+                        attempt -= 1
+                        continue
+                    }
+                }
+                return reply
             } catch let e as HTTPTransportError {
                 lastError = e
             }
         }
         throw transport.unanswered(lastError?.reason ?? "no response")
+    }
+
+    /// A request's path as a retry names it: without its query (which may carry key values).
+    static func shown(_ path: String) -> String {
+        String(path.prefix { $0 != "?" })
     }
 
     /// Sends a GET and hands its answer's body to `piece` as it arrives (a long answer is never
@@ -123,14 +159,23 @@ final class ProtocolClient: @unchecked Sendable {  // unchecked: immutable after
     /// of a failed one.
     func receive(_ path: String, table: TableName? = nil, restart: () -> Void, piece: (Data) throws -> Void) throws {
         var lastError: HTTPTransportError?
-        for attempt in 0..<4 {
+        var attempt = 0
+        var retried = 0
+        while attempt < 4 {
             if attempt > 0 { Thread.sleep(forTimeInterval: 0.25 * Double(1 << (attempt - 1))) }
+            attempt += 1
             do {
                 let exchange = try start("GET", path)
                 defer { exchange.cancel() }
                 let status = exchange.status ?? 0
                 guard (200..<300).contains(status) else {
-                    throw error(HTTPReply(status: status, body: try exchange.collect(upTo: Self.maxCollectedBytes)), table: table)
+                    let reply = HTTPReply(status: status, body: try exchange.collect(upTo: Self.maxCollectedBytes))
+                    retried += 1
+                    if retrying(status: status, body: reply.body, retry: retried, doing: "GET \(Self.shown(path))") {
+                        attempt -= 1
+                        continue
+                    }
+                    throw error(reply, table: table)
                 }
                 restart()
                 while let p = try exchange.next() { try piece(p) }

@@ -25,7 +25,8 @@ final class ServeProcess {
         for _ in 0..<300 where bound == nil && process.isRunning {
             usleep(50_000)
             let text = (try? String(contentsOfFile: log, encoding: .utf8)) ?? ""
-            if let r = text.range(of: "on http://127.0.0.1:") {
+            // The service's own line (a metrics address is said before it).
+            if let said = text.range(of: "ferry: serving "), let r = text.range(of: "on http://127.0.0.1:", range: said.upperBound..<text.endIndex) {
                 bound = Int(text[r.upperBound...].prefix { $0.isNumber })
             }
         }
