@@ -25,7 +25,10 @@ extension Ferry {
                                           into existing tables, change sets, sync pushes; may
                                           create and drop only its own loads' staging tables
                   --token-file            also create, drop and replace tables (manage)
-                A token file rewritten while the service runs is read again within a second
+                A line of a token file is a token, or a label and a token (`laptop-anna TOKEN`):
+                the audit log (a line per write request) names the label, never the token, and a
+                load's staging tables belong to the label, so a token rotated under the same
+                label keeps them. A token file rewritten while the service runs is read again within a second
                 (rotate a token without a restart; a file left empty or with a short token is
                 not taken, and the service says so). No endpoint takes SQL text. Stop with Ctrl-C (graceful). The protocol is
                 described in docs/xml-protocol.md.
@@ -139,6 +142,9 @@ extension Ferry {
                 host: host, port: port, tlsCertificate: tlsCert, tlsKey: tlsKey, maxBodyBytes: maxBodyMb << 20,
                 maxLoadBytes: maxLoadMb << 20)
             config.allowFeed = allowFeed
+            for file in [tokenFile, writeTokenFile, readOnlyTokenFile].compactMap({ $0 }) {
+                for t in try ServerConfiguration.labeledTokens(fromFile: file) { if let label = t.label { config.tokenLabels[t.token] = label } }
+            }
             config.tokenFiles = [(tokenFile, TokenScope.manage), (writeTokenFile, .write), (readOnlyTokenFile, .read)].compactMap { f, s in f.map { ($0, s) } }
             config.stagingIdleSeconds = Double(stagingIdleLimit)
             config.followable = followable

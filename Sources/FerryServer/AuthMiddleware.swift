@@ -25,8 +25,11 @@ struct AuthMiddleware: RouterMiddleware {
     typealias Context = ServiceRequestContext
     let tokens: TokenRing
 
-    init(tokens: [(String, TokenScope)], files: [(path: String, scope: TokenScope)] = [], logger: Logger? = nil) {
-        self.tokens = TokenRing(tokens, files: files, logger: logger)
+    let logger: Logger?
+
+    init(tokens: [(String, TokenScope)], labels: [String: String] = [:], files: [(path: String, scope: TokenScope)] = [], logger: Logger? = nil) {
+        self.tokens = TokenRing(tokens, labels: labels, files: files, logger: logger)
+        self.logger = logger
     }
 
     /// Equal length and bytes, in time that depends only on the lengths.
@@ -59,9 +62,19 @@ struct AuthMiddleware: RouterMiddleware {
         for (i, t) in tokens.enumerated() where Self.constantTimeEqual(token, t.bytes) { found = i }
         guard found >= 0 else { throw ServiceError.unauthorized }
         var context = context
-        context.principal = RequestPrincipal(scope: tokens[found].scope, token: found, identity: tokens[found].identity)
-        if !Self.isRead(request) { try context.principal.require(.write, "write") }
-        return try await next(request, context)
+        let entry = tokens[found]
+        context.principal = RequestPrincipal(scope: entry.scope, token: found, identity: entry.identity, label: entry.label)
+        guard !Self.isRead(request) else { return try await next(request, context) }
+        // The audit log: every write request, by the label of who made it (never the token).
+        do {
+            try context.principal.require(.write, "write")
+            let response = try await next(request, context)
+            logger?.notice("audit: \(entry.label) (\(entry.scope)) \(request.method) \(request.uri.path) \(response.status.code)")
+            return response
+        } catch {
+            logger?.notice("audit: \(entry.label) (\(entry.scope)) \(request.method) \(request.uri.path) \(ServiceError.from(error, table: nil).status)")
+            throw error
+        }
     }
 }
 
@@ -70,7 +83,7 @@ struct AuthMiddleware: RouterMiddleware {
 /// file, without a restart. A file that cannot be read, or holds no token or a short one,
 /// leaves the tokens as they were (logged, never the tokens).
 final class TokenRing: @unchecked Sendable {  // unchecked: the state only under `lock`
-    typealias Entry = (bytes: [UInt8], scope: TokenScope, identity: String)
+    typealias Entry = (bytes: [UInt8], scope: TokenScope, identity: String, label: String)
     private let lock = NSLock()
     private var entries: [Entry]
     private let files: [(path: String, scope: TokenScope)]
@@ -78,15 +91,20 @@ final class TokenRing: @unchecked Sendable {  // unchecked: the state only under
     private var checked = Date()
     private let logger: Logger?
 
-    init(_ tokens: [(String, TokenScope)], files: [(path: String, scope: TokenScope)], logger: Logger?) {
-        entries = Self.entries(tokens)
+    init(_ tokens: [(String, TokenScope)], labels: [String: String], files: [(path: String, scope: TokenScope)], logger: Logger?) {
+        entries = Self.entries(tokens.map { ($0.0, $0.1, labels[$0.0]) })
         self.files = files
         self.logger = logger
         stamps = files.map { Self.stamp($0.path) }
     }
 
-    static func entries(_ tokens: [(String, TokenScope)]) -> [Entry] {
-        tokens.map { (Array($0.0.utf8), $0.1, RequestPrincipal.identity(of: $0.0)) }
+    /// A labelled token's loads belong to its label; a bare token's to the token, and its
+    /// label in the audit log is the start of its fingerprint.
+    static func entries(_ tokens: [(String, TokenScope, String?)]) -> [Entry] {
+        tokens.map { token, scope, label in
+            let identity = label.map(RequestPrincipal.identity(ofLabel:)) ?? RequestPrincipal.identity(of: token)
+            return (Array(token.utf8), scope, identity, label ?? "token-" + identity.prefix(8))
+        }
     }
 
     /// A file's modification time and size, as text ("" when it cannot be read).
@@ -105,7 +123,9 @@ final class TokenRing: @unchecked Sendable {  // unchecked: the state only under
                 if fresh != stamps {
                     stamps = fresh
                     do {
-                        entries = Self.entries(try files.flatMap { f in try ServerConfiguration.tokens(fromFile: f.path).map { ($0, f.scope) } })
+                        entries = Self.entries(try files.flatMap { f in
+                            try ServerConfiguration.labeledTokens(fromFile: f.path).map { ($0.token, f.scope, $0.label) }
+                        })
                         logger?.notice("token files read again: \(entries.count) tokens")
                     } catch {
                         logger?.warning("token files changed but were not taken (the tokens stay as they were): \(error)")

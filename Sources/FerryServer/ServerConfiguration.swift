@@ -18,6 +18,8 @@ public struct ServerConfiguration: Sendable {
     /// The files the tokens came from, with their scope: read again when one changes (a token
     /// is rotated without a restart). Empty: the tokens are fixed.
     public var tokenFiles: [(path: String, scope: TokenScope)] = []
+    /// Labels of tokens (token → label) from `LABEL TOKEN` lines.
+    public var tokenLabels: [String: String] = [:]
 
     /// Every token with its scope.
     var scopedTokens: [(String, TokenScope)] {
@@ -80,16 +82,44 @@ public struct ServerConfiguration: Sendable {
 
     /// Reads tokens from a file: one per line; blank lines and `#` comments ignored.
     public static func tokens(fromFile path: String) throws -> [String] {
+        try labeledTokens(fromFile: path).map(\.token)
+    }
+
+    /// Reads a token file whose lines are `TOKEN` or `LABEL TOKEN`: a label names who holds the
+    /// token (`laptop-anna`) in the audit log and owns that holder's loads, so that a token
+    /// rotated under the same label keeps them. Labels are 1–64 letters, digits, `.`, `_`, `@`
+    /// or `-`; a bare token's label is its fingerprint.
+    public static func labeledTokens(fromFile path: String) throws -> [(token: String, label: String?)] {
         guard let text = try? String(contentsOfFile: path, encoding: .utf8) else {
             throw FerryError.invalidOption("cannot read the token file \(path)")
         }
-        let tokens = text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }
-            .filter { !$0.isEmpty && !$0.hasPrefix("#") }
-        guard !tokens.isEmpty else { throw FerryError.invalidOption("the token file \(path) holds no token") }
-        guard tokens.allSatisfy({ $0.count >= 16 }) else {
+        var out: [(token: String, label: String?)] = []
+        for (n, raw) in text.split(separator: "\n", omittingEmptySubsequences: false).enumerated() {
+            let line = raw.trimmingCharacters(in: .whitespacesAndNewlines)
+            guard !line.isEmpty, !line.hasPrefix("#") else { continue }
+            let fields = line.split(whereSeparator: { $0 == " " || $0 == "\t" }).map(String.init)
+            switch fields.count {
+            case 1: out.append((fields[0], nil))
+            case 2:
+                guard isLabel(fields[0]) else {
+                    throw FerryError.invalidOption("\(path):\(n + 1): a label is 1–64 letters, digits, '.', '_', '@' or '-' (LABEL TOKEN)")
+                }
+                out.append((fields[1], fields[0]))
+            default:
+                throw FerryError.invalidOption("\(path):\(n + 1): a line holds a token, or a label and a token (LABEL TOKEN)")
+            }
+        }
+        guard !out.isEmpty else { throw FerryError.invalidOption("the token file \(path) holds no token") }
+        guard out.allSatisfy({ $0.token.count >= 16 }) else {
             throw FerryError.invalidOption("tokens in \(path) must be at least 16 characters (e.g. `openssl rand -hex 24`)")
         }
-        return tokens
+        return out
+    }
+
+    static func isLabel(_ text: String) -> Bool {
+        (1...64).contains(text.count) && text.unicodeScalars.allSatisfy { c in
+            c.isASCII && (CharacterSet.alphanumerics.contains(c) || "._@-".unicodeScalars.contains(c))
+        }
     }
 
     /// What the protocol's handlers serve.

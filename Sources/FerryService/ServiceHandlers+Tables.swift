@@ -59,6 +59,10 @@ extension ServiceHandlers {
             if !Self.isStaging(schema.name) { try principal.require(.manage, "create tables") }
             let c = try open(write: true)
             defer { close(c) }
+            // Names the engine would refuse, or keep cut short, are refused before any SQL.
+            for name in [schema.name.name] + (schema.name.schema.map { [$0] } ?? []) + schema.columns.map(\.name) {
+                if let problem = c.dialect.identifierProblem(name) { throw ServiceError.badRequest(problem, table: schema.name.description) }
+            }
             // A foreign key (SQLite declares them in CREATE TABLE) may only reference a served table.
             for fk in schema.foreignKeys { try mayReference(fk.referencedTable) }
             if try c.tableExists(schema.name) {

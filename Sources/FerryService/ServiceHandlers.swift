@@ -195,7 +195,9 @@ public final class ServiceHandlers: Sendable {
     func served(_ name: TableName, in connection: any Connection) throws -> TableName {
         // No table's name holds a NUL, and a C library would read the name only up to it
         // (`Artist%00` passed the lookup as `Artist`, then failed in the engine).
-        guard !name.name.contains("\0"), !(name.schema?.contains("\0") ?? false) else { throw ServiceError.notFound(name) }
+        // Nor is longer than the engine keeps (PostgreSQL would look up the name cut short).
+        let d = connection.dialect
+        guard d.identifierProblem(name.name) == nil, name.schema.map({ d.identifierProblem($0) == nil }) ?? true else { throw ServiceError.notFound(name) }
         // A catalog lookup of the one name (listing every table would count every table's rows).
         guard try connection.tableExists(name) else { throw ServiceError.notFound(name) }
         if Self.isStaging(name) { return name }

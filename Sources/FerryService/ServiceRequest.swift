@@ -25,10 +25,19 @@ public struct RequestPrincipal: Sendable {
     /// A fingerprint of the token (never the token): what a record of who owns a staging table
     /// keeps, the same after a restart whatever the token's place in its file.
     public var identity: String
-    public init(scope: TokenScope, token: Int, identity: String = "") {
+    /// Who holds the token, for the audit log: its label, else its fingerprint's start.
+    public var label: String
+    public init(scope: TokenScope, token: Int, identity: String = "", label: String = "") {
         self.scope = scope
         self.token = token
         self.identity = identity
+        self.label = label
+    }
+
+    /// The fingerprint of a labelled token's holder: loads belong to the label, so a token
+    /// rotated under the same label keeps them.
+    public static func identity(ofLabel label: String) -> String {
+        identity(of: "label:" + label)
     }
 
     /// The fingerprint of `token`: MD5 of the token behind a fixed prefix, in hex.

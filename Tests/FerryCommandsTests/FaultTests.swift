@@ -188,6 +188,75 @@ final class FaultTests: XCTestCase {
         XCTAssertFalse(serve.logText.contains(old) || serve.logText.contains(new), "a token in the log")
     }
 
+    /// Names PostgreSQL would cut short (past 63 bytes) or that are not UTF-8 are refused before
+    /// any SQL: 404 for a table that cannot exist, 400 for one a request would create (nothing
+    /// created under a shortened name), and a copy that would create one fails in one line.
+    func testNamesTheEngineCannotKeepAreRefusedBeforeAnySQL() throws {
+        let pg = try Fixture(folder: folder).postgres("names\(UInt32.random(in: 0...UInt32.max))")
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokens = folder.path("manage.txt")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let serve = try ServeProcess(pg.url, ["--token-file", tokens], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        let long = String(repeating: "a", count: 70)
+        let base = "http://127.0.0.1:\(serve.port)/v1/tables/"
+        func status(_ method: String, _ path: String, body: String? = nil) throws -> String {
+            try ExternalTool.run(["curl", "-s", "-o", "/dev/null", "-w", "%{http_code}", "-X", method, "-H", "Authorization: Bearer \(token)"]
+                                 + (body.map { ["--data-binary", $0] } ?? []) + [base + path], input: "")
+        }
+        for (method, path) in [("GET", long), ("GET", long + "/rows"), ("GET", long + "/count"), ("DELETE", long), ("POST", long + "/reset-serial")] {
+            XCTAssertEqual(try status(method, path), "404", "\(method) \(path)")
+        }
+        for (method, path) in [("GET", "t%FF"), ("GET", "%C3%28/rows")] { XCTAssertEqual(try status(method, path), "400", "\(method) \(path)") }
+        let schema = #"<?xml version="1.0"?><table name="\#(long)" engine="postgres"><column name="id" native="bigint" type="int64" nullable="false"/></table>"#
+        XCTAssertEqual(try status("POST", "", body: schema), "400")
+        XCTAssertEqual(try pg.tables("aaaa"), [], "a table was created under a shortened name")
+        let src = folder.path("long.db")
+        _ = try fixture.sqlite(src).query("CREATE TABLE \(long) (id INTEGER PRIMARY KEY); INSERT INTO \(long) VALUES (1)")
+        let r = try ferry(["copy", "sqlite:" + src, pg.url, "-q"])
+        XCTAssertEqual(r.code, 1, r.err)
+        XCTAssertTrue(r.err.contains("is 70 bytes long, and postgres keeps 63"), r.err)
+        XCTAssertEqual(r.err.split(separator: "\n").count, 1, r.err)
+        XCTAssertEqual(try pg.tables("aaaa"), [])
+    }
+
+    /// Tokens with labels (`LABEL TOKEN` lines): a load's staging table belongs to the label,
+    /// so the holder's token rotated under the same label may still drop it and another label
+    /// may not; the audit log has a line per write naming the label, never a token.
+    func testALabelledTokenRotatedKeepsItsLoads() throws {
+        let db = folder.path("served.db")
+        _ = try fixture.sqlite(db).query("CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        func token() -> String { UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased() }
+        let (anna, annaAgain, bob) = (token(), token(), token())
+        let tokens = folder.path("write.txt")
+        try Data("# who holds which\nanna \(anna)\nbob\t\(bob)\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        let serve = try ServeProcess("sqlite:" + db, ["--write-token-file", tokens], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        func call(_ method: String, _ path: String, _ token: String, body: String? = nil) throws -> String {
+            try ExternalTool.run(["curl", "-s", "-w", " %{http_code}", "-X", method, "-H", "Authorization: Bearer \(token)"]
+                                 + (body.map { ["--data-binary", $0] } ?? []) + ["http://127.0.0.1:\(serve.port)/\(path)"], input: "")
+        }
+        let schema = try call("GET", "v1/tables/t", anna)
+        XCTAssertTrue(schema.hasSuffix(" 200"), schema)
+        let staging = String(schema.dropLast(4)).replacingOccurrences(of: "name=\"t\"", with: "name=\"_ferry_append_0123\"")
+        XCTAssertTrue(try call("POST", "v1/tables", anna, body: staging).hasSuffix(" 201"))
+        try Data("anna \(annaAgain)\nbob \(bob)\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        Thread.sleep(forTimeInterval: 1.2)
+        XCTAssertTrue(try call("GET", "v1/tables", anna).hasSuffix(" 401"), "the rotated-out token")
+        XCTAssertTrue(try call("DELETE", "v1/tables/_ferry_append_0123", bob).hasSuffix(" 403"), "another label dropped anna's load")
+        XCTAssertTrue(try call("DELETE", "v1/tables/_ferry_append_0123", annaAgain).hasSuffix(" 200"), "anna's new token lost her load")
+        let log = serve.logText
+        XCTAssertTrue(log.contains("audit: anna (write) POST /v1/tables 201"), log)
+        XCTAssertTrue(log.contains("audit: bob (write) DELETE /v1/tables/_ferry_append_0123 403"), log)
+        XCTAssertTrue(log.contains("audit: anna (write) DELETE /v1/tables/_ferry_append_0123 200"), log)
+        for t in [anna, annaAgain, bob] { XCTAssertFalse(log.contains(t), "a token in the log") }
+        // A label that is not one is refused with its line.
+        try Data("anna smith \(anna)\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        let bad = try CLITests.run(CLITests.binaryURL, ["serve", "sqlite:" + db, "--write-token-file", tokens, "--listen", "127.0.0.1:0"])
+        XCTAssertEqual(bad.code, 2, bad.err)
+        XCTAssertTrue(bad.err.contains("write.txt:1: a line holds a token, or a label and a token"), bad.err)
+    }
+
     /// A read token may not hold a snapshot of a served SQLite file in a rollback journal, where
     /// its shared lock would keep every writer waiting until it ends: the service does not offer
     /// it snapshots and refuses one (403); its copies read each table as they find it. A write

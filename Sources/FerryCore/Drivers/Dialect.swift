@@ -57,6 +57,10 @@ public protocol Dialect: Sendable {
     var indexNamesArePerTable: Bool { get }
     /// The longest identifier the engine keeps (PostgreSQL truncates at 63 bytes, MySQL refuses past 64).
     var maxIdentifierLength: Int { get }
+    /// Why `name` cannot name a table or column of this engine as it is — a NUL byte, or longer
+    /// than the engine keeps (PostgreSQL would cut it short without a word) — or nil. Default:
+    /// a NUL, or more than `maxIdentifierLength` bytes.
+    func identifierProblem(_ name: String) -> String?
     /// True when a foreign key's columns must have exactly the referenced columns' types
     /// (MySQL: `int` cannot reference `bigint`); the copy then widens the narrower integer end.
     var foreignKeysNeedEqualTypes: Bool { get }
@@ -140,6 +144,14 @@ extension Dialect {
     public func literal(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "''") + "'" }
     public var indexNamesArePerTable: Bool { false }
     public var maxIdentifierLength: Int { 63 }
+    public func identifierProblem(_ name: String) -> String? {
+        if name.isEmpty { return "the name is empty" }
+        if name.utf8.contains(0) { return "the name holds a NUL byte" }
+        if name.utf8.count > maxIdentifierLength {
+            return "the name \(name.prefix(24))… is \(name.utf8.count) bytes long, and \(engine.rawValue) keeps \(maxIdentifierLength)"
+        }
+        return nil
+    }
     public var foreignKeysNeedEqualTypes: Bool { false }
     public var referentialActions: Set<ReferentialAction> { Set(ReferentialAction.allCases) }
     public var deferrableForeignKeys: Bool { false }

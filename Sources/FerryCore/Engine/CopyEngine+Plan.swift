@@ -121,6 +121,15 @@ extension CopyEngine {
                 warnings.append("table \(name): the primary key uses a skipped column; the target gets none")
             }
 
+            // A name the target would refuse, or keep cut short (PostgreSQL past 63 bytes), stops
+            // the copy here, before any SQL: a table or column under another name is a silent change.
+            for n in [targetName.name] + targetSchema.columns.map(\.name) {
+                if let problem = target.dialect.identifierProblem(n) {
+                    throw FerryError.invalidValue(
+                        table: name, column: n == targetName.name ? nil : n, key: nil,
+                        message: "\(problem): \(target.endpoint.redacted) cannot hold it under this name; rename it at the source, or leave it out (--exclude, --columns)")
+                }
+            }
             // The target is described once, here: writers are handed this (or the planned table).
             let exists = try target.tableExists(targetName)
             if exists && options.mode == .create {
