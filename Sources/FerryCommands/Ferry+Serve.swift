@@ -95,6 +95,7 @@ extension Ferry {
                 throw ValidationError("--max-connections must be at least 2 (a merge reads on a second connection while it writes), or 0 for no limit")
             }
             guard connectionWait > 0 else { throw ValidationError("--connection-wait is a number of seconds above 0") }
+            guard maxSnapshots >= 1, maxSnapshotsPerToken >= 1 else { throw ValidationError("--max-snapshots and --max-snapshots-per-token must be at least 1") }
             if let metrics, Ferry.hostAndPort(metrics) == nil { throw ValidationError("--metrics must be HOST:PORT, e.g. 127.0.0.1:9188") }
         }
 
@@ -107,6 +108,14 @@ extension Ferry {
 
         @Option(name: .long, help: ArgumentHelp("Seconds a request waits in line for a database connection before 503 busy.", valueName: "seconds"))
         var connectionWait: Double = 30
+
+        @Option(name: .long, help: ArgumentHelp(
+            "Read snapshots held for clients at once (each holds a database connection and, on PostgreSQL, old row versions), and how many one token may hold.",
+            discussion: "A snapshot unused for 300 s, or older than an hour, ends whatever its client does. Past either limit POST /v1/snapshots is answered 503 busy (clients with --retries ask again)."))
+        var maxSnapshots: Int = 16
+
+        @Option(name: .long, help: "Read snapshots one token may hold at once (at most --max-snapshots).")
+        var maxSnapshotsPerToken: Int = 8
 
         @Option(name: .long, help: ArgumentHelp(
             "Serve Prometheus metrics at http://HOST:PORT/metrics (requests, errors, bytes, connections in use and waiting, snapshots held), e.g. 127.0.0.1:9188; port 0 picks a free one.",
@@ -149,6 +158,8 @@ extension Ferry {
             config.stagingIdleSeconds = Double(stagingIdleLimit)
             config.followable = followable
             config.maxConnections = maxConnections
+            config.maxSnapshots = maxSnapshots
+            config.maxSnapshotsPerToken = maxSnapshotsPerToken
             config.connectionWaitSeconds = connectionWait
             if let metrics, let (mhost, mport) = Ferry.hostAndPort(metrics) {
                 do {

@@ -52,6 +52,8 @@ public struct ServerConfiguration: Sendable {
     /// Database connections requests hold at once (`--max-connections`; 0: no limit), and how
     /// long a request waits in line for one (`--connection-wait`) before 503 busy.
     public var maxConnections = 16
+    /// Read snapshots one token may hold at once (`--max-snapshots-per-token`).
+    public var maxSnapshotsPerToken = 8
     public var connectionWaitSeconds: Double = 30
     /// The served database has a change capture (PostgreSQL, MariaDB, SQLite): the service
     /// announces `change-feed`.
@@ -136,6 +138,7 @@ public struct ServerConfiguration: Sendable {
             allowFeed: allowFeed)
         c.stagingIdleSeconds = stagingIdleSeconds
         c.maxConnections = maxConnections
+        c.maxSnapshotsPerToken = maxSnapshotsPerToken
         c.connectionWaitSeconds = connectionWaitSeconds
         return c
     }

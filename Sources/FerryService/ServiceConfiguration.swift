@@ -36,6 +36,8 @@ public struct ServiceConfiguration: Sendable {
     /// Database connections requests hold at once (0: no limit), and how long a request waits
     /// in line for one before it is answered 503 busy (see `ConnectionSlots`).
     public var maxConnections: Int = 16
+    /// Read snapshots one token (one label) may hold at once.
+    public var maxSnapshotsPerToken: Int = 8
     public var connectionWaitSeconds: Double = 30
     /// What `GET /v1/capabilities` announces (what the served driver can do; a transport that
     /// serves it read-only announces less).

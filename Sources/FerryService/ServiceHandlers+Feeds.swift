@@ -86,7 +86,7 @@ extension ServiceHandlers {
                 var pending: FeedStore.Pending?
                 let box = PendingBox()
                 id = try snapshots.create(
-                    open: { try connect(write: false) },
+                    owner: r.principal.identity, open: { try connect(write: false) },
                     begin: { holder in
                         let (p, shared) = try start.beginSnapshot(on: holder)
                         position = p.text

@@ -11,7 +11,8 @@ extension ServiceHandlers {
                 status: 403, code: "forbidden",
                 message: "a snapshot held on this database (a SQLite file in a rollback journal) keeps every writer waiting until it ends: only a token that may write may hold one; read without a snapshot, or switch the file to WAL (PRAGMA journal_mode=WAL)")
         }
-        let id = try await Offload.run { [self] in try snapshots.create { try connect(write: false) } }
+        let owner = r.principal.identity
+        let id = try await Offload.run { [self] in try snapshots.create(owner: owner) { try connect(write: false) } }
         return .xml(
             XMLDocuments.snapshot(id: id, idleSeconds: Int(snapshots.idleSeconds), lifetimeSeconds: Int(snapshots.lifetimeSeconds)),
             status: 201)

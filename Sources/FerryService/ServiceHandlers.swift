@@ -28,7 +28,7 @@ public final class ServiceHandlers: Sendable {
         self.configuration = configuration
         slots = ConnectionSlots(limit: configuration.maxConnections, waitSeconds: configuration.connectionWaitSeconds)
         snapshots = SnapshotStore(
-            maxSnapshots: configuration.maxSnapshots, idleSeconds: configuration.snapshotIdleSeconds,
+            maxSnapshots: configuration.maxSnapshots, maxPerOwner: configuration.maxSnapshotsPerToken, idleSeconds: configuration.snapshotIdleSeconds,
             lifetimeSeconds: configuration.snapshotLifetimeSeconds)
         guard configuration.writable else { return }
         janitor.handlers = self

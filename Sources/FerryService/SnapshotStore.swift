@@ -21,9 +21,12 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
         var lastUsed = Date()
         /// Runs once the snapshot has ended (a change feed's start is let go).
         let onEnd: (@Sendable () -> Void)?
-        init(holder: any Connection, exported: String?, onEnd: (@Sendable () -> Void)? = nil) {
+        /// Who holds it (the token's fingerprint or label): each may hold `maxPerOwner`.
+        let owner: String
+        init(holder: any Connection, exported: String?, owner: String, onEnd: (@Sendable () -> Void)? = nil) {
             self.holder = holder
             self.exported = exported
+            self.owner = owner
             self.onEnd = onEnd
         }
     }
@@ -56,15 +59,21 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
         }
     }
 
-    init(maxSnapshots: Int = 16, idleSeconds: Double = 300, lifetimeSeconds: Double = 3_600) {
+    /// Snapshots one token may hold at once: one client cannot take every snapshot there is.
+    let maxPerOwner: Int
+    /// Snapshots being begun (counted against the limits until they are held or failed).
+    private var pending: [String: Int] = [:]
+
+    init(maxSnapshots: Int = 16, maxPerOwner: Int = 8, idleSeconds: Double = 300, lifetimeSeconds: Double = 3_600) {
         self.maxSnapshots = maxSnapshots
+        self.maxPerOwner = min(maxPerOwner, maxSnapshots)
         self.idleSeconds = idleSeconds
         self.lifetimeSeconds = lifetimeSeconds
     }
 
     /// Begins a snapshot on a connection `open` makes; returns its id.
-    func create(open: () throws -> any Connection) throws -> String {
-        try create(open: open, begin: { c in
+    func create(owner: String, open: () throws -> any Connection) throws -> String {
+        try create(owner: owner, open: open, begin: { c in
             try c.beginSnapshot()
             return try c.exportSnapshot()
         })
@@ -72,12 +81,24 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
 
     /// Begins a snapshot on a connection `open` makes with `begin` (which returns the id other
     /// connections import it with, if any); `onEnd` runs when it ends. Returns its id.
-    func create(open: () throws -> any Connection, begin: (any Connection) throws -> String?, onEnd: (@Sendable () -> Void)? = nil) throws -> String {
+    func create(
+        owner: String, open: () throws -> any Connection, begin: (any Connection) throws -> String?, onEnd: (@Sendable () -> Void)? = nil
+    ) throws -> String {
         sweep()
-        let full = lock.withLock { entries.count >= maxSnapshots }
-        if full {
-            throw ServiceError(status: 503, code: "busy", message: "\(maxSnapshots) snapshots are held already; release one (DELETE /v1/snapshots/ID) or try again later")
+        let refused = lock.withLock { () -> ServiceError? in
+            let all = entries.count + pending.values.reduce(0, +)
+            if all >= maxSnapshots {
+                return ServiceError(status: 503, code: "busy", message: "\(maxSnapshots) snapshots are held already (--max-snapshots); release one (DELETE /v1/snapshots/ID) or try again later")
+            }
+            let mine = entries.values.filter { $0.owner == owner }.count + (pending[owner] ?? 0)
+            if mine >= maxPerOwner {
+                return ServiceError(status: 503, code: "busy", message: "this token holds \(maxPerOwner) snapshots already (--max-snapshots-per-token); release one (DELETE /v1/snapshots/ID) or try again later")
+            }
+            pending[owner, default: 0] += 1
+            return nil
         }
+        if let refused { throw refused }
+        defer { lock.withLock { pending[owner, default: 1] -= 1 } }
         let c = try open()
         let exported: String?
         do {
@@ -91,7 +112,7 @@ final class SnapshotStore: @unchecked Sendable {  // unchecked: every field is b
         var generator = SystemRandomNumberGenerator()
         for i in bytes.indices { bytes[i] = generator.next() }
         let id = bytes.map { String(format: "%02x", $0) }.joined()
-        lock.withLock { entries[id] = Entry(holder: c, exported: exported, onEnd: onEnd) }
+        lock.withLock { entries[id] = Entry(holder: c, exported: exported, owner: owner, onEnd: onEnd) }
         return id
     }
 

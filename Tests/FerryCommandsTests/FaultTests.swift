@@ -220,6 +220,35 @@ final class FaultTests: XCTestCase {
         XCTAssertEqual(try pg.tables("aaaa"), [])
     }
 
+    /// One token cannot take every read snapshot: past --max-snapshots-per-token it is answered
+    /// 503 busy, another token still gets one, and a released one makes room.
+    func testReadSnapshotsAreLimitedPerToken() throws {
+        let db = folder.path("served.db")
+        _ = try fixture.sqlite(db).query("PRAGMA journal_mode=WAL; CREATE TABLE t (id INTEGER PRIMARY KEY)")
+        func token() -> String { UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased() }
+        let (one, other) = (token(), token())
+        let tokens = folder.path("read.txt")
+        try Data("\(one)\n\(other)\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        let serve = try ServeProcess("sqlite:" + db, ["--read-only-token-file", tokens, "--max-snapshots-per-token", "2", "--max-snapshots", "3"],
+                                     log: folder.path("serve.log"))
+        defer { serve.stop() }
+        func call(_ method: String, _ path: String, _ token: String) throws -> String {
+            try ExternalTool.run(["curl", "-s", "-w", " %{http_code}", "-X", method, "-H", "Authorization: Bearer \(token)",
+                                  "http://127.0.0.1:\(serve.port)/\(path)"], input: "")
+        }
+        let first = try call("POST", "v1/snapshots", one)
+        XCTAssertTrue(first.hasSuffix(" 201"), first)
+        XCTAssertTrue(try call("POST", "v1/snapshots", one).hasSuffix(" 201"))
+        let third = try call("POST", "v1/snapshots", one)
+        XCTAssertTrue(third.hasSuffix(" 503") && third.contains("--max-snapshots-per-token"), third)
+        XCTAssertTrue(try call("POST", "v1/snapshots", other).hasSuffix(" 201"), "another token")
+        let full = try call("POST", "v1/snapshots", other)
+        XCTAssertTrue(full.hasSuffix(" 503") && full.contains("(--max-snapshots)"), full)
+        let id = try XCTUnwrap(first.range(of: #"id="([^"]+)""#, options: .regularExpression).map { String(first[$0].dropFirst(4).dropLast()) })
+        XCTAssertTrue(try call("DELETE", "v1/snapshots/\(id)", one).hasSuffix(" 200"))
+        XCTAssertTrue(try call("POST", "v1/snapshots", one).hasSuffix(" 201"), "room after a release")
+    }
+
     /// Tokens with labels (`LABEL TOKEN` lines): a load's staging table belongs to the label,
     /// so the holder's token rotated under the same label may still drop it and another label
     /// may not; the audit log has a line per write naming the label, never a token.
