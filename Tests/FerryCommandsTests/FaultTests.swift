@@ -249,6 +249,45 @@ final class FaultTests: XCTestCase {
         XCTAssertTrue(try call("POST", "v1/snapshots", one).hasSuffix(" 201"), "room after a release")
     }
 
+    /// SIGTERM drains `ferry serve`: a rows upload in flight when it arrives is answered (its
+    /// transaction committed), new connections are refused, and the service then exits 0; the
+    /// client's copy fails in one line at its next request, its target table untouched.
+    func testSIGTERMDrainsRequestsInFlight() throws {
+        let src = try fixture.source(rows: 200_000)
+        let pg = try fixture.postgres("drain\(UInt32.random(in: 0...UInt32.max))")
+        _ = try pg.query("CREATE TABLE bench_orders (id bigint PRIMARY KEY); INSERT INTO bench_orders VALUES (1)")
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokens = folder.path("manage.txt")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let serve = try ServeProcess(pg.url, ["--token-file", tokens], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        let copy = Process()
+        copy.executableURL = CLITests.binaryURL
+        copy.arguments = ["copy", "sqlite:" + src, serve.url(token: token), "--tables", "bench_orders", "--mode", "replace", "-q"]
+        let err = Pipe()
+        copy.standardError = err
+        try copy.run()
+        // Once the upload of rows has begun (its staging table made), and before it ends.
+        var uploading = false
+        for _ in 0..<400 where !uploading {
+            usleep(25_000)
+            uploading = serve.logText.contains("POST /v1/tables 201")
+        }
+        XCTAssertTrue(uploading, serve.logText)
+        usleep(300_000)
+        XCTAssertFalse(serve.logText.contains("/rows 200"), "the upload ended before the signal: the test proves nothing")
+        kill(serve.process.processIdentifier, SIGTERM)
+        serve.process.waitUntilExit()
+        let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        copy.waitUntilExit()
+        XCTAssertEqual(serve.process.terminationReason, .exit)
+        XCTAssertEqual(serve.process.terminationStatus, 0, serve.logText)
+        XCTAssertTrue(serve.logText.contains("/rows 200"), "the upload in flight was not answered: \(serve.logText)")
+        XCTAssertEqual(copy.terminationStatus, 1, said)
+        XCTAssertEqual(said.split(separator: "\n").count, 1, said)
+        XCTAssertEqual(try pg.query("SELECT count(*) FROM bench_orders").trimmingCharacters(in: .whitespacesAndNewlines), "1")
+    }
+
     /// Tokens with labels (`LABEL TOKEN` lines): a load's staging table belongs to the label,
     /// so the holder's token rotated under the same label may still drop it and another label
     /// may not; the audit log has a line per write naming the label, never a token.
