@@ -384,4 +384,18 @@ final class XMLWireFormatTests: XCTestCase {
             XCTAssertThrowsError(try XMLDocuments.decodeDigests(Data(text.utf8)), text)
         }
     }
+
+    /// A processing instruction anywhere but the XML declaration at the start is refused before
+    /// Foundation's parser sees it: `<?x?>` (no data) made it read a null pointer and killed
+    /// `ferry serve` (scripts/fuzz-serve found it). The declaration, after a BOM too, still parses.
+    func testProcessingInstructionsAreRefusedBeforeTheParser() throws {
+        for text in ["<a><?x?></a>", "<?x?><a/>", "<a/><?x?>", "<a><v><?pi data?></v></a>", " <?xml version=\"1.0\"?><a/>", "<a><?xml version=\"1.0\"?></a>"] {
+            XCTAssertThrowsError(try XMLTree.parse(Data(text.utf8)), text) { error in
+                XCTAssertTrue("\(error)".contains("processing instruction"), "\(text): \(error)")
+            }
+        }
+        for text in ["<?xml version=\"1.0\"?><a/>", "\u{FEFF}<?xml version='1.0' encoding='UTF-8'?>\n<a>x?&gt;</a>", "<a>&lt;?x?&gt;</a>"] {
+            XCTAssertNoThrow(try XMLTree.parse(Data(text.utf8)), text)
+        }
+    }
 }
