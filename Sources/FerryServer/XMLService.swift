@@ -69,6 +69,7 @@ public struct XMLService: Sendable {
         for name in ["table", "id"] { if let v = context.parameters.get(name) { parameters[name] = v } }
         var headers: [String: String] = [:]
         if let e = request.headers[.acceptEncoding] { headers["accept-encoding"] = e }
+        if let n = request.headers[.contentLength] { headers["content-length"] = n }
         let body = BodyIterator(request.body.makeAsyncIterator())
         return ServiceRequest(
             route: route, parameters: parameters, query: request.uri.queryParameters.map { (String($0.key), String($0.value)) },

@@ -209,6 +209,10 @@ public final class ServiceHandlers: Sendable {
 
     /// The whole body of a request (a short document), refused beyond `maxBodyBytes`.
     func body(_ request: ServiceRequest) async throws -> Data {
+        // A body that says it is too large is refused before a byte of it is held.
+        if let declared = request.headers["content-length"].flatMap({ Int($0) }), declared > configuration.maxBodyBytes {
+            throw ServiceError.tooLarge(configuration.maxBodyBytes)
+        }
         var out = Data()
         while let piece = try await request.body.next() {
             guard out.count + piece.count <= configuration.maxBodyBytes else { throw ServiceError.tooLarge(configuration.maxBodyBytes) }
