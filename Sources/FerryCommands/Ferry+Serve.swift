@@ -95,6 +95,7 @@ extension Ferry {
                 throw ValidationError("--max-connections must be at least 2 (a merge reads on a second connection while it writes), or 0 for no limit")
             }
             guard connectionWait > 0 else { throw ValidationError("--connection-wait is a number of seconds above 0") }
+            guard idleTimeout >= 1 else { throw ValidationError("--idle-timeout is a number of seconds, at least 1") }
             guard maxSnapshots >= 1, maxSnapshotsPerToken >= 1 else { throw ValidationError("--max-snapshots and --max-snapshots-per-token must be at least 1") }
             if let metrics, Ferry.hostAndPort(metrics) == nil { throw ValidationError("--metrics must be HOST:PORT, e.g. 127.0.0.1:9188") }
         }
@@ -116,6 +117,12 @@ extension Ferry {
 
         @Option(name: .long, help: "Read snapshots one token may hold at once (at most --max-snapshots).")
         var maxSnapshotsPerToken: Int = 8
+
+        @Option(name: .long, help: ArgumentHelp(
+            "Seconds a client connection may stay open without a complete request (between requests, or sending half of one) before it is closed.",
+            discussion: "Keeps clients that open connections and send nothing, or a request a byte at a time (slowloris), from holding the service's sockets.",
+            valueName: "seconds"))
+        var idleTimeout: Double = 300
 
         @Option(name: .long, help: ArgumentHelp(
             "Serve Prometheus metrics at http://HOST:PORT/metrics (requests, errors, bytes, connections in use and waiting, snapshots held), e.g. 127.0.0.1:9188; port 0 picks a free one.",
@@ -158,6 +165,7 @@ extension Ferry {
             config.stagingIdleSeconds = Double(stagingIdleLimit)
             config.followable = followable
             config.maxConnections = maxConnections
+            config.idleSeconds = idleTimeout
             config.maxSnapshots = maxSnapshots
             config.maxSnapshotsPerToken = maxSnapshotsPerToken
             config.connectionWaitSeconds = connectionWait

@@ -55,6 +55,8 @@ public struct ServerConfiguration: Sendable {
     /// Read snapshots one token may hold at once (`--max-snapshots-per-token`).
     public var maxSnapshotsPerToken = 8
     public var connectionWaitSeconds: Double = 30
+    /// A client connection without a complete request for this long is closed (`--idle-timeout`).
+    public var idleSeconds: Double = 300
     /// The served database has a change capture (PostgreSQL, MariaDB, SQLite): the service
     /// announces `change-feed`.
     public var followable = true

@@ -47,11 +47,14 @@ public struct XMLService: Sendable {
         let health = HealthCheck(handlers: handlers)
         router.on(RouterPath(Self.healthPath), method: .get) { _, _ in await health.response() }
         router.on(RouterPath(Self.healthPath), method: .head) { _, _ in await health.response() }
-        var server: HTTPServerBuilder = .http1()
+        // A connection that sends no complete request for this long (between requests, or a
+        // client holding it open with half a request: slowloris) is closed.
+        let http1 = HTTP1Channel.Configuration(idleTimeout: .milliseconds(Int64(configuration.idleSeconds * 1000)))
+        var server: HTTPServerBuilder = .http1(configuration: http1)
         if let cert = configuration.tlsCertificate, let key = configuration.tlsKey {
             let chain = try NIOSSLCertificate.fromPEMFile(cert).map { NIOSSLCertificateSource.certificate($0) }
             let tls = TLSConfiguration.makeServerConfiguration(certificateChain: chain, privateKey: .privateKey(try NIOSSLPrivateKey(file: key, format: .pem)))
-            server = try .tls(.http1(), tlsConfiguration: tls)
+            server = try .tls(.http1(configuration: http1), tlsConfiguration: tls)
         }
         return Application(
             router: router, server: server,

@@ -288,6 +288,53 @@ final class FaultTests: XCTestCase {
         XCTAssertEqual(try pg.query("SELECT count(*) FROM bench_orders").trimmingCharacters(in: .whitespacesAndNewlines), "1")
     }
 
+    /// Slow clients cannot hold the service's sockets: 300 connections that send half a request
+    /// (one of them a byte every half second) are closed after --idle-timeout, and the service
+    /// answers others all the while.
+    func testHalfRequestsAreClosedAfterTheIdleTimeout() throws {
+        let db = folder.path("served.db")
+        try FileManager.default.copyItem(atPath: CLITests.chinookPath, toPath: db)
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokens = folder.path("read.txt")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let serve = try ServeProcess("sqlite:" + db, ["--read-only-token-file", tokens, "--idle-timeout", "2"], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        let script = """
+            import socket, sys, time
+            port, token = int(sys.argv[1]), sys.argv[2]
+            held = []
+            for i in range(300):
+                s = socket.create_connection(("127.0.0.1", port))
+                s.sendall(b"GET /v1/tables HTTP/1.1\\r\\nHost: x\\r\\n")
+                s.settimeout(10)
+                held.append(s)
+            answered = 0
+            start = time.time()
+            while time.time() - start < 4:
+                try:
+                    held[0].send(b"X")  # a header a byte at a time: closed all the same
+                except OSError:
+                    pass
+                r = socket.create_connection(("127.0.0.1", port), timeout=5)
+                r.sendall(("GET /v1/tables HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer %s\\r\\nConnection: close\\r\\n\\r\\n" % token).encode())
+                answered += b" 200 " in r.recv(100)
+                r.close()
+                time.sleep(0.5)
+            closed = 0
+            for s in held:
+                try:
+                    closed += s.recv(100) == b""
+                except OSError:
+                    closed += 1
+            print(answered, closed)
+            """
+        let out = try ExternalTool.run(["python3", "-c", script, String(serve.port), token], input: "")
+        let figures = out.split(whereSeparator: \.isWhitespace).compactMap { Int($0) }
+        XCTAssertEqual(figures.count, 2, out)
+        XCTAssertGreaterThanOrEqual(figures.first ?? 0, 6, "requests answered while 300 half requests were open: \(out)")
+        XCTAssertEqual(figures.last, 300, "half requests still open after the idle timeout: \(out)")
+    }
+
     /// Tokens with labels (`LABEL TOKEN` lines): a load's staging table belongs to the label,
     /// so the holder's token rotated under the same label may still drop it and another label
     /// may not; the audit log has a line per write naming the label, never a token.
