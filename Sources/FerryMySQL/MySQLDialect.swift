@@ -24,12 +24,7 @@ public struct MySQLDialect: Dialect {
     public var indexNamesArePerTable: Bool { true }
     public var maxIdentifierLength: Int { 64 }
     /// MySQL counts characters (and refuses a longer name itself; said here before any SQL).
-    public func identifierProblem(_ name: String) -> String? {
-        if name.isEmpty { return "the name is empty" }
-        if name.utf8.contains(0) { return "the name holds a NUL byte" }
-        if name.count > maxIdentifierLength { return "the name \(name.prefix(24))… is \(name.count) characters long, and MySQL keeps \(maxIdentifierLength)" }
-        return nil
-    }
+    public var identifierLimit: IdentifierLimit { .characters(maxIdentifierLength) }
     public var foreignKeysNeedEqualTypes: Bool { true }
     public var referentialActions: Set<ReferentialAction> { [.noAction, .restrict, .cascade, .setNull] }
 

@@ -6,9 +6,7 @@ public struct SQLiteDialect: Dialect {
     public init() {}
     public var engine: Engine { .sqlite }
     /// SQLite keeps a name of any length.
-    public func identifierProblem(_ name: String) -> String? {
-        name.isEmpty ? "the name is empty" : name.utf8.contains(0) ? "the name holds a NUL byte" : nil
-    }
+    public var identifierLimit: IdentifierLimit { .unlimited }
     public var upsertSyntax: UpsertSyntax { .onConflict }
     public var enumSyntax: EnumSyntax { .checkConstraint }
     public var identitySyntax: IdentitySyntax { .rowidAlias }

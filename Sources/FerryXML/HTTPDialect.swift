@@ -10,9 +10,7 @@ public struct HTTPDialect: Dialect {
     public init(storedForm: Engine? = nil) { self.storedForm = storedForm }
     public var engine: Engine { .http }
     /// The service checks names against its own engine's limits.
-    public func identifierProblem(_ name: String) -> String? {
-        name.isEmpty ? "the name is empty" : name.utf8.contains(0) ? "the name holds a NUL byte" : nil
-    }
+    public var identifierLimit: IdentifierLimit { .unlimited }
     /// Values from a database of the engine behind the service keep their stored form when the
     /// service declared it (SQLite served, SQLite on the other side).
     public func keepsStoredForm(fromEngine engine: Engine) -> Bool { storedForm == engine }

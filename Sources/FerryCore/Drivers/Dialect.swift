@@ -57,10 +57,10 @@ public protocol Dialect: Sendable {
     var indexNamesArePerTable: Bool { get }
     /// The longest identifier the engine keeps (PostgreSQL truncates at 63 bytes, MySQL refuses past 64).
     var maxIdentifierLength: Int { get }
-    /// Why `name` cannot name a table or column of this engine as it is — a NUL byte, or longer
-    /// than the engine keeps (PostgreSQL would cut it short without a word) — or nil. Default:
-    /// a NUL, or more than `maxIdentifierLength` bytes.
-    func identifierProblem(_ name: String) -> String?
+    /// How the engine measures the longest name it keeps: PostgreSQL in bytes (and cuts a
+    /// longer one short without a word), MySQL in characters, SQLite not at all. Default:
+    /// `maxIdentifierLength` bytes.
+    var identifierLimit: IdentifierLimit { get }
     /// True when a foreign key's columns must have exactly the referenced columns' types
     /// (MySQL: `int` cannot reference `bigint`); the copy then widens the narrower integer end.
     var foreignKeysNeedEqualTypes: Bool { get }
@@ -144,13 +144,21 @@ extension Dialect {
     public func literal(_ text: String) -> String { "'" + text.replacingOccurrences(of: "'", with: "''") + "'" }
     public var indexNamesArePerTable: Bool { false }
     public var maxIdentifierLength: Int { 63 }
+    public var identifierLimit: IdentifierLimit { .bytes(maxIdentifierLength) }
+
+    /// Why `name` cannot name a table or column of this engine as it is — empty, a NUL byte, or
+    /// longer than `identifierLimit` — or nil.
     public func identifierProblem(_ name: String) -> String? {
         if name.isEmpty { return "the name is empty" }
         if name.utf8.contains(0) { return "the name holds a NUL byte" }
-        if name.utf8.count > maxIdentifierLength {
-            return "the name \(name.prefix(24))… is \(name.utf8.count) bytes long, and \(engine.rawValue) keeps \(maxIdentifierLength)"
+        switch identifierLimit {
+        case .bytes(let n) where name.utf8.count > n:
+            return "the name \(name.prefix(24))… is \(name.utf8.count) bytes long, and \(engine.rawValue) keeps \(n)"
+        case .characters(let n) where name.count > n:
+            return "the name \(name.prefix(24))… is \(name.count) characters long, and \(engine.rawValue) keeps \(n)"
+        default:
+            return nil
         }
-        return nil
     }
     public var foreignKeysNeedEqualTypes: Bool { false }
     public var referentialActions: Set<ReferentialAction> { Set(ReferentialAction.allCases) }
@@ -196,4 +204,12 @@ extension Dialect {
             return nil
         }
     }
+}
+
+/// The longest table or column name an engine keeps (`Dialect.identifierLimit`).
+public enum IdentifierLimit: Sendable, Hashable {
+    case bytes(Int)
+    case characters(Int)
+    /// Any length (SQLite; a service, which checks against its own engine).
+    case unlimited
 }
