@@ -175,7 +175,7 @@ final class HTTPReader: BatchReader {
                     let reply = HTTPReply(status: status, body: try exchange.collect(upTo: 1 << 20))
                     exchange.cancel()
                     // The same page of the same snapshot, after the last key read: asked again.
-                    retried += 1
+                    if status == 503 { retried += 1 }
                     if client.retrying(status: status, body: reply.body, retry: retried, doing: "reading \(table)") {
                         pageAttempts -= 1
                         continue

@@ -133,7 +133,7 @@ final class ProtocolClient: @unchecked Sendable {  // unchecked: immutable after
                 defer { exchange.cancel() }
                 let status = exchange.status ?? 0
                 let reply = HTTPReply(status: status, body: try exchange.collect(upTo: Self.maxCollectedBytes))
-                if upload == nil {
+                if upload == nil, status == 503 {
                     retried += 1
                     if retrying(status: status, body: reply.body, retry: retried, doing: "\(method) \(Self.shown(path))") {
                         attempt -= 1
@@ -170,7 +170,7 @@ final class ProtocolClient: @unchecked Sendable {  // unchecked: immutable after
                 let status = exchange.status ?? 0
                 guard (200..<300).contains(status) else {
                     let reply = HTTPReply(status: status, body: try exchange.collect(upTo: Self.maxCollectedBytes))
-                    retried += 1
+                    if status == 503 { retried += 1 }
                     if retrying(status: status, body: reply.body, retry: retried, doing: "GET \(Self.shown(path))") {
                         attempt -= 1
                         continue
