@@ -14,7 +14,8 @@ extension Ferry {
                 transaction is applied whole, in commit order, and every target transaction
                 also records the source's position in the target (_ferry_replication), so a
                 later run with the same source and target resumes exactly there. A run stopped
-                during the initial copy starts that copy again.
+                during the initial copy (Ctrl-C, SIGTERM) rolls it back and exits 0; the next run
+                starts that copy again.
 
                 Stop a follower with Ctrl-C or SIGTERM: it finishes the transaction it is
                 applying, records the position and exits 0. --until-caught-up stops once
@@ -178,6 +179,9 @@ extension Ferry {
             }
             if output.json {
                 try reporter.finish(outcome)
+            } else if outcome.stoppedInCopy {
+                // Said even with -q: nothing was replicated, and the next run copies again.
+                Console.error("stopped during the initial copy, which was rolled back; the next run starts it again: \(sourceEndpoint.redacted) -> \(targetEndpoint.redacted)")
             } else if !quiet {
                 let how = outcome.caughtUp ? "caught up" : "stopped"
                 Console.error(

@@ -39,8 +39,8 @@ extension Chaos {
 
     /// One injected run: a copy broken by `fault` at a random moment, then its outcome checked.
     @discardableResult
-    func runOnce(_ index: Int) throws -> Bool {
-        let t = targets[index % targets.count]
+    func runOnce(_ index: Int, turn: Int) throws -> Bool {
+        let t = targets[turn % targets.count]
         let s = sources[rng.next(sources.count)]
         guard let direct = t.direct else { throw ChaosFailure("target \(t.label) has no direct connection") }
         if t.state != nil && rng.next(100) < 12 {
@@ -93,86 +93,13 @@ extension Chaos {
         // A stalled connection fails by `--timeout` (the others run without one).
         let args = ["copy", sourceURL, targetURL, "--mode", mode, "--tables", "items", "-q"]
             + (fault == .sourceStall || fault == .targetStall ? ["--timeout", "6"] : [])
-        let launched = try launch(args, confinement: confinement)
         // The fault, from its own thread at `delay` seconds, while the copy runs.
-        let injected = Locked(false)
-        let faultError = Locked<String?>(nil)
         let server = fault == .sourceServer ? s.server : fault == .targetServer ? t.server : nil
-        let servers = self.servers
-        let injector = Thread {
-            Thread.sleep(forTimeInterval: delay)
-            guard launched.process.isRunning else { return }
-            do {
-                switch fault {
-                case .sigint, .sigterm, .sigkill:
-                    if let sig = fault.signal, launched.process.isRunning {
-                        kill(launched.process.processIdentifier, sig)
-                        injected.withLock { $0 = true }
-                    }
-                case .sourceServer, .targetServer:
-                    if let server {
-                        injected.withLock { $0 = true }
-                        try servers.crash(server)
-                    }
-                case .serveKilled:
-                    if let service = killedService {
-                        injected.withLock { $0 = true }
-                        try service.crash()
-                    }
-                case .pluginKilled:
-                    for pid in Self.children(of: launched.process.processIdentifier, named: "ferry-driver-sq") {
-                        kill(pid, SIGKILL)
-                        injected.withLock { $0 = true }
-                    }
-                case .sourceCut, .targetCut, .sourceStall, .targetStall, .fileLimit, .diskFull, .readOnly:
-                    break
-                }
-            } catch {
-                faultError.withLock { $0 = "\(error)" }
-            }
-        }
-        injector.start()
-        let ended = wait(launched, deadline: max(300, estimate * 20))
-        // The fault's thread is done before the checks read the servers.
-        while injector.isExecuting || !injector.isFinished { usleep(10_000) }
-        var didInject = injected.withLock { $0 }
-        if let armed {
-            didInject = armed.fired
-            armed.disarm()
-        }
-        if [.fileLimit, .diskFull, .readOnly].contains(fault) { didInject = ended.status != 0 }
-        if ended.status >= 90 && ended.status <= 92 && !ended.signaled && fault == .diskFull {
-            throw ChaosFailure("the tmpfs for a full file system could not be set up (exit \(ended.status)): \(ended.err.prefix(300))")
-        }
-
-        var problems: [String] = []
-        if let e = faultError.withLock({ $0 }) { problems.append("the fault itself failed: \(e)") }
-        let endedText: String
-        if ended.hung {
-            endedText = "HUNG"
-            problems.append("ferry did not end within \(Int(max(300, estimate * 20))) s")
-        } else if ended.signaled {
-            // SIGINT and SIGTERM: ferry rolls back, then ends by the signal (a shell sees 130, 143).
-            let orderly = ended.err.contains(": stopping the copy")
-            endedText = "signal \(ended.status)" + (orderly ? " (stopped itself)" : "")
-            // (A signal before the copy began, while ferry starts, ends it by the default action.)
-            if fault.signal != ended.status { problems.append("ferry died of signal \(ended.status)") }
-        } else {
-            endedText = "exit \(ended.status)"
-            if ended.status != 0 {
-                let wanted: Int32? = fault.signal.map { 128 + $0 }
-                if let wanted, fault != .sigkill, ended.status != wanted {
-                    problems.append("exit \(ended.status) after \(fault.rawValue), not \(wanted)")
-                } else if fault.signal == nil && ended.status >= 128 {
-                    problems.append("exit \(ended.status) (128 or more) for a fault not sent to ferry")
-                }
-                let errors = ended.err.split(separator: "\n").filter { $0.hasPrefix("ferry: error") }
-                if errors.count != 1 { problems.append("\(errors.count) error lines, not one: \(ended.err.prefix(600))") }
-            }
-        }
-        if ended.err.contains("Fatal error") || ended.err.contains("Stack dump") || ended.err.contains("Segmentation") {
-            problems.append("a crash report: \(ended.err.prefix(600))")
-        }
+        let deadline = max(300, estimate * 20)
+        let broken = try breakRun(args, confinement: confinement, fault: fault, delay: delay, server: server, service: killedService,
+                                  armed: armed, deadline: deadline)
+        let ended = broken.ended, didInject = broken.injected, endedText = broken.text
+        var problems = broken.problems
         if !didInject && ended.status == 0, !ended.signaled {
             durations[key] = ended.seconds
             for (relay, side) in [(s.sourceRelays[dataset], "source"), (t.targetRelay, "target")] {
@@ -210,11 +137,12 @@ extension Chaos {
             t.state = nil
         }
         let outcomeCell = "\(endedText), \(outcome)"
+        let what = "\(mode) \(dataset.rawValue) onto \(before.map(\.rawValue) ?? "no table")"
         records.append(RunRecord(
-            index: index, source: s.label, target: t.label, mode: mode, dataset: dataset, before: before, after: state ?? nil,
+            index: index, family: .copy, source: s.label, target: t.label, mode: mode, what: what,
             fault: fault, injected: didInject, delay: delay, ended: endedText, outcome: outcomeCell, problems: problems))
         if options.verbose || !problems.isEmpty {
-            say("run \(index): \(path), \(mode) \(dataset.rawValue) onto \(before.map(\.rawValue) ?? "no table"), \(fault.rawValue) at \(String(format: "%.2f", delay)) s\(didInject ? "" : " (missed)"): \(outcomeCell)")
+            say("run \(index): \(path), \(what), \(fault.rawValue) at \(String(format: "%.2f", delay)) s\(didInject ? "" : " (missed)"): \(outcomeCell)")
             for p in problems { say("  PROBLEM: \(p)") }
         }
         return didInject
@@ -254,19 +182,8 @@ extension Chaos {
                 problems.append("\(open) open loads in _ferry_loads after a successful copy")
             }
         }
-        // A plugin outlives the ferry that started it only briefly (it sees its stdin end).
-        var plugins: [Int32] = []
-        // (The plugin kit lets an answer under way end for up to 5 s.)
-        for _ in 0..<80 {
-            plugins = Self.processes(named: "ferry-driver-sq")
-            if plugins.isEmpty { break }
-            usleep(100_000)
-        }
-        if !plugins.isEmpty { problems.append("plugin processes left running: \(plugins)") }
-        if succeeded {
-            let files = (try? FileManager.default.contentsOfDirectory(atPath: path("tmp"))) ?? []
-            if !files.isEmpty { problems.append("temporary files left: \(files.prefix(5).joined(separator: ", "))") }
-        }
+        problems += pluginsLeft()
+        if succeeded { problems += temporaryFilesLeft() }
         return problems
     }
 

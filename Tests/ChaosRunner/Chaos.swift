@@ -16,11 +16,14 @@ enum Fault: String, CaseIterable {
     case targetCut = "target connection cut (relay, random byte)"
     case sourceStall = "source connection stalls (relay, --timeout 6)"
     case targetStall = "target connection stalls (relay, --timeout 6)"
+    case originServer = "origin server killed (kill -9, restarted)"
+    case originCut = "origin connection cut (relay, random byte)"
+    case originStall = "origin connection stalls (relay, --timeout 6)"
     case serveKilled = "ferry serve killed (restarted)"
     case pluginKilled = "plugin process killed"
-    case fileLimit = "SQLite target cannot grow (ulimit -f)"
-    case diskFull = "SQLite target on a full file system (tmpfs)"
-    case readOnly = "SQLite target on a read-only mount"
+    case fileLimit = "SQLite file written cannot grow (ulimit -f)"
+    case diskFull = "SQLite file written on a full file system (tmpfs)"
+    case readOnly = "SQLite file written on a read-only mount"
 
     var signal: Int32? {
         switch self {
@@ -32,15 +35,20 @@ enum Fault: String, CaseIterable {
     }
 }
 
-/// One copy of the suite: what ran, what broke it, how it ended and what the target held after.
+/// What a run exercises: a copy, an offline snapshot's push/pull/sync, or `ferry replicate`.
+enum Family: String, CaseIterable {
+    case copy, sync, replicate
+}
+
+/// One run of the suite: what ran, what broke it, how it ended and what the target held after.
 struct RunRecord {
     var index: Int
+    var family: Family
     var source: String
     var target: String
     var mode: String
-    var dataset: Dataset
-    var before: Dataset?
-    var after: Dataset?
+    /// The run in words: "replace A onto B", "push 5,000 local and 5,000 origin changes".
+    var what: String
     var fault: Fault
     var injected: Bool
     var delay: Double
@@ -63,6 +71,8 @@ final class Chaos {
     var services: [Served] = []
     var relays: [FaultRelay] = []
     var databases: [(Direct, String)] = []
+    var syncOrigins: [SyncOrigin] = []
+    var replicaPairs: [ReplicaPair] = []
     var records: [RunRecord] = []
     /// Seconds a copy of each path and mode took when no fault reached it, and the bytes each
     /// relay carried each way: where to aim the next fault.
@@ -122,13 +132,13 @@ final class Chaos {
         ]
         let pgAdminDirect = Direct.postgres(pgAdmin), myAdminDirect = Direct.mysql(myAdmin)
         var pg: [String: String] = [:], my: [String: String] = [:]
-        for name in ["a", "b", "c", "d", "t"] {
+        for name in ["a", "b", "c", "d", "t", "so", "sso", "r1s", "r2t", "r4s", "r5t", "r6s"] {
             let db = "ferry_chaos_\(tag)_\(name)"
             try pgAdminDirect.run("CREATE DATABASE \(db);")
             databases.append((pgAdminDirect, db))
             pg[name] = database(pgAdmin, db)
         }
-        for name in ["a", "b", "d", "t", "st"] {
+        for name in ["a", "b", "d", "t", "st", "so", "r2s", "r3t", "r5s"] {
             let db = "ferry_chaos_\(tag)_\(name)"
             try myAdminDirect.run("CREATE DATABASE \(db) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin;")
             databases.append((myAdminDirect, db))
@@ -146,12 +156,6 @@ final class Chaos {
         }
         let tokens = path("tokens.txt")
         try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
-        func relay(_ url: String) throws -> (FaultRelay, String) {
-            let e = try Endpoint(parsing: url)
-            let r = try FaultRelay(upstreamPort: e.port ?? 0)
-            relays.append(r)
-            return (r, url.replacingOccurrences(of: "127.0.0.1:\(e.port ?? 0)", with: "127.0.0.1:\(r.port)"))
-        }
         func served(_ url: String, _ name: String, _ extra: [String] = []) throws -> (Served, FaultRelay, String) {
             let s = try Served(ferry: ferry, database: url, args: ["--token-file", tokens] + extra, log: path("serve-\(name).log"))
             services.append(s)
@@ -170,8 +174,8 @@ final class Chaos {
             let name = ds.rawValue.lowercased()
             lite.sources[ds] = "sqlite:" + path("\(name).db")
             plugin.sources[ds] = "sqlitekit:" + path("\(name).db")
-            if let url = pg[name] { (pgSource.sourceRelays[ds], pgSource.sources[ds]) = try relay(url) }
-            if let url = my[name] { (mySource.sourceRelays[ds], mySource.sources[ds]) = try relay(url) }
+            if let url = pg[name] { (pgSource.sourceRelays[ds], pgSource.sources[ds]) = try relayed(url) }
+            if let url = my[name] { (mySource.sourceRelays[ds], mySource.sources[ds]) = try relayed(url) }
             if let url = pg[name] {
                 let (s, r, u) = try served(url, "source-\(name)")
                 servedSource.sourceServices[ds] = s
@@ -200,12 +204,12 @@ final class Chaos {
         let myTarget = Side(kind: .mysql, label: "mysql", server: "my")
         let servedTarget = Side(kind: .served, label: "serve (mysql)", server: "my")
         if let url = pg["t"] {
-            (pgTarget.targetRelay, pgTarget.target) = try relay(url)
+            (pgTarget.targetRelay, pgTarget.target) = try relayed(url)
             pgTarget.direct = .postgres(url)
             pgTarget.verifyURL = url
         }
         if let url = my["t"] {
-            (myTarget.targetRelay, myTarget.target) = try relay(url)
+            (myTarget.targetRelay, myTarget.target) = try relayed(url)
             myTarget.direct = .mysql(url)
             myTarget.verifyURL = url
         }
@@ -218,13 +222,29 @@ final class Chaos {
             servedTarget.verifyURL = url
         }
         targets = [liteTarget, pgTarget, myTarget, servedTarget, pluginTarget]
+
+        func named(_ urls: [String: String], _ name: String) throws -> String {
+            guard let url = urls[name] else { throw ChaosFailure("no database \(name) was made") }
+            return url
+        }
+        if options.families.contains(.sync) {
+            try setUpSync(postgres: { try named(pg, $0) }, mysql: { try named(my, $0) }, tokens: tokens)
+        }
+        if options.families.contains(.replicate) {
+            try setUpReplicate(postgres: { try named(pg, $0) }, mysql: { try named(my, $0) }, tokens: tokens)
+        }
     }
 
     func tearDown(keepFiles: Bool) {
+        dropReplicas()
         for s in services { s.stop() }
         for r in relays { r.stop() }
         for (admin, db) in databases {
-            if case .postgres = admin { _ = try? admin.run("DROP DATABASE IF EXISTS \(db) WITH (FORCE);") } else { _ = try? admin.run("DROP DATABASE IF EXISTS \(db);") }
+            if case .postgres = admin {
+                // A replica --drop could not remove (its server gone): its slot, or the database stays.
+                _ = try? admin.run("SELECT pg_drop_replication_slot(slot_name) FROM pg_replication_slots WHERE database = '\(db)' AND NOT active;")
+                _ = try? admin.run("DROP DATABASE IF EXISTS \(db) WITH (FORCE);")
+            } else { _ = try? admin.run("DROP DATABASE IF EXISTS \(db);") }
         }
         if !keepFiles { try? FileManager.default.removeItem(atPath: folder) }
     }

@@ -33,17 +33,20 @@ enum Direct {
         case .mysql(let url):
             let e = try Endpoint(parsing: url)
             return try ExternalTool.run(
-                ["mariadb", "--no-defaults", "-N", "-B", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path],
+                ["mariadb", "--no-defaults", "--default-character-set=utf8mb4", "-N", "-B", "-h", e.host ?? "127.0.0.1", "-P", String(e.port ?? 3306), "-u", e.user ?? "", e.path],
                 input: sql + "\n", environment: ["MYSQL_PWD": e.password ?? ""])
         }
     }
 
     /// Whether `items` exists.
-    func hasItems() throws -> Bool {
+    func hasItems() throws -> Bool { try hasTable("items") }
+
+    /// Whether the table `name` (a plain lowercase name) exists.
+    func hasTable(_ name: String) throws -> Bool {
         switch self {
-        case .sqlite: return try run("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = 'items';").trimmed == "1"
-        case .postgres: return try run("SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = 'items';").trimmed == "1"
-        case .mysql: return try run("SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = 'items';").trimmed == "1"
+        case .sqlite: return try run("SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name = '\(name)';").trimmed == "1"
+        case .postgres: return try run("SELECT count(*) FROM pg_tables WHERE schemaname = 'public' AND tablename = '\(name)';").trimmed == "1"
+        case .mysql: return try run("SELECT count(*) FROM information_schema.tables WHERE table_schema = DATABASE() AND table_name = '\(name)';").trimmed == "1"
         }
     }
 

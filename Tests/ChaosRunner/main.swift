@@ -20,12 +20,16 @@ struct ChaosOptions {
     var keep = false
     var report: String?
     var minutes: Double?
+    var families: [Family] = Family.allCases
     /// Full and read-only file systems need a private mount namespace (unshare -m, as root).
     var namespaces = getuid() == 0 && FileManager.default.isExecutableFile(atPath: "/usr/bin/unshare")
 
     static let usage = """
-        usage: ferry-chaos [--runs N] [--seed S] [--rows N] [--products DIR] [--report FILE] [--minutes M] [--verbose] [--keep]
+        usage: ferry-chaos [--runs N] [--seed S] [--rows N] [--families F,…] [--products DIR] [--report FILE] [--minutes M] [--verbose] [--keep]
           --runs N        runs whose fault landed while ferry ran (default 30; at most 3N runs in all)
+          --families F,…  what to break, taken in turn: copy (every mode, every engine pair), sync
+                          (push, pull and sync of offline snapshots), replicate (ferry replicate);
+                          default all three
           --seed S        replay a run exactly (printed at the start)
           --rows N        rows in the copied table (default 200000)
           --products DIR  the folder of ferry and ferry-driver-sqlitekit (default: this program's)
@@ -55,6 +59,14 @@ struct ChaosOptions {
             case "--rows":
                 guard let n = Int(try value()), n >= 1000 else { throw ChaosFailure("--rows takes a number of rows, at least 1000") }
                 rows = n
+            case "--families":
+                var chosen: [Family] = []
+                for name in try value().split(separator: ",") {
+                    guard let f = Family(rawValue: String(name)) else { throw ChaosFailure("--families takes copy, sync and replicate, comma-separated; not \(name)") }
+                    chosen.append(f)
+                }
+                guard !chosen.isEmpty else { throw ChaosFailure("--families takes copy, sync and replicate, comma-separated") }
+                families = chosen
             case "--products": products = URL(fileURLWithPath: try value())
             case "--report": report = try value()
             case "--minutes":
@@ -73,34 +85,48 @@ struct ChaosOptions {
     }
 }
 
-/// The table of cases × outcomes, and the paths the runs took.
+/// The tables of cases × outcomes, one per family, and the paths the runs took.
 func report(_ records: [RunRecord], options: ChaosOptions, seconds: Double) -> String {
-    let outcomes = Array(Set(records.map(\.outcome))).sorted()
     var lines = [
         "ferry-chaos: \(records.count) runs (\(records.filter(\.injected).count) with the fault injected while ferry ran), seed \(options.seed), \(options.rows) rows, \(Int(seconds)) s",
-        "",
-        "| fault | runs | injected | " + outcomes.joined(separator: " | ") + " |",
-        "|---|---:|---:|" + String(repeating: "---:|", count: outcomes.count),
     ]
-    for fault in Fault.allCases {
-        let rs = records.filter { $0.fault == fault }
-        guard !rs.isEmpty else { continue }
-        let cells = outcomes.map { o in String(rs.filter { $0.outcome == o }.count) }
-        lines.append("| \(fault.rawValue) | \(rs.count) | \(rs.filter(\.injected).count) | " + cells.joined(separator: " | ") + " |")
+    let titles: [Family: String] = [
+        .copy: "Copies (every mode; the target after: as before, or the copy's result)",
+        .sync: "Offline snapshots: push, pull, sync (each side after: as before, or as the command leaves it; then an unbroken sync)",
+        .replicate: "ferry replicate --until-caught-up (the target after: the source as of a whole transaction; then an unbroken run)",
+    ]
+    for family in Family.allCases {
+        let mine = records.filter { $0.family == family }
+        guard !mine.isEmpty else { continue }
+        let outcomes = Array(Set(mine.map(\.outcome))).sorted()
+        lines += [
+            "", "\(titles[family] ?? family.rawValue): \(mine.count) runs, \(mine.filter(\.injected).count) injected", "",
+            "| fault | runs | injected | " + outcomes.joined(separator: " | ") + " |",
+            "|---|---:|---:|" + String(repeating: "---:|", count: outcomes.count),
+        ]
+        for fault in Fault.allCases {
+            let rs = mine.filter { $0.fault == fault }
+            guard !rs.isEmpty else { continue }
+            let cells = outcomes.map { o in String(rs.filter { $0.outcome == o }.count) }
+            lines.append("| \(fault.rawValue) | \(rs.count) | \(rs.filter(\.injected).count) | " + cells.joined(separator: " | ") + " |")
+        }
+        let targets = Array(Set(mine.map(\.target))).sorted()
+        let sources = Array(Set(mine.map(\.source))).sorted()
+        lines += ["", "Injected runs by path (\(family == .sync ? "origin → command" : "source → target")):", "",
+                  "| \(family == .sync ? "origin" : "source") \\ \(family == .sync ? "command" : "target") | " + targets.joined(separator: " | ") + " |",
+                  "|---|" + String(repeating: "---:|", count: targets.count)]
+        for s in sources {
+            lines.append("| \(s) | " + targets.map { t in String(mine.filter { $0.source == s && $0.target == t && $0.injected }.count) }.joined(separator: " | ") + " |")
+        }
+        if family == .copy {
+            let modes = Array(Set(mine.map(\.mode))).sorted()
+            lines += ["", "Runs by mode: " + modes.map { m in "\(m) \(mine.filter { $0.mode == m }.count)" }.joined(separator: ", ")]
+        }
     }
-    let targets = Array(Set(records.map(\.target))).sorted()
-    let sources = Array(Set(records.map(\.source))).sorted()
-    lines += ["", "Injected runs by path (source → target):", "", "| source \\ target | " + targets.joined(separator: " | ") + " |",
-              "|---|" + String(repeating: "---:|", count: targets.count)]
-    for s in sources {
-        lines.append("| \(s) | " + targets.map { t in String(records.filter { $0.source == s && $0.target == t && $0.injected }.count) }.joined(separator: " | ") + " |")
-    }
-    let modes = Array(Set(records.map(\.mode))).sorted()
-    lines += ["", "Runs by mode: " + modes.map { m in "\(m) \(records.filter { $0.mode == m }.count)" }.joined(separator: ", ")]
     let bad = records.filter { !$0.problems.isEmpty }
     lines += ["", bad.isEmpty ? "No damaged target, lost or doubled row, bad exit, hang or leftover." : "\(bad.count) runs with problems:"]
     for r in bad {
-        lines.append("- run \(r.index): \(r.source) -> \(r.target), \(r.mode) \(r.dataset.rawValue) onto \(r.before.map(\.rawValue) ?? "no table"), \(r.fault.rawValue) at \(String(format: "%.2f", r.delay)) s: \(r.problems.joined(separator: "; "))")
+        lines.append("- run \(r.index) (\(r.family.rawValue)): \(r.source) -> \(r.target), \(r.what), \(r.fault.rawValue) at \(String(format: "%.2f", r.delay)) s: \(r.problems.joined(separator: "; "))")
     }
     return lines.joined(separator: "\n")
 }
@@ -145,7 +171,15 @@ do {
             say("ferry-chaos: \(Int(m)) minutes are up after \(i) runs (\(injected) injected)")
             break
         }
-        if try chaos.runOnce(i) { injected += 1 }
+        let family = options.families[i % options.families.count]
+        let n = i / options.families.count
+        let landed: Bool
+        switch family {
+        case .copy: landed = try chaos.runOnce(i, turn: n)
+        case .sync: landed = try chaos.runSync(i)
+        case .replicate: landed = try chaos.runReplicate(i)
+        }
+        if landed { injected += 1 }
         i += 1
         if !options.verbose && i % 25 == 0 {
             say("ferry-chaos: \(i) runs, \(injected) injected, \(chaos.records.filter { !$0.problems.isEmpty }.count) with problems")

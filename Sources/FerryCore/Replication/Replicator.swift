@@ -66,6 +66,9 @@ public struct Replicator {
         public var name: String
         /// True when this run made the initial copy (false: resumed from a recorded position).
         public var copied = false
+        /// True when the run was stopped during its initial copy (rolled back; the next run
+        /// starts it again).
+        public var stoppedInCopy = false
         public var copiedRows: Int64 = 0
         /// What was dropped at the source before starting again (an unfinished initial copy's capture).
         public var droppedFirst: [String] = []
@@ -92,7 +95,7 @@ public struct Replicator {
     public func run(
         source: any Connection, target: any Connection, options: Options, progress: ProgressReporter, cancellation: Cancellation
     ) throws -> Outcome {
-        let started = Date()
+        let began = Date()
         guard let capture = try source.changeCapture() else {
             throw FerryError.invalidOption(
                 "\(source.endpoint.redacted) cannot be followed: Ferry captures changes from PostgreSQL, MariaDB, SQLite, and services and plugins that declare change-feed (its capabilities: \(source.capabilities))")
@@ -205,7 +208,14 @@ public struct Replicator {
             try? source.rollback()
             let failures = summary.tables.filter { $0.status != .ok }
             if let f = failures.first {
-                if cancellation.isCancelled { throw FerryError.cancelled }
+                if cancellation.isCancelled {
+                    // Stopped (SIGINT, SIGTERM) during the initial copy: the copy rolled back,
+                    // the capture is dropped by the next run, which starts the copy again. A stop,
+                    // as between transactions, not a failure.
+                    outcome.stoppedInCopy = true
+                    outcome.seconds = Date().timeIntervalSince(began)
+                    return outcome
+                }
                 throw FerryError.copyFailed(
                     table: TableName(parsing: f.source), endpoint: target.endpoint.redacted,
                     reason: "the initial copy failed (\(f.error ?? "\(f.status)")); the next run starts it again")
@@ -441,7 +451,7 @@ public struct Replicator {
                 feed = try capture.follow(name: name, tables: sources(plan), from: ChangePosition(lastRecorded))
             }
         }
-        outcome.seconds = Date().timeIntervalSince(started)
+        outcome.seconds = Date().timeIntervalSince(began)
         return outcome
     }
 
