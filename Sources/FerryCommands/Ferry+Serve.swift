@@ -96,6 +96,7 @@ extension Ferry {
             }
             guard connectionWait > 0 else { throw ValidationError("--connection-wait is a number of seconds above 0") }
             guard idleTimeout >= 1 else { throw ValidationError("--idle-timeout is a number of seconds, at least 1") }
+            guard maxRequestsPerToken >= 0 else { throw ValidationError("--max-requests-per-token is a number of requests, or 0 for no limit") }
             guard maxSnapshots >= 1, maxSnapshotsPerToken >= 1 else { throw ValidationError("--max-snapshots and --max-snapshots-per-token must be at least 1") }
             if let metrics, Ferry.hostAndPort(metrics) == nil { throw ValidationError("--metrics must be HOST:PORT, e.g. 127.0.0.1:9188") }
         }
@@ -117,6 +118,11 @@ extension Ferry {
 
         @Option(name: .long, help: "Read snapshots one token may hold at once (at most --max-snapshots).")
         var maxSnapshotsPerToken: Int = 8
+
+        @Option(name: .long, help: ArgumentHelp(
+            "Requests one token may have under way at once, answers being sent included (0: no limit).",
+            discussion: "Keeps one client (a token, or every token under one label) from taking the whole service with many connections at once; its further requests are answered 503 busy, which clients with --retries ask again. Give each application its own token or label."))
+        var maxRequestsPerToken: Int = 32
 
         @Option(name: .long, help: ArgumentHelp(
             "Seconds a client connection may stay open without a complete request (between requests, or sending half of one) before it is closed.",
@@ -168,6 +174,7 @@ extension Ferry {
             config.idleSeconds = idleTimeout
             config.maxSnapshots = maxSnapshots
             config.maxSnapshotsPerToken = maxSnapshotsPerToken
+            config.maxRequestsPerToken = maxRequestsPerToken
             config.connectionWaitSeconds = connectionWait
             if let metrics, let (mhost, mport) = Ferry.hostAndPort(metrics) {
                 do {

@@ -24,11 +24,15 @@ public struct ServiceRequestContext: RequestContext {
 struct AuthMiddleware: RouterMiddleware {
     typealias Context = ServiceRequestContext
     let tokens: TokenRing
+    /// Requests under way per token holder (`--max-requests-per-token`).
+    let underWay: RequestsPerHolder
 
     let logger: Logger?
 
-    init(tokens: [(String, TokenScope)], labels: [String: String] = [:], files: [(path: String, scope: TokenScope)] = [], logger: Logger? = nil) {
+    init(tokens: [(String, TokenScope)], labels: [String: String] = [:], files: [(path: String, scope: TokenScope)] = [],
+         maxRequestsPerToken: Int = 0, logger: Logger? = nil) {
         self.tokens = TokenRing(tokens, labels: labels, files: files, logger: logger)
+        underWay = RequestsPerHolder(limit: maxRequestsPerToken)
         self.logger = logger
     }
 
@@ -64,6 +68,23 @@ struct AuthMiddleware: RouterMiddleware {
         var context = context
         let entry = tokens[found]
         context.principal = RequestPrincipal(scope: entry.scope, token: found, identity: entry.identity, label: entry.label)
+        // One holder's requests under way, until its answer's body is sent (or dropped: the
+        // ticket leaves when the last thing holding it, the body's writer, goes).
+        guard let ticket = underWay.enter(entry.identity) else {
+            throw ServiceError(
+                status: 503, code: "busy",
+                message: "this token has \(underWay.limit) requests under way already (--max-requests-per-token); nothing was done; wait for one to end, then try again")
+        }
+        var response = try await answer(request, context, entry, next)
+        let body = response.body
+        response.body = ResponseBody(contentLength: body.contentLength) { writer in
+            try await body.write(writer)
+            ticket.done()
+        }
+        return response
+    }
+
+    func answer(_ request: Request, _ context: Context, _ entry: TokenRing.Entry, _ next: (Request, Context) async throws -> Response) async throws -> Response {
         guard !Self.isRead(request) else { return try await next(request, context) }
         // The audit log: every write request, by the label of who made it (never the token).
         do {
@@ -135,6 +156,56 @@ final class TokenRing: @unchecked Sendable {  // unchecked: the state only under
             return entries
         }
     }
+}
+
+/// How many requests each token holder (a label, or a bare token) has under way, held to a
+/// limit (0: none).
+final class RequestsPerHolder: Sendable {
+    let limit: Int
+    private let counts = Locked([String: Int]())
+
+    init(limit: Int) { self.limit = limit }
+
+    /// A ticket for one more request of `holder`, unless it has `limit` under way already.
+    func enter(_ holder: String) -> RequestTicket? {
+        guard limit > 0 else { return RequestTicket(holder, nil) }
+        let admitted = counts.withLock { c in
+            let n = c[holder, default: 0]
+            guard n < limit else { return false }
+            c[holder] = n + 1
+            return true
+        }
+        return admitted ? RequestTicket(holder, self) : nil
+    }
+
+    fileprivate func leave(_ holder: String) {
+        counts.withLock { c in
+            let n = c[holder, default: 1] - 1
+            c[holder] = n > 0 ? n : nil
+        }
+    }
+
+    /// Requests under way for `holder` now.
+    func count(_ holder: String) -> Int { counts.withLock { $0[holder, default: 0] } }
+}
+
+/// One request counted against its holder: it leaves when done, or when dropped.
+final class RequestTicket: Sendable {
+    private let holder: String
+    private let counts: RequestsPerHolder?
+    private let left = Locked(false)
+
+    fileprivate init(_ holder: String, _ counts: RequestsPerHolder?) {
+        self.holder = holder
+        self.counts = counts
+    }
+
+    func done() {
+        guard !left.withLock({ l in defer { l = true }; return l }) else { return }
+        counts?.leave(holder)
+    }
+
+    deinit { done() }
 }
 
 /// Turns every error into an XML error document with its status (never an HTML page or a

@@ -57,6 +57,9 @@ public struct ServerConfiguration: Sendable {
     public var connectionWaitSeconds: Double = 30
     /// A client connection without a complete request for this long is closed (`--idle-timeout`).
     public var idleSeconds: Double = 300
+    /// Requests one token (one label) may have under way at once, their answers' bodies
+    /// included (`--max-requests-per-token`; 0: no limit); more are answered 503 busy.
+    public var maxRequestsPerToken = 32
     /// The served database has a change capture (PostgreSQL, MariaDB, SQLite): the service
     /// announces `change-feed`.
     public var followable = true

@@ -35,7 +35,9 @@ public struct XMLService: Sendable {
         let router = Router(context: ServiceRequestContext.self)
         handlers.startSweeping()
         router.add(middleware: ErrorAndLogMiddleware(inFlight: inFlight, metrics: ServiceMetrics(handlers: handlers)))
-        router.add(middleware: AuthMiddleware(tokens: configuration.scopedTokens, labels: configuration.tokenLabels, files: configuration.tokenFiles, logger: logger))
+        router.add(middleware: AuthMiddleware(
+            tokens: configuration.scopedTokens, labels: configuration.tokenLabels, files: configuration.tokenFiles,
+            maxRequestsPerToken: configuration.maxRequestsPerToken, logger: logger))
         // The route table: every endpoint of the protocol, onto its handler.
         let handlers = self.handlers
         for route in ProtocolRoute.allCases {

@@ -249,6 +249,58 @@ final class FaultTests: XCTestCase {
         XCTAssertTrue(try call("POST", "v1/snapshots", one).hasSuffix(" 201"), "room after a release")
     }
 
+    /// `--max-requests-per-token`: a holder (here a label) with that many requests under way —
+    /// uploads whose bodies have not ended — is answered 503 busy for the next one, another
+    /// holder is not; a request that ends (its client gone) makes room again.
+    func testRequestsUnderWayAreLimitedPerToken() throws {
+        let db = folder.path("served.db")
+        _ = try fixture.sqlite(db).query("PRAGMA journal_mode=WAL; CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        func token() -> String { UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased() }
+        let (anna, annaToo, bob) = (token(), token(), token())
+        let tokens = folder.path("write.txt")
+        // Two tokens under one label share its limit.
+        try Data("anna \(anna)\nanna \(annaToo)\nbob \(bob)\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        let serve = try ServeProcess("sqlite:" + db, ["--write-token-file", tokens, "--max-requests-per-token", "3"], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        let script = """
+            import socket, sys, time
+            port, anna, anna_too, bob = int(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
+            def get(token):
+                r = socket.create_connection(("127.0.0.1", port), timeout=10)
+                r.sendall(("GET /v1/tables HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer %s\\r\\nConnection: close\\r\\n\\r\\n" % token).encode())
+                data = b""
+                while True:
+                    piece = r.recv(65536)
+                    if not piece:
+                        break
+                    data += piece
+                r.close()
+                return data.decode("utf-8", "replace")
+            held = []
+            for t in (anna, anna_too, anna):
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                s.sendall(("POST /v1/tables/t/rows?columns=id,v HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer %s\\r\\n"
+                           "Content-Type: application/xml\\r\\nTransfer-Encoding: chunked\\r\\n\\r\\n" % t).encode())
+                s.sendall(b"5\\r\\n<rows\\r\\n")
+                held.append(s)
+            time.sleep(1)
+            busy = get(anna)
+            other = get(bob)
+            held[0].close()
+            time.sleep(1)
+            again = get(anna_too)
+            print("BUSY", busy.split("\\r\\n")[0], "limit" if "--max-requests-per-token" in busy else "no-reason")
+            print("OTHER", other.split("\\r\\n")[0])
+            print("AGAIN", again.split("\\r\\n")[0])
+            """
+        let out = try ExternalTool.run(["python3", "-c", script, String(serve.port), anna, annaToo, bob], input: "")
+        XCTAssertTrue(out.contains("BUSY HTTP/1.1 503 Service Unavailable limit"), out)
+        XCTAssertTrue(out.contains("OTHER HTTP/1.1 200"), out)
+        XCTAssertTrue(out.contains("AGAIN HTTP/1.1 200"), out)
+        // Nothing of the held uploads was loaded.
+        XCTAssertEqual(try fixture.sqlite(db).query("SELECT count(*) FROM t").trimmingCharacters(in: .whitespacesAndNewlines), "0")
+    }
+
     /// SIGTERM drains `ferry serve`: a rows upload in flight when it arrives is answered (its
     /// transaction committed), new connections are refused, and the service then exits 0; the
     /// client's copy fails in one line at its next request, its target table untouched.
