@@ -72,6 +72,11 @@ extension Ferry {
         var maxBodyMb: Int = 64
 
         @Option(name: .long, help: ArgumentHelp(
+            "Request bodies held whole by all requests together, in MB (at least --max-body-mb).",
+            discussion: "Bounds the memory many clients sending change sets or pushes at once can make the service use; past it a request is answered 503 busy (nothing done; clients with --retries ask again). Rows loads are streamed and not counted."))
+        var maxBodiesMb: Int = 64
+
+        @Option(name: .long, help: ArgumentHelp(
             "Largest rows load one request may stream, in MB.",
             discussion: "Rows are written as they arrive, never held: this bounds one transaction, not memory. Clients send longer loads in several requests of at most half of it."))
         var maxLoadMb: Int = 1024
@@ -89,6 +94,7 @@ extension Ferry {
             guard (tlsCert == nil) == (tlsKey == nil) else { throw ValidationError("--tls-cert and --tls-key go together") }
             guard parseListen() != nil else { throw ValidationError("--listen must be HOST:PORT, e.g. 127.0.0.1:8080") }
             guard maxBodyMb >= 1 else { throw ValidationError("--max-body-mb must be at least 1") }
+            guard maxBodiesMb >= maxBodyMb else { throw ValidationError("--max-bodies-mb (\(maxBodiesMb)) must be at least --max-body-mb (\(maxBodyMb)): one body of the largest size must fit") }
             guard maxLoadMb >= 1 && maxLoadMb <= 1 << 20 else { throw ValidationError("--max-load-mb must be between 1 and 1048576") }
             guard stagingIdleLimit >= 1 else { throw ValidationError("--staging-idle-limit is a number of seconds, at least 1") }
             guard maxConnections == 0 || maxConnections >= 2 else {
@@ -164,6 +170,7 @@ extension Ferry {
                 host: host, port: port, tlsCertificate: tlsCert, tlsKey: tlsKey, maxBodyBytes: maxBodyMb << 20,
                 maxLoadBytes: maxLoadMb << 20)
             config.allowFeed = allowFeed
+            config.maxHeldBodyBytes = maxBodiesMb << 20
             for file in [tokenFile, writeTokenFile, readOnlyTokenFile].compactMap({ $0 }) {
                 for t in try ServerConfiguration.labeledTokens(fromFile: file) { if let label = t.label { config.tokenLabels[t.token] = label } }
             }

@@ -57,6 +57,8 @@ public struct ServerConfiguration: Sendable {
     public var connectionWaitSeconds: Double = 30
     /// A client connection without a complete request for this long is closed (`--idle-timeout`).
     public var idleSeconds: Double = 300
+    /// Whole request bodies held at once by all requests (`--max-bodies-mb`).
+    public var maxHeldBodyBytes = 64 << 20
     /// Requests one token (one label) may have under way at once, their answers' bodies
     /// included (`--max-requests-per-token`; 0: no limit); more are answered 503 busy.
     public var maxRequestsPerToken = 32
@@ -144,6 +146,7 @@ public struct ServerConfiguration: Sendable {
         c.stagingIdleSeconds = stagingIdleSeconds
         c.maxConnections = maxConnections
         c.maxSnapshotsPerToken = maxSnapshotsPerToken
+        c.maxHeldBodyBytes = maxHeldBodyBytes
         c.connectionWaitSeconds = connectionWaitSeconds
         return c
     }

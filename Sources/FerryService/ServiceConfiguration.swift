@@ -13,6 +13,9 @@ public struct ServiceConfiguration: Sendable {
     public var tables: [TableName]
     /// Largest request body accepted (413 beyond) — of a document the service holds whole.
     public var maxBodyBytes: Int
+    /// Bytes of whole request bodies (short documents: change sets, pushes, schemas) held at
+    /// once by all requests together (`--max-bodies-mb`); past it a request is answered 503 busy.
+    public var maxHeldBodyBytes: Int = 64 << 20
     /// Largest rows load one streamed `POST …/rows` may carry (413 beyond): decoded and
     /// written as it arrives, never held, so this bounds one transaction rather than memory.
     public var maxLoadBytes: Int

@@ -23,9 +23,12 @@ public final class ServiceHandlers: Sendable {
     let janitor = StagingJanitor()
     /// The database connections requests hold at once (`--max-connections`).
     public let slots: ConnectionSlots
+    /// Bytes of whole request bodies held at once (`--max-bodies-mb`).
+    let bodyBudget: Locked<Int>
 
     public init(configuration: ServiceConfiguration) {
         self.configuration = configuration
+        bodyBudget = Locked(max(configuration.maxHeldBodyBytes, configuration.maxBodyBytes))
         slots = ConnectionSlots(limit: configuration.maxConnections, waitSeconds: configuration.connectionWaitSeconds)
         snapshots = SnapshotStore(
             maxSnapshots: configuration.maxSnapshots, maxPerOwner: configuration.maxSnapshotsPerToken, idleSeconds: configuration.snapshotIdleSeconds,
@@ -74,6 +77,11 @@ public final class ServiceHandlers: Sendable {
     /// The answer to `request`: its handler's, or the error document for what it threw (the
     /// details a body never carries go to the request's logger).
     public func respond(_ request: ServiceRequest) async -> ServiceResponse {
+        // The whole body it held (a short document) is given back once it is answered.
+        defer {
+            let n = request.held.takeAll()
+            if n > 0 { bodyBudget.withLock { $0 += n } }
+        }
         do {
             return try await handle(request)
         } catch {
@@ -207,15 +215,39 @@ public final class ServiceHandlers: Sendable {
         return name
     }
 
-    /// The whole body of a request (a short document), refused beyond `maxBodyBytes`.
+    /// The whole body of a request (a short document), refused beyond `maxBodyBytes`, and
+    /// counted against the bytes all requests may hold at once (`maxHeldBodyBytes`): past those
+    /// it is answered 503 busy (nothing done; clients with --retries ask again), so that many
+    /// clients sending large documents at once cannot make the service hold them all.
     func body(_ request: ServiceRequest) async throws -> Data {
         // A body that says it is too large is refused before a byte of it is held.
-        if let declared = request.headers["content-length"].flatMap({ Int($0) }), declared > configuration.maxBodyBytes {
+        let declared = request.headers["content-length"].flatMap { Int($0) }
+        if let declared, declared > configuration.maxBodyBytes {
             throw ServiceError.tooLarge(configuration.maxBodyBytes)
         }
+        var reserved = 0
+        func reserve(_ total: Int) throws {
+            guard total > reserved else { return }
+            let more = total - reserved
+            let granted = bodyBudget.withLock { left in
+                guard left >= more else { return false }
+                left -= more
+                return true
+            }
+            guard granted else {
+                throw ServiceError(
+                    status: 503, code: "busy",
+                    message: "the service holds as many request documents at once as --max-bodies-mb allows; nothing was done; try again shortly")
+            }
+            request.held.add(more)
+            reserved = total
+        }
+        try reserve(declared ?? 0)
         var out = Data()
         while let piece = try await request.body.next() {
             guard out.count + piece.count <= configuration.maxBodyBytes else { throw ServiceError.tooLarge(configuration.maxBodyBytes) }
+            // A body of no declared length is counted as it comes, in steps of at least 1 MiB.
+            if out.count + piece.count > reserved { try reserve(min(configuration.maxBodyBytes, max(out.count + piece.count, reserved + (1 << 20)))) }
             out.append(contentsOf: piece)
         }
         return out

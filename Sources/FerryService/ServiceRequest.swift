@@ -76,6 +76,9 @@ public struct ServiceRequest: Sendable {
     public var body: RequestBody
     public var principal: RequestPrincipal
     public var logger: Logger
+    /// Bytes of this request's body the service holds whole (counted against `--max-bodies-mb`
+    /// until the request is answered).
+    let held = HeldBytes()
 
     public init(
         route: ProtocolRoute, parameters: [String: String], query: [(String, String)], headers: [String: String] = [:],
@@ -131,4 +134,12 @@ public struct ServiceResponse: Sendable {
     public static func error(_ e: ServiceError) -> ServiceResponse {
         ServiceResponse(status: e.status, headers: e.status == 503 ? [("Retry-After", "5")] : [], body: .bytes(e.document))
     }
+}
+
+/// A count of bytes one request holds of the service's body budget.
+final class HeldBytes: Sendable {
+    private let bytes = Locked(0)
+    func add(_ n: Int) { bytes.withLock { $0 += n } }
+    /// The bytes held, and none after.
+    func takeAll() -> Int { bytes.withLock { b in defer { b = 0 }; return b } }
 }

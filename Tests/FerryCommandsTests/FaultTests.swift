@@ -301,6 +301,65 @@ final class FaultTests: XCTestCase {
         XCTAssertEqual(try fixture.sqlite(db).query("SELECT count(*) FROM t").trimmingCharacters(in: .whitespacesAndNewlines), "0")
     }
 
+    /// `--max-bodies-mb`: whole bodies held at once by all requests are bounded. Two change sets
+    /// declaring 1 MiB each, half sent, hold the 2 MiB; the next document — declared or chunked,
+    /// from any token — is answered 503 busy; one of them ended makes room again.
+    func testWholeBodiesHeldAtOnceAreBounded() throws {
+        let db = folder.path("served.db")
+        _ = try fixture.sqlite(db).query("PRAGMA journal_mode=WAL; CREATE TABLE t (id INTEGER PRIMARY KEY, v TEXT)")
+        func token() -> String { UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased() }
+        let (one, other) = (token(), token())
+        let tokens = folder.path("write.txt")
+        try Data("\(one)\n\(other)\n".utf8).write(to: URL(fileURLWithPath: tokens))
+        let serve = try ServeProcess("sqlite:" + db, ["--write-token-file", tokens, "--max-body-mb", "1", "--max-bodies-mb", "2"], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        let script = """
+            import socket, sys, time
+            port, one, other = int(sys.argv[1]), sys.argv[2], sys.argv[3]
+            def head(token, length=None):
+                s = socket.create_connection(("127.0.0.1", port), timeout=10)
+                framing = "Content-Length: %d" % length if length is not None else "Transfer-Encoding: chunked"
+                s.sendall(("POST /v1/tables/t/changes HTTP/1.1\\r\\nHost: x\\r\\nAuthorization: Bearer %s\\r\\n"
+                           "Content-Type: application/xml\\r\\n%s\\r\\nConnection: close\\r\\n\\r\\n" % (token, framing)).encode())
+                return s
+            def answer(s):
+                data = b""
+                while True:
+                    piece = s.recv(65536)
+                    if not piece:
+                        break
+                    data += piece
+                s.close()
+                text = data.decode("utf-8", "replace")
+                return text.split("\\r\\n")[0] + (" limit" if "--max-bodies-mb" in text else "")
+            held = [head(one, 1 << 20), head(one, 1 << 20)]
+            for s in held:
+                s.sendall(b"x" * (512 << 10))
+            time.sleep(1)
+            small = head(other, 12)
+            small.sendall(b"<changes/>  ")
+            print("DECLARED", answer(small))
+            chunked = head(other)
+            piece = b"x" * 4096
+            try:
+                for i in range(64):
+                    chunked.sendall(b"%x\\r\\n" % len(piece) + piece + b"\\r\\n")
+                chunked.sendall(b"0\\r\\n\\r\\n")
+            except OSError:
+                pass
+            print("CHUNKED", answer(chunked))
+            held[0].close()
+            time.sleep(1)
+            again = head(other, 12)
+            again.sendall(b"<changes/>  ")
+            print("AGAIN", answer(again))
+            """
+        let out = try ExternalTool.run(["python3", "-c", script, String(serve.port), one, other], input: "")
+        XCTAssertTrue(out.contains("DECLARED HTTP/1.1 503 Service Unavailable limit"), out)
+        XCTAssertTrue(out.contains("CHUNKED HTTP/1.1 503 Service Unavailable limit"), out)
+        XCTAssertTrue(out.contains("AGAIN HTTP/1.1 ") && !out.contains("AGAIN HTTP/1.1 503"), out)
+    }
+
     /// SIGTERM drains `ferry serve`: a rows upload in flight when it arrives is answered (its
     /// transaction committed), new connections are refused, and the service then exits 0; the
     /// client's copy fails in one line at its next request, its target table untouched.
