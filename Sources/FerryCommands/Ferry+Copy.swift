@@ -182,6 +182,7 @@ extension Ferry {
             var options = try what.copyOptions()
             let mode = what.mode
             options.jobs = jobs
+            options.sourceRetries = driverSettings.retries
             if let maxDelete {
                 guard let limit = DeleteLimit(maxDelete) else {
                     throw ValidationError("--max-delete takes a number of rows or a percentage, as in 1000 or 0.5%; got '\(maxDelete)'")

@@ -40,7 +40,7 @@ public struct Ferry: ParsableCommand {
             try command.run()
             return ExitStatus.ok.rawValue
         } catch let error as FerryError {
-            Console.error("ferry: error: \(error)")
+            Console.error("ferry: error: " + oneLine("\(error)"))
             return (error.isUsage ? ExitStatus.usage : .failed).rawValue
         } catch let code as ExitCode {
             return code.rawValue
@@ -57,9 +57,15 @@ public struct Ferry: ParsableCommand {
             // One form for every failure: `ferry: error: …` (the parser's own prefix dropped).
             var message = fullMessage(for: error)
             if message.hasPrefix("Error: ") { message.removeFirst(7) }
+            message = oneLine(message)
             Console.error(message.hasPrefix("ferry:") ? message : "ferry: error: \(message)")
             return ExitStatus.failed.rawValue
         }
+    }
+
+    /// An error as one line (a library's message may span several: libpq's do).
+    static func oneLine(_ text: String) -> String {
+        text.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
     }
 }
 
@@ -147,8 +153,8 @@ struct DriverSettings: ParsableArguments {
     var timeout: Double?
 
     @Option(name: .long, help: ArgumentHelp(
-        "For http(s):// endpoints: ask again, at most N times each, a request the service answered 503 (busy, unavailable: nothing was done), waiting 0.5 s, then twice as long each time up to 8 s; each retry is said on stderr.",
-        discussion: "Reads continue in the same read snapshot after the last key read. A streamed load of rows is not sent again (its rows are gone once sent): it fails, and its table with it, unchanged.",
+        "Ask again, at most N times each, what failed for a reason that passes: a request a service answered 503 (busy, unavailable: nothing was done); a copy's table whose PostgreSQL source connection was lost. Waits 0.5 s, then twice as long each time up to 8 s; each retry is said on stderr.",
+        discussion: "Through a service, reads continue in the same read snapshot after the last key read; a streamed load of rows is not sent again (its rows are gone once sent): it fails, and its table with it, unchanged. From PostgreSQL, the table is read again on a new connection in the copy's exported snapshot (its target work rolled back first), which lives while the connection that exported it does; where that one is gone too (a server restart), or the source cannot share a snapshot (MySQL, SQLite), the table fails with one line saying why (rerun, with --resume to keep what was committed). Writes are never retried.",
         valueName: "N"))
     var retries: Int = 0
 

@@ -18,6 +18,8 @@ public final class FaultRelay: @unchecked Sendable {  // its state is Locked; th
         var cut: (Direction, Int64)?
         /// The armed fault stalls (passes nothing more either way, sockets open) instead of cutting.
         var stalls = false
+        /// The armed cut closes only the connection that carried its byte, not every one.
+        var carrierOnly = false
         /// A stall fired: every pump holds what it read until `disarm`.
         var frozen = false
         var fired = false
@@ -33,12 +35,15 @@ public final class FaultRelay: @unchecked Sendable {  // its state is Locked; th
         Thread.detachNewThread { relay.acceptLoop() }
     }
 
-    /// Counts from zero again and cuts every connection once `offset` bytes have gone `direction`.
-    public func arm(_ direction: Direction, at offset: Int64, stall: Bool = false) {
+    /// Counts from zero again and cuts every connection once `offset` bytes have gone `direction`
+    /// (`carrierOnly`: only the connection that carried that byte, as a network path or a
+    /// middlebox that drops one connection would).
+    public func arm(_ direction: Direction, at offset: Int64, stall: Bool = false, carrierOnly: Bool = false) {
         state.withLock {
             $0.counted = [.toServer: 0, .fromServer: 0]
             $0.cut = (direction, offset)
             $0.stalls = stall
+            $0.carrierOnly = carrierOnly
             $0.frozen = false
             $0.fired = false
         }
@@ -52,6 +57,7 @@ public final class FaultRelay: @unchecked Sendable {  // its state is Locked; th
             s.counted = [.toServer: 0, .fromServer: 0]
             s.cut = nil
             s.stalls = false
+            s.carrierOnly = false
             s.frozen = false
             s.fired = false
             return wasFrozen ? s.sockets : []
@@ -123,17 +129,17 @@ public final class FaultRelay: @unchecked Sendable {  // its state is Locked; th
             if n < 0 && errno == EINTR { continue }
             guard n > 0 else { break }
             // How much of this chunk may pass before an armed cut or stall.
-            let (pass, cutNow, frozen) = state.withLock { s -> (Int, Bool, Bool) in
-                if s.frozen { return (0, false, true) }
+            let (pass, cutNow, frozen, carrierOnly) = state.withLock { s -> (Int, Bool, Bool, Bool) in
+                if s.frozen { return (0, false, true, false) }
                 let before = s.counted[direction] ?? 0
                 if let (d, offset) = s.cut, d == direction, !s.fired, before + Int64(n) >= offset {
                     s.fired = true
                     s.counted[direction] = offset
                     if s.stalls { s.frozen = true }
-                    return (Int(max(0, offset - before)), !s.stalls, s.stalls)
+                    return (Int(max(0, offset - before)), !s.stalls, s.stalls, s.carrierOnly)
                 }
                 s.counted[direction] = before + Int64(n)
-                return (n, false, false)
+                return (n, false, false, false)
             }
             var sent = 0
             while sent < pass {
@@ -152,8 +158,8 @@ public final class FaultRelay: @unchecked Sendable {  // its state is Locked; th
                 break
             }
             if cutNow {
-                // Every connection the relay carries goes down at once, both ways.
-                let all = state.withLock { $0.sockets }
+                // Every connection the relay carries goes down at once, both ways (or this one).
+                let all = carrierOnly ? [from, to] : Array(state.withLock { $0.sockets })
                 for fd in all { shutdown(fd, Int32(SHUT_RDWR)) }
                 break
             }

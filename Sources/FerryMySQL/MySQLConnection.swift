@@ -298,6 +298,8 @@ public final class MySQLConnection: Connection {
         return out
     }
     public var supportsSavepoints: Bool { true }
+    /// The last call lost the server (gone away, lost during a query, a broken pipe or socket).
+    public var isLost: Bool { closed || [2006, 2013, 2026, 2055].contains(mysql_errno(mysql)) }
     public func savepoint(_ step: SavepointStep) throws { try execute(step.sql) }
     public func commit() throws {
         try execute("COMMIT")

@@ -359,6 +359,7 @@ public final class PostgresConnection: Connection {
     }
     public var supportsSavepoints: Bool { true }
     public func savepoint(_ step: SavepointStep) throws { try execute(step.sql) }
+    public var isLost: Bool { closed || stalled || PQstatus(conn) == CONNECTION_BAD }
     public func commit() throws {
         inReadSnapshot = false
         try execute("COMMIT")

@@ -54,7 +54,10 @@ extension PostgresError {
             guard let result, let p = PQresultErrorField(result, Int32(code)) else { return nil }
             return String(cString: p)
         }
-        let primary = field(UInt8(ascii: "M")) ?? String(cString: PQerrorMessage(connection)).trimmingCharacters(in: .whitespacesAndNewlines)
+        // libpq's own messages span lines ("server closed the connection unexpectedly\n\tThis
+        // probably means…"): one line, as every Ferry error is.
+        let raw = field(UInt8(ascii: "M")) ?? String(cString: PQerrorMessage(connection))
+        let primary = raw.split(whereSeparator: \.isNewline).map { $0.trimmingCharacters(in: .whitespaces) }.filter { !$0.isEmpty }.joined(separator: " ")
         self.init(
             sqlState: field(UInt8(ascii: "C")) ?? "", message: primary, detail: field(UInt8(ascii: "D")),
             hint: field(UInt8(ascii: "H")), context: field(UInt8(ascii: "W")), sql: sql, endpoint: endpoint.redacted)

@@ -141,6 +141,59 @@ final class FaultTests: XCTestCase {
         XCTAssertEqual(try my.tables("_ferry_load_"), [], "mariadb: a staging table was left after the next run")
     }
 
+    /// `--retries` on a direct source: a PostgreSQL reading connection cut mid-table is replaced
+    /// by a new one in the copy's exported snapshot and the table read again (its target work
+    /// rolled back first): the copy ends 0 and equal, each retry said. When the cut takes the
+    /// snapshot's holder too, or the source is MariaDB (no snapshot a new connection can join),
+    /// the table fails with one line saying why.
+    func testALostSourceConnectionIsReadAgainInTheSameSnapshot() throws {
+        let src = try fixture.source(rows: 100_000)
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        let pg = try fixture.postgres("reread_\(tag)"), my = try fixture.mariadb("reread_\(tag)")
+        for t in [pg, my] {
+            let r = try ferry(["copy", "sqlite:" + src, t.url, "--tables", "bench_orders", "-q"])
+            XCTAssertEqual(r.code, 0, r.err)
+        }
+        func relayed(_ url: String) throws -> (FaultRelay, String) {
+            let port = try XCTUnwrap(try Endpoint(parsing: url).port)
+            let relay = try FaultRelay(upstreamPort: port)
+            let host = url.contains("@127.0.0.1:") || url.contains("//127.0.0.1:") ? "127.0.0.1" : "localhost"
+            return (relay, url.replacingOccurrences(of: "\(host):\(port)", with: "127.0.0.1:\(relay.port)"))
+        }
+        // One connection cut (the one reading rows): read again, equal.
+        let (relay, through) = try relayed(pg.url)
+        defer { relay.stop() }
+        relay.arm(.fromServer, at: 2_000_000, carrierOnly: true)
+        let out = folder.path("reread.db")
+        let r = try ferry(["copy", through, "sqlite:" + out, "--tables", "bench_orders", "--retries", "2", "-q"])
+        XCTAssertTrue(relay.fired, "the copy ended before the cut: \(r.err)")
+        XCTAssertEqual(r.code, 0, r.err)
+        XCTAssertTrue(r.err.contains("table bench_orders: the source connection was lost; reading the table again on a new connection in the copy's snapshot, retry 1 of 2"), r.err)
+        let v = try ferry(["verify", pg.url, "sqlite:" + out, "--tables", "bench_orders"])
+        XCTAssertEqual(v.code, 0, v.out + v.err)
+
+        // Every connection cut, the snapshot's holder with it: one line, why.
+        relay.arm(.fromServer, at: 2_000_000)
+        let gone = try ferry(["copy", through, "sqlite:" + folder.path("gone.db"), "--tables", "bench_orders", "--retries", "2", "-q"])
+        relay.disarm()
+        XCTAssertEqual(gone.code, 1, gone.err)
+        let goneErrors = gone.err.split(separator: "\n").filter { $0.hasPrefix("ferry: error") }
+        XCTAssertEqual(goneErrors.count, 1, gone.err)
+        XCTAssertTrue(gone.err.contains("not read again (--retries)"), gone.err)
+        XCTAssertFalse(gone.err.contains("\n\t"), "libpq's message on one line: \(gone.err)")
+
+        // MariaDB: no snapshot a new connection can join.
+        let (myRelay, myThrough) = try relayed(my.url)
+        defer { myRelay.stop() }
+        myRelay.arm(.fromServer, at: 2_000_000, carrierOnly: true)
+        let mine = try ferry(["copy", myThrough, "sqlite:" + folder.path("mine.db"), "--tables", "bench_orders", "--retries", "2", "-q"])
+        XCTAssertTrue(myRelay.fired, "the copy ended before the cut: \(mine.err)")
+        XCTAssertEqual(mine.code, 1, mine.err)
+        XCTAssertEqual(mine.err.split(separator: "\n").filter { $0.hasPrefix("ferry: error") }.count, 1, mine.err)
+        XCTAssertTrue(mine.err.contains("cannot share a read snapshot with a new connection"), mine.err)
+        print("reread: \(r.err)\nholder gone: \(gone.err)\nmariadb: \(mine.err)")
+    }
+
     /// A table name with a NUL byte names no table, on every endpoint that takes one: 404, not
     /// the table the name's first part names (a C library reads a name up to its NUL).
     func testANameWithANulByteIsNoTable() throws {

@@ -181,6 +181,12 @@ public protocol Connection: AnyObject {
     func commit() throws
     func rollback() throws
 
+    /// True once the connection itself is gone — the server closed it or went away, the
+    /// network cut it, a wait ran out — so nothing more can be done on it (not for an error the
+    /// database answered). A copy reading in an exported snapshot may then read the table again
+    /// on a new connection (`--retries`). Default false: not known.
+    var isLost: Bool { get }
+
     /// True where `savepoint` works inside a write transaction (SQLite, PostgreSQL, MySQL):
     /// what `--on-error reject` needs to set refused rows aside and keep the rest. False (the
     /// default) where a transaction cannot be rolled back in part (the XML service, plugins).
@@ -321,6 +327,7 @@ extension Connection {
     public var keepsLoadState: Bool { true }
     public var heldSnapshotsBlockWriters: Bool { false }
     public var supportsSavepoints: Bool { false }
+    public var isLost: Bool { false }
     public func savepoint(_ step: SavepointStep) throws {
         throw FerryError.invalidOption("\(endpoint.redacted) cannot roll back part of a transaction: load it without --on-error reject")
     }

@@ -77,6 +77,11 @@ extension CopyEngine {
         }
         let preopened = Locked(frozenJobs)
         let sharedSnapshot = snapshot
+        // `--retries`: a table whose reading connection is lost is read again on a new one in
+        // the same snapshot, which lives as long as the connection that exported it: that one
+        // (`source`) then only holds it, and job 0 reads on a connection of its own.
+        let rereads = options.sourceRetries > 0 && sharedSnapshot != nil
+        let sourceEngine = source.dialect.engine.rawValue
         let first = Handoff((source, target))
         let swaps = Locked(())
         var workers: [Worker] = []
@@ -86,8 +91,19 @@ extension CopyEngine {
                 Worker(name: "ferry-job-\(j)") {
                     var connections: (any Connection, any Connection)?
                     var openError: String?
+                    // Whether this job's source connection is its own (closed when it ends).
+                    var ownsSource = j != 0
                     if j == 0 {
                         connections = first.value
+                        if rereads, let sharedSnapshot {
+                            do {
+                                let s = try engine.joined(sharedSnapshot, sourceEndpoint)
+                                connections = (s, first.value.1)
+                                ownsSource = true
+                            } catch {
+                                progress.note("warning: --retries: a second source connection could not join the copy's snapshot (\(error)); tables are read on the one that holds it, and are not read again if it is lost")
+                            }
+                        }
                     } else {
                         do {
                             // Begun already, at the same moment as job 0's, while writes were blocked.
@@ -129,15 +145,45 @@ extension CopyEngine {
                             results.withLock { $0[i] = engine.failed(table, error: openError ?? "no connection", rows: 0, seconds: 0) }
                             continue
                         }
-                        let r = engine.copyTable(
+                        var r = engine.copyTable(
                             table, source: s, target: t, options: options, mode: plan.mode, progress: progress, cancellation: cancellation,
                             swaps: swaps)
+                        var attempt = 0
+                        while r.status == .failed, cancellation?.isCancelled != true, options.sourceRetries > 0,
+                              let (lost, t) = connections, lost.isLost {
+                            guard rereads, ownsSource, let sharedSnapshot else {
+                                r.error = (r.error ?? "failed") + "; not read again (--retries): "
+                                    + (sharedSnapshot == nil
+                                        ? "\(sourceEngine) cannot share a read snapshot with a new connection, which would read another state of the source; run the copy again (--resume keeps what was committed)"
+                                        : "the lost connection held the copy's snapshot; run the copy again (--resume keeps what was committed)")
+                                break
+                            }
+                            guard attempt < options.sourceRetries else { break }
+                            attempt += 1
+                            let wait = min(8, 0.5 * Double(1 << min(attempt - 1, 4)))
+                            Notices.say("table \(table.source): the source connection was lost; reading the table again on a new connection in the copy's snapshot, retry \(attempt) of \(options.sourceRetries) in \(wait) s (--retries)")
+                            Thread.sleep(forTimeInterval: wait)
+                            do {
+                                let fresh = try engine.joined(sharedSnapshot, sourceEndpoint)
+                                lost.close()
+                                connections = (fresh, t)
+                            } catch {
+                                r.error = (r.error ?? "failed") + "; not read again (--retries): a new connection could not join the copy's snapshot, so the connection that held it is gone too (a server restart?); run the copy again (--resume keeps what was committed)"
+                                break
+                            }
+                            r = engine.copyTable(
+                                table, source: connections?.0 ?? s, target: t, options: options, mode: plan.mode, progress: progress,
+                                cancellation: cancellation, swaps: swaps)
+                        }
+                        if attempt > 0 { r.sourceRetries = attempt }
                         results.withLock { $0[i] = r }
                     }
-                    if j != 0, let (s, t) = connections {
-                        try? s.rollback()
-                        s.close()
-                        t.close()
+                    if let (s, t) = connections {
+                        if ownsSource {
+                            try? s.rollback()
+                            s.close()
+                        }
+                        if j != 0 { t.close() }
                     }
                 })
         }
@@ -193,6 +239,18 @@ extension CopyEngine {
                 results[i]?.error = message
             }
         }
+    }
+
+    /// A new source connection inside the exported snapshot `id`.
+    func joined(_ id: String, _ endpoint: Endpoint) throws -> any Connection {
+        let s = try registry.connect(endpoint, role: .source)
+        do {
+            try s.beginSnapshot(importing: id)
+        } catch {
+            s.close()
+            throw error
+        }
+        return s
     }
 
     func failed(_ table: TablePlan, error: String, rows: Int64, seconds: Double) -> CopySummary.Table {

@@ -122,6 +122,10 @@ public struct CopyOptions: Sendable {
     public var casts = CastRuleSet()
     /// `--max-delete`: a mirror that would delete more rows from a table fails it, changing nothing.
     public var maxDelete: DeleteLimit?
+    /// `--retries`: times a table whose source connection was lost is read again, on a new
+    /// connection in the copy's exported snapshot (PostgreSQL: while the connection that
+    /// exported it lives, which then reads nothing itself), its target work rolled back first.
+    public var sourceRetries = 0
     /// Leave the source connection's read snapshot open after `run` (ended by the caller with
     /// `rollback`), so that `copy --verify` compares against the rows the copy read.
     public var keepSourceSnapshot = false

@@ -26,6 +26,8 @@ public struct CopySummary: Sendable, Codable {
         /// `rejectedInto` (nil without the option, or when none was refused). `rows` leaves them out.
         public var rejected: Int64?
         public var rejectedInto: String?
+        /// Times the table was read again after its source connection was lost (`--retries`).
+        public var sourceRetries: Int?
     }
 
     /// What a mirror read to find the differences: digest levels compared, buckets whose
