@@ -62,13 +62,16 @@ extension Chaos {
         for r in relays { r.disarm() }
         var armed: FaultRelay?
         let onSource = fault == .sourceCut || fault == .sourceStall
+        // Half the cuts of a PostgreSQL source take only the connection reading rows, with
+        // --retries 2: the table is read again in the copy's snapshot (the "read again" outcome).
+        let rereading = fault == .sourceCut && s.kind == .postgres && rng.next(2) == 0
         if [.sourceCut, .targetCut, .sourceStall, .targetStall].contains(fault) {
             let relay = onSource ? s.sourceRelays[dataset] : t.targetRelay
             let direction: FaultRelay.Direction = rng.next(2) == 0 ? .toServer : .fromServer
             let volumeKey = "\(key) \(onSource ? "source" : "target") \(direction.rawValue)"
             let volume = volumes[volumeKey] ?? Int64(options.rows * 120)
             relay?.arm(direction, at: Int64(Double(rng.next(10_000)) / 10_000 * Double(volume) * 1.1),
-                       stall: fault == .sourceStall || fault == .targetStall)
+                       stall: fault == .sourceStall || fault == .targetStall, carrierOnly: rereading)
             armed = relay
         }
         // The file's confinement: a size limit, or a file system with room for part of the copy
@@ -91,7 +94,7 @@ extension Chaos {
 
         let killedService = s.kind == .served && (t.kind != .served || rng.next(2) == 0) ? s.sourceServices[dataset] : t.targetService
         // A stalled connection fails by `--timeout` (the others run without one).
-        let args = ["copy", sourceURL, targetURL, "--mode", mode, "--tables", "items", "-q"]
+        let args = ["copy", sourceURL, targetURL, "--mode", mode, "--tables", "items", "-q"] + (rereading ? ["--retries", "2"] : [])
             + (fault == .sourceStall || fault == .targetStall ? ["--timeout", "6"] : [])
         // The fault, from its own thread at `delay` seconds, while the copy runs.
         let server = fault == .sourceServer ? s.server : fault == .targetServer ? t.server : nil
@@ -115,7 +118,7 @@ extension Chaos {
         var outcome: String
         switch state {
         case .some(let seen) where seen == expected && (before != expected || succeeded):
-            outcome = succeeded ? "finished" : "copy committed, then \(endedText)"
+            outcome = succeeded ? (ended.err.contains("reading the table again") ? "finished, read again" : "finished") : "copy committed, then \(endedText)"
         case .some(let seen) where seen == before:
             outcome = succeeded ? "DAMAGED: reported done, target unchanged" : "stopped, target as before"
         case .some:

@@ -2,12 +2,13 @@ import FerryDriverTestKit
 import Foundation
 import XCTest
 
-/// The failure-injection suite's short run (issue 32): `ferry-chaos` breaks 30 copies in flight
-/// (every engine on both sides, the service and a plugin; servers, ferry, the service and the
-/// plugin killed, connections cut, a SQLite target that cannot grow) and checks each outcome.
-/// `scripts/chaos --runs 1000` is the measured run.
+/// The failure-injection suite's short run (issue 32): `ferry-chaos` breaks 45 runs in flight —
+/// 15 copies (every engine on both sides, the service and a plugin), 15 pushes, pulls and syncs
+/// of offline snapshots, 15 `ferry replicate` runs (servers, ferry, the service and the plugin
+/// killed, connections cut and stalled, SQLite files that cannot grow) — and checks each
+/// outcome. `scripts/chaos --runs 1000` is the measured run.
 final class ChaosTests: XCTestCase {
-    func testThirtyBrokenCopiesDamageNothing() throws {
+    func testBrokenCopiesSyncsAndFollowersDamageNothing() throws {
         _ = try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL")
         _ = try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL")
         guard ProcessInfo.processInfo.environment["FERRY_TEST_STATE"] != nil else {
@@ -18,7 +19,7 @@ final class ChaosTests: XCTestCase {
         guard FileManager.default.isExecutableFile(atPath: runner.path) else {
             return XCTFail("no ferry-chaos beside ferry in \(products.path): build it with `swift build --build-tests` (scripts/test does)")
         }
-        var args = ["--runs", "30", "--rows", "60000", "--products", products.path]
+        var args = ["--runs", "45", "--rows", "60000", "--products", products.path]
         if let seed = ProcessInfo.processInfo.environment["FERRY_CHAOS_SEED"] { args += ["--seed", seed] }
         let r = try CLITests.run(runner, args)
         print(r.out)
