@@ -81,7 +81,7 @@ extension CopyEngine {
         // the same snapshot, which lives as long as the connection that exported it: that one
         // (`source`) then only holds it, and job 0 reads on a connection of its own.
         let rereads = options.sourceRetries > 0 && sharedSnapshot != nil
-        let sourceEngine = source.dialect.engine.rawValue
+        let noSnapshot = "\(source.dialect.engine.rawValue) has no read snapshot a new connection can join, and one would read another state of the source"
         let first = Handoff((source, target))
         let swaps = Locked(())
         var workers: [Worker] = []
@@ -145,37 +145,11 @@ extension CopyEngine {
                             results.withLock { $0[i] = engine.failed(table, error: openError ?? "no connection", rows: 0, seconds: 0) }
                             continue
                         }
-                        var r = engine.copyTable(
+                        let (r, reading) = engine.copyTable(
                             table, source: s, target: t, options: options, mode: plan.mode, progress: progress, cancellation: cancellation,
-                            swaps: swaps)
-                        var attempt = 0
-                        while r.status == .failed, cancellation?.isCancelled != true, options.sourceRetries > 0,
-                              let (lost, t) = connections, lost.isLost {
-                            guard rereads, ownsSource, let sharedSnapshot else {
-                                r.error = (r.error ?? "failed") + "; not read again (--retries): "
-                                    + (sharedSnapshot == nil
-                                        ? "\(sourceEngine) cannot share a read snapshot with a new connection, which would read another state of the source; run the copy again (--resume keeps what was committed)"
-                                        : "the lost connection held the copy's snapshot; run the copy again (--resume keeps what was committed)")
-                                break
-                            }
-                            guard attempt < options.sourceRetries else { break }
-                            attempt += 1
-                            let wait = min(8, 0.5 * Double(1 << min(attempt - 1, 4)))
-                            Notices.say("table \(table.source): the source connection was lost; reading the table again on a new connection in the copy's snapshot, retry \(attempt) of \(options.sourceRetries) in \(wait) s (--retries)")
-                            Thread.sleep(forTimeInterval: wait)
-                            do {
-                                let fresh = try engine.joined(sharedSnapshot, sourceEndpoint)
-                                lost.close()
-                                connections = (fresh, t)
-                            } catch {
-                                r.error = (r.error ?? "failed") + "; not read again (--retries): a new connection could not join the copy's snapshot, so the connection that held it is gone too (a server restart?); run the copy again (--resume keeps what was committed)"
-                                break
-                            }
-                            r = engine.copyTable(
-                                table, source: connections?.0 ?? s, target: t, options: options, mode: plan.mode, progress: progress,
-                                cancellation: cancellation, swaps: swaps)
-                        }
-                        if attempt > 0 { r.sourceRetries = attempt }
+                            swaps: swaps, rereading: ownsSource ? sharedSnapshot : nil,
+                            whyNot: sharedSnapshot == nil ? noSnapshot : "the lost connection held the copy's snapshot")
+                        connections = (reading, t)
                         results.withLock { $0[i] = r }
                     }
                     if let (s, t) = connections {
@@ -239,6 +213,42 @@ extension CopyEngine {
                 results[i]?.error = message
             }
         }
+    }
+
+    /// `copyTable`, then with `--retries`, while it failed because its source connection was
+    /// lost: the table again on a new connection in the exported snapshot `rereading` (nil:
+    /// none this job can join — the table fails, saying why). Returns the result, and the
+    /// source connection to go on with.
+    func copyTable(
+        _ table: TablePlan, source: any Connection, target: any Connection, options: CopyOptions, mode: WriteMode,
+        progress: ProgressReporter, cancellation: Cancellation?, swaps: Locked<Void>, rereading snapshot: String?, whyNot: String
+    ) -> (CopySummary.Table, any Connection) {
+        var reading = source
+        var r = copyTable(table, source: reading, target: target, options: options, mode: mode, progress: progress, cancellation: cancellation, swaps: swaps)
+        var attempt = 0
+        let rerun = "run the copy again (--resume keeps what was committed)"
+        while r.status == .failed, cancellation?.isCancelled != true, options.sourceRetries > 0, reading.isLost {
+            guard let snapshot else {
+                r.error = (r.error ?? "failed") + "; not read again (--retries): \(whyNot); \(rerun)"
+                break
+            }
+            guard attempt < options.sourceRetries else { break }
+            attempt += 1
+            let wait = min(8, 0.5 * Double(1 << min(attempt - 1, 4)))
+            Notices.say("table \(table.source): the source connection was lost; reading the table again on a new connection in the copy's snapshot, retry \(attempt) of \(options.sourceRetries) in \(wait) s (--retries)")
+            Thread.sleep(forTimeInterval: wait)
+            do {
+                let fresh = try joined(snapshot, reading.endpoint)
+                reading.close()
+                reading = fresh
+            } catch {
+                r.error = (r.error ?? "failed") + "; not read again (--retries): a new connection could not join the copy's snapshot, so the connection that held it is gone too (a server restart?); \(rerun)"
+                break
+            }
+            r = copyTable(table, source: reading, target: target, options: options, mode: mode, progress: progress, cancellation: cancellation, swaps: swaps)
+        }
+        if attempt > 0 { r.sourceRetries = attempt }
+        return (r, reading)
     }
 
     /// A new source connection inside the exported snapshot `id`.
