@@ -65,6 +65,11 @@ extension Chaos {
         // Half the cuts of a PostgreSQL source take only the connection reading rows, with
         // --retries 2: the table is read again in the copy's snapshot (the "read again" outcome).
         let rereading = fault == .sourceCut && s.kind == .postgres && rng.next(2) == 0
+        // A quarter of the copies that --resume can take load in committed chunks; one that
+        // failed is run again with --resume, unbroken, and must finish (the target as before
+        // until then: its staging table is swapped or merged in only when the load is complete).
+        let resuming = ["create", "replace", "append", "upsert"].contains(mode) && rng.next(4) == 0
+        let resumeArgs = ["--resume", "--chunk-rows", String(max(1000, options.rows / 8))]
         if [.sourceCut, .targetCut, .sourceStall, .targetStall].contains(fault) {
             let relay = onSource ? s.sourceRelays[dataset] : t.targetRelay
             let direction: FaultRelay.Direction = rng.next(2) == 0 ? .toServer : .fromServer
@@ -95,6 +100,7 @@ extension Chaos {
         let killedService = s.kind == .served && (t.kind != .served || rng.next(2) == 0) ? s.sourceServices[dataset] : t.targetService
         // A stalled connection fails by `--timeout` (the others run without one).
         let args = ["copy", sourceURL, targetURL, "--mode", mode, "--tables", "items", "-q"] + (rereading ? ["--retries", "2"] : [])
+            + (resuming ? resumeArgs : [])
             + (fault == .sourceStall || fault == .targetStall ? ["--timeout", "6"] : [])
         // The fault, from its own thread at `delay` seconds, while the copy runs.
         let server = fault == .sourceServer ? s.server : fault == .targetServer ? t.server : nil
@@ -114,7 +120,7 @@ extension Chaos {
         // What the target holds now: as before, or the copy's result; anything else is damage.
         let before = t.state
         let succeeded = ended.status == 0 && !ended.signaled && !ended.hung
-        let (after, state) = try observe(t, first: succeeded ? [expected, before] : [before, expected])
+        var (after, state) = try observe(t, first: succeeded ? [expected, before] : [before, expected])
         var outcome: String
         switch state {
         case .some(let seen) where seen == expected && (before != expected || succeeded):
@@ -133,6 +139,18 @@ extension Chaos {
         }
         if let check = try? direct.integrity(), check != "ok" { problems.append("PRAGMA integrity_check: \(check.prefix(300))") }
         problems += leftovers(t, after: succeeded)
+        if resuming && !succeeded, state != nil {
+            let again = ["copy", sourceURL, t.target, "--mode", mode, "--tables", "items", "-q"] + resumeArgs
+            let (resumed, tries) = try recover(again)
+            if resumed.status != 0 {
+                problems.append("the copy run again with --resume failed \(tries) times: \(resumed.err.prefix(400))")
+            } else {
+                (after, state) = try observe(t, first: [expected])
+                if state != .some(expected) { problems.append("after the copy ran again with --resume the target holds \(after), not \(expected.rawValue)") }
+                problems += leftovers(t, after: true)
+                outcome += ", then resumed"
+            }
+        }
         t.state = state ?? nil
         if state == nil {
             // Damaged: start the next run on this target from no table.
@@ -140,7 +158,7 @@ extension Chaos {
             t.state = nil
         }
         let outcomeCell = "\(endedText), \(outcome)"
-        let what = "\(mode) \(dataset.rawValue) onto \(before.map(\.rawValue) ?? "no table")"
+        let what = "\(mode)\(resuming ? " --resume" : "") \(dataset.rawValue) onto \(before.map(\.rawValue) ?? "no table")"
         records.append(RunRecord(
             index: index, family: .copy, source: s.label, target: t.label, mode: mode, what: what,
             fault: fault, injected: didInject, delay: delay, ended: endedText, outcome: outcomeCell, problems: problems))
