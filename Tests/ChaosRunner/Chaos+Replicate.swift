@@ -184,6 +184,7 @@ extension Chaos {
         } else {
             p.started = true
             if let d = final.difference(try Notes.read(p.target.direct)) { problems.append("after the next run the target differs from the source: \(d)") }
+            problems += stagingLeft(p.target.direct, served: p.target.kind == .served, after: "the next ferry replicate")
         }
         problems += pluginsLeft()
         if recovered.status == 0 { problems += temporaryFilesLeft() }

@@ -189,22 +189,28 @@ extension Chaos {
     /// temporary file left by it or by the broken runs before it.
     func leftovers(_ t: Side, after succeeded: Bool) -> [String] {
         var problems: [String] = []
-        let bookkeeping: Set<String> = ["_ferry_loads", "_ferry_leases", "_ferry_watermarks", "_ferry_units", "_ferry_staging_owners"]
-        if succeeded, let direct = t.direct {
-            // The service's janitor drops a killed client's staging table after its idle limit (4 s here).
-            var extra: [String] = []
-            for attempt in 0..<(t.kind == .served ? 40 : 1) {
-                extra = ((try? direct.ferryTables()) ?? []).filter { !bookkeeping.contains($0) }
-                if extra.isEmpty { break }
-                if attempt < 39 && t.kind == .served { usleep(250_000) }
-            }
-            if !extra.isEmpty { problems.append("left in the target after a successful copy: \(extra.joined(separator: ", "))") }
-            if let open = try? direct.run("SELECT count(*) FROM _ferry_loads;").trimmed, !open.isEmpty, open != "0" {
-                problems.append("\(open) open loads in _ferry_loads after a successful copy")
-            }
-        }
+        if succeeded, let direct = t.direct { problems += stagingLeft(direct, served: t.kind == .served, after: "a successful copy") }
         problems += pluginsLeft()
         if succeeded { problems += temporaryFilesLeft() }
+        return problems
+    }
+
+    /// Ferry's tables in `direct` other than its bookkeeping (staging tables of loads), and
+    /// loads still open, after a command that ended well.
+    func stagingLeft(_ direct: Direct, served: Bool, after what: String) -> [String] {
+        var problems: [String] = []
+        let bookkeeping: Set<String> = ["_ferry_loads", "_ferry_leases", "_ferry_watermarks", "_ferry_units", "_ferry_staging_owners", "_ferry_replication"]
+        // The service's janitor drops a killed client's staging table after its idle limit (4 s here).
+        var extra: [String] = []
+        for attempt in 0..<(served ? 40 : 1) {
+            extra = ((try? direct.ferryTables()) ?? []).filter { !bookkeeping.contains($0) }
+            if extra.isEmpty { break }
+            if attempt < 39 && served { usleep(250_000) }
+        }
+        if !extra.isEmpty { problems.append("left in the target after \(what): \(extra.joined(separator: ", "))") }
+        if let open = try? direct.run("SELECT count(*) FROM _ferry_loads;").trimmed, !open.isEmpty, open != "0" {
+            problems.append("\(open) open loads in _ferry_loads after \(what)")
+        }
         return problems
     }
 

@@ -221,7 +221,21 @@ final class Chaos {
             servedTarget.direct = .mysql(url)
             servedTarget.verifyURL = url
         }
-        targets = [liteTarget, pgTarget, myTarget, servedTarget, pluginTarget]
+        // A SQLite file (rollback journal) written through `ferry serve`: its staging tables,
+        // its janitor, its transactions on the service's side.
+        let servedLite = Side(kind: .served, label: "serve (sqlite)", server: nil)
+        try FileManager.default.createDirectory(atPath: path("served-lite"), withIntermediateDirectories: true)
+        let servedFile = path("served-lite/target.db")
+        try Direct.sqlite(servedFile).run("PRAGMA user_version = 1;")
+        do {
+            let (s, r, u) = try served("sqlite:" + servedFile, "target-sqlite", ["--staging-idle-limit", "4"])
+            servedLite.targetService = s
+            servedLite.targetRelay = r
+            servedLite.target = u
+            servedLite.direct = .sqlite(servedFile)
+            servedLite.verifyURL = "sqlite:" + servedFile
+        }
+        targets = [liteTarget, pgTarget, myTarget, servedTarget, pluginTarget, servedLite]
 
         func named(_ urls: [String: String], _ name: String) throws -> String {
             guard let url = urls[name] else { throw ChaosFailure("no database \(name) was made") }
