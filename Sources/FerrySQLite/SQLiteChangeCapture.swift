@@ -5,11 +5,15 @@ import Foundation
 /// SQLite's change capture: capture triggers of their own names write the key of every row
 /// inserted, updated or deleted — by any program that writes the file — into an ordered change
 /// log (`_ferry_log_…`, an AUTOINCREMENT sequence, which the catalogs hide). SQLite has no
-/// transaction id: each poll reads a window of the log and, in the same read transaction, the
-/// rows its keys now have, and hands them out as one transaction (rows present: upserts; keys
-/// gone: deletes), ordered by each key's first entry so that a parent comes before the children
-/// that reference it. The target then holds the source's state as of that read, committed in
-/// one target transaction; the window is pruned from the log only after that commit (`confirm`).
+/// transaction id: a poll reads, in one read transaction, everything the log holds past what
+/// was handed out — a window of entries at a time, the read transaction held open across them
+/// — and the rows their keys have then, and hands them out as one transaction (rows present:
+/// upserts; keys gone: deletes), ordered in each window by each key's first entry so that a
+/// parent comes before the children that reference it. The target then holds the source's
+/// state as of that read, committed in one target transaction (never a source transaction in
+/// part, however many windows it spans); the entries are pruned from the log only after that
+/// commit (`confirm`). In a rollback-journal file, writers wait while a read spanning windows is
+/// applied (WAL files let them go on).
 public final class SQLiteChangeCapture: ChangeCapture {
     let endpoint: Endpoint
     /// Creates and drops the triggers and the log.
@@ -186,8 +190,11 @@ final class SQLiteChangeFeed: ChangeFeed {
     /// The log's last entry handed out, and the last one confirmed (and pruned).
     private var delivered: Int64
     private var confirmed: Int64
-    /// Log entries one poll reads at most.
+    /// Log entries one window reads at most.
     static let window = 20_000
+    /// While a delivery spans windows: the log's last entry as of its read transaction (still
+    /// open), and the last entry of the windows handed out.
+    private var reading: (last: Int64, through: Int64)?
     /// The file's schema version when its followed tables were last compared with the feed's.
     private var schemaVersion: Int64?
 
@@ -204,7 +211,11 @@ final class SQLiteChangeFeed: ChangeFeed {
     }
 
     deinit { close() }
-    func close() { db.close() }
+    func close() {
+        if reading != nil { try? db.rollback() }
+        reading = nil
+        db.close()
+    }
 
     func next(timeout: TimeInterval) throws -> ChangeEvent? {
         let deadline = Date().addingTimeInterval(max(0, timeout))
@@ -220,16 +231,49 @@ final class SQLiteChangeFeed: ChangeFeed {
         }
     }
 
-    /// Reads the next window of the log and the rows its keys now have, in one read
-    /// transaction; false when the log holds nothing new.
+    /// Hands out what the log holds past `delivered` as one transaction: the log's end and the
+    /// rows its keys have as of one read transaction, read a window at a time while that read
+    /// transaction stays open (a source transaction larger than a window is never split: the
+    /// target gets the source's state as of that read, whole); false when there is nothing new.
     private func poll() throws -> Bool {
-        try db.beginSnapshot()
-        defer { try? db.rollback() }
-        try checkColumns()
+        let q = { (s: String) in self.db.dialect.quote(s) }
+        if reading == nil {
+            try db.beginSnapshot()
+            do {
+                try checkColumns()
+                guard case .int(let end) = try db.query("SELECT max(seq) FROM \(q(log)) WHERE seq > ?1", [.int(delivered)]).first?.first ?? .null else {
+                    try? db.rollback()
+                    return false
+                }
+                reading = (end, delivered)
+                ready.append(.begin)
+            } catch {
+                try? db.rollback()
+                throw error
+            }
+        }
+        guard let (last, from) = reading else { return false }
+        do {
+            try readWindow(after: from, through: last)
+        } catch {
+            reading = nil
+            try? db.rollback()
+            throw error
+        }
+        return true
+    }
+
+    /// The next window of the log after `from` (at most `window` entries, up to `last`) and the
+    /// rows its keys have, in the read transaction `poll` holds; after the last window, the
+    /// transaction's commit, and the read transaction ended.
+    private func readWindow(after from: Int64, through last: Int64) throws {
         let q = { (s: String) in self.db.dialect.quote(s) }
         guard case .int(let end) = try db.query(
-            "SELECT max(seq) FROM (SELECT seq FROM \(q(log)) WHERE seq > ?1 ORDER BY seq LIMIT \(Self.window))", [.int(delivered)]).first?.first ?? .null
-        else { return false }
+            "SELECT max(seq) FROM (SELECT seq FROM \(q(log)) WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT \(Self.window))", [.int(from), .int(last)]
+        ).first?.first ?? .null
+        else {
+            throw FerryError.invalidOption("the change log \(log) lost entries \(from)…\(last) while Ferry read them in one read transaction: run again")
+        }
         // Per table: each key's first entry in the window, whether its row is there, the key,
         // and the row.
         struct Part { let table: Int; let batch: RowBatch; let seqs: [Int64]; let present: [Bool] }
@@ -247,7 +291,7 @@ final class SQLiteChangeFeed: ChangeFeed {
                 + " FROM (SELECT min(seq) AS seq, " + k.joined(separator: ", ") + " FROM \(q(log)) WHERE seq > ?1 AND seq <= ?2 AND tbl = "
                 + db.dialect.literal(t.name.name) + " GROUP BY " + k.joined(separator: ", ") + ") l LEFT JOIN \(q(t.name.name)) t ON \(join) ORDER BY l.seq"
             let head = [Column(name: "seq", nativeType: "", logicalType: .int64), Column(name: "present", nativeType: "", logicalType: .int64)]
-            let reader = try SQLiteReader(connection: db, sql: sql, binds: [delivered, end], columns: head + keyColumns + t.columns, table: t.name, batchSize: Self.window)
+            let reader = try SQLiteReader(connection: db, sql: sql, binds: [from, end], columns: head + keyColumns + t.columns, table: t.name, batchSize: Self.window)
             defer { reader.close() }
             while let b = try reader.next() {
                 parts.append(Part(table: i, batch: b, seqs: b.columns[0].ints, present: b.columns[1].ints.map { $0 != 0 }))
@@ -257,7 +301,6 @@ final class SQLiteChangeFeed: ChangeFeed {
         var order: [(seq: Int64, part: Int, row: Int)] = []
         for (p, part) in parts.enumerated() { for r in 0..<part.seqs.count { order.append((part.seqs[r], p, r)) } }
         order.sort { $0.seq < $1.seq }
-        ready.append(.begin)
         var run: (part: Int, present: Bool, rows: [Int])?
         func flush() {
             guard let r = run else { return }
@@ -280,8 +323,13 @@ final class SQLiteChangeFeed: ChangeFeed {
             }
         }
         flush()
-        ready.append(.commit(ChangePosition(String(end)), at: nil))
-        return true
+        if end >= last {
+            reading = nil
+            try? db.rollback()
+            ready.append(.commit(ChangePosition(String(last)), at: nil))
+        } else {
+            reading = (last, end)
+        }
     }
 
     /// Where the file's schema changed since the last look: a followed table that gained

@@ -511,3 +511,49 @@ final class UserKeyTests: XCTestCase {
         XCTAssertEqual(plan.tables.first?.key, TableKey(columns: ["day", "n", "note"], origin: .user))
     }
 }
+
+/// The change feed of a SQLite file never splits a source transaction: one of 50,000 inserts
+/// (more than a window of the log) and the updates after it come out as one transaction.
+final class SQLiteChangeFeedTests: XCTestCase {
+    func testATransactionLargerThanAWindowIsHandedOutWhole() throws {
+        let folder = try TemporaryFolder()
+        let path = folder.path("source.db")
+        let db = try SQLiteConnection(endpoint: Endpoint(parsing: "sqlite:" + path), role: .target)
+        defer { db.close() }
+        try db.query("CREATE TABLE items (id INTEGER PRIMARY KEY, v TEXT NOT NULL)")
+        guard let capture = try db.changeCapture() else { return XCTFail("a SQLite file has a change capture") }
+        let start = try capture.start(name: "_ferry_r_feedtest", tables: [try db.describe(TableName("items"))])
+        let reader = try SQLiteConnection(endpoint: Endpoint(parsing: "sqlite:" + path), role: .source)
+        defer { reader.close() }
+        _ = try start.beginSnapshot(on: reader)
+        try reader.rollback()
+        let feed = try start.follow()
+        defer { feed.close() }
+        let rows = SQLiteChangeFeed.window * 5 / 2
+        try db.query("""
+            WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < \(rows))
+            INSERT INTO items SELECT i, 'v' || i FROM n
+            """)
+        try db.query("UPDATE items SET v = 'changed' WHERE id <= 10")
+        var transactions: [Int] = []
+        var open: Int?
+        while let e = try feed.next(timeout: 1) {
+            switch e {
+            case .begin:
+                XCTAssertNil(open, "a transaction began inside another")
+                open = 0
+            case .upserts(_, let batch):
+                open = (open ?? 0) + batch.count
+            case .commit:
+                transactions.append(open ?? 0)
+                open = nil
+            default:
+                XCTFail("unexpected \(e)")
+            }
+        }
+        XCTAssertNil(open, "a transaction was left open")
+        // Both source transactions were committed before the feed read: one read, one
+        // transaction (the ten keys updated come again in the window of their update).
+        XCTAssertEqual(transactions, [rows + 10], "the feed split the source's changes: \(transactions)")
+    }
+}
