@@ -21,6 +21,15 @@ final class PostgresLogicalFeed: ChangeFeed {
     private var confirmed: PostgresLSN
     private var lastStatus = Date()
     private var closed = false
+    /// `--timeout`: the stream may stay silent this long. Past half of it Ferry asks the server
+    /// for an answer (a status update with reply requested: its keepalive comes at once on a
+    /// live connection); past all of it the connection is taken as stalled. Nil: no limit.
+    private let waitLimit: Double?
+    /// Seconds spent waiting on the socket with nothing arriving since the server last sent
+    /// anything (time the replica spends elsewhere does not count), and whether it was asked
+    /// for an answer since.
+    private var quietFor: TimeInterval = 0
+    private var pinged = false
     /// A relation as the stream described it, mapped onto the followed table.
     struct Relation {
         let table: TableSchema
@@ -52,6 +61,7 @@ final class PostgresLogicalFeed: ChangeFeed {
         self.columns = cols
         delivered = lsn
         confirmed = lsn
+        waitLimit = replication.endpoint.options["timeout"].flatMap(Double.init).flatMap { $0 > 0 ? $0 : nil }
         let q = { (s: String) in PostgresDialect(serverEncodingIsUTF8: true).quote(s) }
         let sql = "START_REPLICATION SLOT \(q(name)) LOGICAL \(lsn) (proto_version '1', publication_names '\(q(name))', binary 'true')"
         let r = try replication.exec(sql)
@@ -89,6 +99,8 @@ final class PostgresLogicalFeed: ChangeFeed {
             let len = PQgetCopyData(replication.conn, &buf, 1)
             if len > 0, let buf {
                 defer { PQfreemem(buf) }
+                quietFor = 0
+                pinged = false
                 try message(UnsafeRawPointer(buf), Int(len))
                 continue
             }
@@ -105,13 +117,27 @@ final class PostgresLogicalFeed: ChangeFeed {
             // Nothing buffered: status now and then (the server ends a silent stream after
             // wal_sender_timeout), then wait for the socket until the deadline.
             if Date().timeIntervalSince(lastStatus) >= 10 { try sendStatus() }
-            let left = deadline.timeIntervalSinceNow
-            if left <= 0 { return nil }
+            if let limit = waitLimit {
+                if quietFor >= limit {
+                    throw FerryError.connectionLost(
+                        endpoint: replication.endpoint.redacted,
+                        reason: "the replication stream sent nothing for \(Int(limit.rounded())) s, not even an answer to Ferry's keepalive (--timeout): the connection stalled")
+                }
+                if quietFor >= limit / 2 && !pinged {
+                    try sendStatus(replyRequested: true)
+                    pinged = true
+                }
+            }
+            let left = min(deadline.timeIntervalSinceNow, waitLimit.map { $0 / 4 } ?? .infinity)
+            if deadline.timeIntervalSinceNow <= 0 { return nil }
             var fds = pollfd(fd: PQsocket(replication.conn), events: Int16(POLLIN), revents: 0)
-            let ms = Int32(min(left, 10) * 1000)
-            if poll(&fds, 1, max(ms, 1)) < 0 && errno != EINTR {
+            let ms = Int32(min(max(left, 0), 10) * 1000)
+            let waited = Date()
+            let ready = poll(&fds, 1, max(ms, 1))
+            if ready < 0 && errno != EINTR {
                 throw FerryError.connectionFailed(endpoint: replication.endpoint.redacted, reason: "waiting for the replication stream failed (errno \(errno))")
             }
+            if ready == 0 { quietFor += Date().timeIntervalSince(waited) }
             guard PQconsumeInput(replication.conn) == 1 else {
                 throw FerryError.connectionFailed(endpoint: replication.endpoint.redacted, reason: replication.error(nil, sql: nil).description)
             }

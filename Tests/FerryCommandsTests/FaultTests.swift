@@ -194,6 +194,54 @@ final class FaultTests: XCTestCase {
         print("reread: \(r.err)\nholder gone: \(gone.err)\nmariadb: \(mine.err)")
     }
 
+    /// `ferry replicate --timeout` on a PostgreSQL source whose replication stream stalls (the
+    /// relay passes nothing, the sockets stay open): the follower asks the server for an answer
+    /// past half the timeout and, with none, ends with one line (it waited for ever before).
+    func testAStalledReplicationStreamEndsTheFollower() throws {
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        let pg = try fixture.postgres("stallrep_\(tag)")
+        _ = try pg.query("CREATE TABLE t (id INT PRIMARY KEY, v TEXT); INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 1000) g")
+        let port = try XCTUnwrap(try Endpoint(parsing: pg.url).port)
+        let relay = try FaultRelay(upstreamPort: port)
+        defer { relay.stop() }
+        let host = pg.url.contains("@127.0.0.1:") ? "127.0.0.1" : "localhost"
+        let through = pg.url.replacingOccurrences(of: "\(host):\(port)", with: "127.0.0.1:\(relay.port)")
+        let target = folder.path("follower.db")
+        let follower = Process()
+        follower.executableURL = CLITests.binaryURL
+        follower.arguments = ["replicate", through, "sqlite:" + target, "--timeout", "3", "-q"]
+        let err = Pipe()
+        follower.standardError = err
+        follower.standardOutput = FileHandle.nullDevice
+        try follower.run()
+        // Following: the initial copy is in the target.
+        let started = Date()
+        while Date().timeIntervalSince(started) < 60 {
+            if (try? fixture.sqlite(target).query("SELECT count(*) FROM t").trimmingCharacters(in: .whitespacesAndNewlines)) == "1000" { break }
+            usleep(200_000)
+        }
+        Thread.sleep(forTimeInterval: 1)
+        relay.arm(.fromServer, at: 0, stall: true)
+        _ = try pg.query("INSERT INTO t VALUES (5000, 'during the stall')")
+        let stalled = Date()
+        while follower.isRunning && Date().timeIntervalSince(stalled) < 60 { usleep(100_000) }
+        let seconds = Date().timeIntervalSince(stalled)
+        if follower.isRunning { follower.terminate() }
+        follower.waitUntilExit()
+        relay.disarm()
+        let said = String(decoding: err.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        XCTAssertLessThan(seconds, 30, "the follower did not end within 30 s of the stall: \(said)")
+        XCTAssertEqual(follower.terminationStatus, 1, said)
+        XCTAssertTrue(said.contains("the connection stalled"), said)
+        XCTAssertEqual(said.split(separator: "\n").filter { $0.hasPrefix("ferry: error") }.count, 1, said)
+        // The next run, unbroken, catches up.
+        let again = try ferry(["replicate", through, "sqlite:" + target, "--until-caught-up", "-q"])
+        XCTAssertEqual(again.code, 0, again.err)
+        XCTAssertEqual(try fixture.sqlite(target).query("SELECT count(*) FROM t").trimmingCharacters(in: .whitespacesAndNewlines), "1001")
+        _ = try ferry(["replicate", through, "sqlite:" + target, "--drop"])
+        print("stalled replication stream: the follower ended after \(String(format: "%.1f", seconds)) s: \(said)")
+    }
+
     /// A table name with a NUL byte names no table, on every endpoint that takes one: 404, not
     /// the table the name's first part names (a C library reads a name up to its NUL).
     func testANameWithANulByteIsNoTable() throws {
