@@ -242,6 +242,38 @@ final class FaultTests: XCTestCase {
         print("stalled replication stream: the follower ended after \(String(format: "%.1f", seconds)) s: \(said)")
     }
 
+    /// `--resume` through the service, whose chunks' rows and records commit in two steps: a
+    /// load killed after its first chunk's rows arrived and before that chunk's record (no chunk
+    /// recorded) is resumed from the start with those rows removed — they made the resumed load
+    /// fail on its own key before (found by scripts/chaos through the sqlitekit plugin).
+    func testAResumedLoadWithNoChunkRecordedDropsTheRowsThatCameWithoutOne() throws {
+        let src = try fixture.source(rows: 20_000)
+        let lite = fixture.sqlite(folder.path("served-target.db"))
+        _ = try lite.query("PRAGMA user_version = 1")
+        let (served, serve) = try fixture.served(lite, tokens: "--token-file")
+        defer { serve.stop() }
+        let port = try XCTUnwrap(try Endpoint(parsing: served.url).port)
+        let relay = try FaultRelay(upstreamPort: port)
+        defer { relay.stop() }
+        let through = served.url.replacingOccurrences(of: "127.0.0.1:\(port)", with: "127.0.0.1:\(relay.port)")
+        // Cut before the first chunk (10,000 rows) is sent whole: its staging table and an empty record stay.
+        relay.arm(.toServer, at: 200_000)
+        let first = try ferry(["copy", "sqlite:" + src, through, "--tables", "bench_orders", "--resume", "--chunk-rows", "10000", "-q"])
+        relay.disarm()
+        XCTAssertEqual(first.code, 1, first.err)
+        let staging = try lite.tables("_ferry_load_").filter { $0.hasSuffix("bench_orders") }
+        XCTAssertEqual(staging.count, 1, "the resumable load's staging table: \(staging)")
+        let name = try XCTUnwrap(staging.first)
+        XCTAssertEqual(try lite.query("SELECT after_key FROM _ferry_loads").trimmingCharacters(in: .whitespacesAndNewlines), "", "no chunk recorded")
+        // The first chunk's rows, there without their record (as a kill between the two leaves them).
+        _ = try lite.query("ATTACH '\(src)' AS src; INSERT OR IGNORE INTO \"\(name)\" SELECT * FROM src.bench_orders WHERE id <= 10000")
+        let resumed = try ferry(["copy", "sqlite:" + src, served.url, "--tables", "bench_orders", "--resume", "--chunk-rows", "10000", "-q"])
+        XCTAssertEqual(resumed.code, 0, resumed.err)
+        let v = try ferry(["verify", "sqlite:" + src, lite.url, "--tables", "bench_orders"])
+        XCTAssertEqual(v.code, 0, v.out + v.err)
+        XCTAssertEqual(try lite.tables("_ferry_load_"), [], "the staging table went with the load")
+    }
+
     /// A table name with a NUL byte names no table, on every endpoint that takes one: 404, not
     /// the table the name's first part names (a C library reads a name up to its NUL).
     func testANameWithANulByteIsNoTable() throws {

@@ -129,8 +129,10 @@ extension CopyEngine {
                         reason: "the unfinished load in \(staging.name) records a key Ferry cannot read back: run without --resume to start it over")
                 }
                 load.resumeAfter = key
-                if target.stagesKeyedWrites { try trim(staging, after: key, table: table, target: target, progress: progress) }
             }
+            // Where rows and records commit in two steps, rows past the last record (or, with no
+            // chunk recorded yet, the first chunk's rows) are there without it: removed, read again.
+            if target.stagesKeyedWrites { try trim(staging, after: load.resumeAfter, table: table, target: target, progress: progress) }
             progress.note("note: \(table.target): resuming the load of \(record.startedAt) after \(record.rows) rows"
                 + (load.resumeAfter.map { " (after key " + RowValues.keyText(table.key?.columns ?? [], $0) + ")" } ?? ""))
         } else if resume, let record, !exists, table.mergesStaging, record.fingerprint == fingerprint {
@@ -188,11 +190,12 @@ extension CopyEngine {
         }
     }
 
-    /// Removes the rows of `staging` past `key`: where a chunk's rows and its record commit in
-    /// two steps (the service merges the rows, then applies the record), the rows of a chunk
-    /// whose record never arrived are there, and the chunk is read again. Its keys are read by
-    /// the staging table's own key (at most a chunk of them) and deleted in one transaction.
-    func trim(_ staging: TableName, after key: [Value], table: TablePlan, target: any Connection, progress: ProgressReporter) throws {
+    /// Removes the rows of `staging` past `key` (nil: every row — no chunk was recorded): where a
+    /// chunk's rows and its record commit in two steps (the service merges the rows, then
+    /// applies the record), the rows of a chunk whose record never arrived are there, and the
+    /// chunk is read again. Its keys are read by the staging table's own key (at most a chunk of
+    /// them) and deleted in one transaction.
+    func trim(_ staging: TableName, after key: [Value]?, table: TablePlan, target: any Connection, progress: ProgressReporter) throws {
         guard let keyNames = table.key?.columns else { return }
         let schema = try target.describe(staging, rowEstimate: false)
         let columns = try keyNames.map { k in
@@ -202,7 +205,7 @@ extension CopyEngine {
         try target.begin()
         let n: Int
         do {
-            n = try target.deleteRows(from: schema, key: columns, in: KeyRange(key: keyNames, after: key))
+            n = try target.deleteRows(from: schema, key: columns, in: key.map { KeyRange(key: keyNames, after: $0) })
             try target.commit()
         } catch {
             try? target.rollback()
