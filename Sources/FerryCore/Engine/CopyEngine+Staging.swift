@@ -69,7 +69,8 @@ extension CopyEngine {
     /// Before a table's transaction: claims its staging table, removes an expired earlier
     /// run's (reported), or takes it over to resume. Each step commits on its own.
     func claimStaging(
-        _ table: TablePlan, staging: TableName, target: any Connection, options: CopyOptions, mode: WriteMode, progress: ProgressReporter
+        _ table: TablePlan, staging: TableName, source: String, target: any Connection, options: CopyOptions, mode: WriteMode,
+        progress: ProgressReporter
     ) throws -> StagedLoad {
         // Leases and records only where a staging table outlives the load's transaction: with
         // --resume, or where DDL commits as it goes (MySQL). A PostgreSQL or SQLite load without
@@ -155,7 +156,7 @@ extension CopyEngine {
         if load.resumable && load.record == nil {
             load.record = LoadProgress.Row(
                 staging: staging.description, target: table.target.description, fingerprint: fingerprint, afterKey: "", rows: 0,
-                source: target.endpoint.redacted, startedAt: ISO8601DateFormatter().string(from: Date()))
+                source: source, startedAt: ISO8601DateFormatter().string(from: Date()))
         }
         if let leases, target.dialect.supportsConcurrentWriters {
             load.keeper = LeaseKeeper(registry: registry, endpoint: target.endpoint, schema: leases,

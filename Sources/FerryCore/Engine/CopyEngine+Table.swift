@@ -25,7 +25,8 @@ extension CopyEngine {
             }
             if let staging = table.staging {
                 // Claimed (or resumed, or an expired one cleaned up) before the table's transaction.
-                staged = try claimStaging(table, staging: staging, target: target, options: options, mode: mode, progress: progress)
+                staged = try claimStaging(
+                    table, staging: staging, source: source.endpoint.redacted, target: target, options: options, mode: mode, progress: progress)
                 if let staged, let done = staged.merged {
                     // An earlier run merged its staging table; only its record was left.
                     try target.begin()
