@@ -321,12 +321,18 @@ final class Chaos {
                            ferry.path, folder] + args
         case .fullDisk(let file, let mount, let kb):
             let name = (file as NSString).lastPathComponent
+            // What the full file system kept goes back as it is: the file and its journal (a hot
+            // journal is what the next open rolls the file back with, as on a real disk).
             let script = """
                 f=$1; m=$2; kb=$3; shift 3
                 mount -t tmpfs -o size=${kb}k tmpfs "$m" || exit 90
                 cp "$f" "$m/" || exit 91
                 "$0" "$@"; rc=$?
                 cp "$m/\(name)" "$f" || exit 92
+                for x in journal wal shm; do
+                  rm -f "$f-$x"
+                  if [ -e "$m/\(name)-$x" ]; then cp "$m/\(name)-$x" "$f-$x" || exit 92; fi
+                done
                 exit $rc
                 """
             p.executableURL = URL(fileURLWithPath: "/usr/bin/unshare")
