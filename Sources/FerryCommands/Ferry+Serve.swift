@@ -126,9 +126,9 @@ extension Ferry {
         var maxSnapshotsPerToken: Int = 8
 
         @Option(name: .long, help: ArgumentHelp(
-            "Requests one token may have under way at once, answers being sent included (0: no limit).",
-            discussion: "Keeps one client (a token, or every token under one label) from taking the whole service with many connections at once; its further requests are answered 503 busy, which clients with --retries ask again. Give each application its own token or label."))
-        var maxRequestsPerToken: Int = 32
+            "Requests one token may have under way at once, answers being sent included (0, the default: no limit).",
+            discussion: "Keeps one client (a token, or every token under one label) from taking the whole service with many connections at once; its further requests are answered 503 busy, which clients with --retries ask again — except a streamed load of rows, whose rows are gone once sent: its copy fails. Give each application its own token or label before setting it; many clients sharing one token share its limit."))
+        var maxRequestsPerToken: Int = 0
 
         @Option(name: .long, help: ArgumentHelp(
             "Seconds a client connection may stay open without a complete request (between requests, or sending half of one) before it is closed.",

@@ -272,7 +272,7 @@ final class SQLiteChangeFeed: ChangeFeed {
             "SELECT max(seq) FROM (SELECT seq FROM \(q(log)) WHERE seq > ?1 AND seq <= ?2 ORDER BY seq LIMIT \(Self.window))", [.int(from), .int(last)]
         ).first?.first ?? .null
         else {
-            throw FerryError.invalidOption("the change log \(log) lost entries \(from)…\(last) while Ferry read them in one read transaction: run again")
+            throw FerryError.notReady("the change log \(log) lost entries \(from)…\(last) while Ferry read them in one read transaction: run again")
         }
         // Per table: each key's first entry in the window, whether its row is there, the key,
         // and the row.

@@ -61,7 +61,7 @@ public struct ServerConfiguration: Sendable {
     public var maxHeldBodyBytes = 64 << 20
     /// Requests one token (one label) may have under way at once, their answers' bodies
     /// included (`--max-requests-per-token`; 0: no limit); more are answered 503 busy.
-    public var maxRequestsPerToken = 32
+    public var maxRequestsPerToken = 0
     /// The served database has a change capture (PostgreSQL, MariaDB, SQLite): the service
     /// announces `change-feed`.
     public var followable = true
