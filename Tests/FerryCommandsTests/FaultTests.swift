@@ -14,6 +14,14 @@ final class FaultTests: XCTestCase {
     /// A SQLite target whose file may not grow past 4 MB (`ulimit -f`): the copy fails in one
     /// line with an error exit — not a death by SIGXFSZ (153) — and leaves the file whole and
     /// without the table; with room the same copy goes in.
+    /// A relay of the test's own in front of the server of `url`, and the URL through it.
+    func relayed(_ url: String) throws -> (FaultRelay, String) {
+        let port = try XCTUnwrap(try Endpoint(parsing: url).port)
+        let relay = try FaultRelay(upstreamPort: port)
+        let host = url.contains("@127.0.0.1:") || url.contains("//127.0.0.1:") ? "127.0.0.1" : "localhost"
+        return (relay, url.replacingOccurrences(of: "\(host):\(port)", with: "127.0.0.1:\(relay.port)"))
+    }
+
     func testASQLiteTargetThatCannotGrowFailsWithOneLine() throws {
         let src = try fixture.source(rows: 60_000)
         let target = folder.path("small.db")
@@ -100,12 +108,6 @@ final class FaultTests: XCTestCase {
         }
         let (served, serve) = try fixture.served(pg, tokens: "--token-file")
         defer { serve.stop() }
-        func relayed(_ url: String) throws -> (FaultRelay, String) {
-            let port = try XCTUnwrap(try Endpoint(parsing: url).port)
-            let relay = try FaultRelay(upstreamPort: port)
-            let host = url.contains("@127.0.0.1:") || url.contains("//127.0.0.1:") ? "127.0.0.1" : "localhost"
-            return (relay, url.replacingOccurrences(of: "\(host):\(port)", with: "127.0.0.1:\(relay.port)"))
-        }
         let cases: [(String, String, Bool)] = [
             ("postgres as source", pg.url, true), ("postgres as target", pg.url, false),
             ("mariadb as source", my.url, true), ("mariadb as target", my.url, false),
@@ -154,12 +156,6 @@ final class FaultTests: XCTestCase {
             let r = try ferry(["copy", "sqlite:" + src, t.url, "--tables", "bench_orders", "-q"])
             XCTAssertEqual(r.code, 0, r.err)
         }
-        func relayed(_ url: String) throws -> (FaultRelay, String) {
-            let port = try XCTUnwrap(try Endpoint(parsing: url).port)
-            let relay = try FaultRelay(upstreamPort: port)
-            let host = url.contains("@127.0.0.1:") || url.contains("//127.0.0.1:") ? "127.0.0.1" : "localhost"
-            return (relay, url.replacingOccurrences(of: "\(host):\(port)", with: "127.0.0.1:\(relay.port)"))
-        }
         // One connection cut (the one reading rows): read again, equal.
         let (relay, through) = try relayed(pg.url)
         defer { relay.stop() }
@@ -201,11 +197,8 @@ final class FaultTests: XCTestCase {
         let tag = UUID().uuidString.prefix(8).lowercased()
         let pg = try fixture.postgres("stallrep_\(tag)")
         _ = try pg.query("CREATE TABLE t (id INT PRIMARY KEY, v TEXT); INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 1000) g")
-        let port = try XCTUnwrap(try Endpoint(parsing: pg.url).port)
-        let relay = try FaultRelay(upstreamPort: port)
+        let (relay, through) = try relayed(pg.url)
         defer { relay.stop() }
-        let host = pg.url.contains("@127.0.0.1:") ? "127.0.0.1" : "localhost"
-        let through = pg.url.replacingOccurrences(of: "\(host):\(port)", with: "127.0.0.1:\(relay.port)")
         let target = folder.path("follower.db")
         let follower = Process()
         follower.executableURL = CLITests.binaryURL
