@@ -28,19 +28,19 @@ public final class MySQLBinlogCapture: ChangeCapture {
         }
         let version = row[3] ?? ""
         guard version.contains("MariaDB") else {
-            throw FerryError.invalidOption(
+            throw FerryError.notReady(
                 "\(shown) is MySQL \(version): Ferry follows MariaDB's binlog (GTIDs, snapshot positions); replicating from MySQL is not supported yet (copying from it is)")
         }
         guard row[0] == "1" else {
-            throw FerryError.invalidOption(
+            throw FerryError.notReady(
                 "\(shown) has no binary log (log_bin is OFF): start the server with log-bin, binlog_format = ROW, binlog_row_image = FULL and a server-id (docs/replication.md)")
         }
         guard row[1]?.uppercased() == "ROW" else {
-            throw FerryError.invalidOption(
+            throw FerryError.notReady(
                 "\(shown) has binlog_format = \(row[1] ?? "?"); replication needs ROW: SET GLOBAL binlog_format = 'ROW' and set it in the server's configuration")
         }
         guard row[2]?.uppercased() == "FULL" else {
-            throw FerryError.invalidOption(
+            throw FerryError.notReady(
                 "\(shown) has binlog_row_image = \(row[2] ?? "?"); replication needs FULL (every column of every changed row): SET GLOBAL binlog_row_image = 'FULL' and set it in the server's configuration")
         }
         _ = try masterStatus()
@@ -50,11 +50,11 @@ public final class MySQLBinlogCapture: ChangeCapture {
     func masterStatus() throws -> (file: String, offset: UInt64) {
         do {
             guard let row = try admin.query("SHOW MASTER STATUS").first, row.count >= 2, let file = row[0], let offset = row[1].flatMap({ UInt64($0) }) else {
-                throw FerryError.invalidOption("\(endpoint.redacted) reports no binlog position (SHOW MASTER STATUS is empty): is log-bin on?")
+                throw FerryError.notReady("\(endpoint.redacted) reports no binlog position (SHOW MASTER STATUS is empty): is log-bin on?")
             }
             return (file, offset)
         } catch let e as MySQLError where e.code == 1227 || e.code == 1045 {
-            throw FerryError.invalidOption(
+            throw FerryError.notReady(
                 "\(endpoint.user ?? "the user") may not read the binlog's position at \(endpoint.redacted): GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO the user (\(e.message))")
         }
     }
@@ -64,13 +64,13 @@ public final class MySQLBinlogCapture: ChangeCapture {
     func checkTables(_ tables: [TableSchema]) throws {
         for t in tables {
             guard t.preferredKey != nil else {
-                throw FerryError.invalidOption(
+                throw FerryError.notReady(
                     "\(t.name) has no primary key and no unique key on NOT NULL columns: its changes could not be applied by key; give it a primary key, or name one with --key")
             }
             for c in t.columns {
                 let base = MySQLTypeMap.ColumnType(c.nativeType).base
                 if base == "uuid" || base == "inet6" || base == "inet4" {
-                    throw FerryError.invalidOption(
+                    throw FerryError.notReady(
                         "\(t.name).\(c.name) is MariaDB's \(base.uppercased()) type, whose binlog form Ferry does not read yet: --exclude the table, or replicate it from a CHAR column")
                 }
             }
@@ -99,7 +99,7 @@ public final class MySQLBinlogCapture: ChangeCapture {
         let gtid = try admin.query("SELECT @@gtid_binlog_pos").first?.first ?? nil
         let (file, offset) = try masterStatus()
         guard let p = BinlogPosition(gtid: gtid ?? "", file: file, offset: offset) else {
-            throw FerryError.invalidOption("\(endpoint.redacted) reported a GTID position Ferry cannot read: '\(gtid ?? "")'")
+            throw FerryError.notReady("\(endpoint.redacted) reported a GTID position Ferry cannot read: '\(gtid ?? "")'")
         }
         return ChangePosition(p.description)
     }
@@ -193,7 +193,7 @@ final class MySQLCaptureStart: CaptureStart {
 
     func beginSnapshot(on connection: any Connection) throws -> (position: ChangePosition, shared: String?) {
         guard let c = connection as? MySQLConnection else {
-            throw FerryError.invalidOption("a MariaDB capture's snapshot begins on a MariaDB connection")
+            throw FerryError.notReady("a MariaDB capture's snapshot begins on a MariaDB connection")
         }
         try c.beginSnapshot()
         var file: String?, offset: UInt64?
@@ -202,11 +202,11 @@ final class MySQLCaptureStart: CaptureStart {
             if row[0] == "Binlog_snapshot_position" { offset = row[1].flatMap { UInt64($0) } }
         }
         guard let file, !file.isEmpty, let offset else {
-            throw FerryError.invalidOption("\(c.endpoint.redacted) did not report the snapshot's binlog position (binlog_snapshot_file): is log-bin on?")
+            throw FerryError.notReady("\(c.endpoint.redacted) did not report the snapshot's binlog position (binlog_snapshot_file): is log-bin on?")
         }
         let gtid = try c.query("SELECT BINLOG_GTID_POS(\(c.lit(file)), \(offset))").first?.first ?? nil
         guard let p = BinlogPosition(gtid: gtid ?? "", file: file, offset: offset) else {
-            throw FerryError.invalidOption("\(c.endpoint.redacted) reported a GTID position Ferry cannot read: '\(gtid ?? "")'")
+            throw FerryError.notReady("\(c.endpoint.redacted) reported a GTID position Ferry cannot read: '\(gtid ?? "")'")
         }
         position = p
         // Other connections cannot join this snapshot: the copy reads with this one.
@@ -214,7 +214,7 @@ final class MySQLCaptureStart: CaptureStart {
     }
 
     func follow() throws -> any ChangeFeed {
-        guard let position else { throw FerryError.invalidOption("a capture's stream starts after its snapshot began") }
+        guard let position else { throw FerryError.notReady("a capture's stream starts after its snapshot began") }
         return try MySQLBinlogFeed(endpoint: capture.endpoint, name: name, tables: tables, from: position, columnsNow: capture.columnsNow)
     }
 

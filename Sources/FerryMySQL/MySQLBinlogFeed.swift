@@ -123,10 +123,10 @@ final class MySQLBinlogFeed: ChangeFeed {
         let shown = endpoint.redacted
         switch code {
         case 1236:
-            return .invalidOption(
+            return .notReady(
                 "\(shown) no longer holds the binlog position Ferry recorded (\(position)): \(message); the binlog was purged or reset: start again with --resync, or --drop and replicate anew")
         case 1227, 1045:
-            return .invalidOption("\(endpoint.user ?? "the user") may not read the binlog at \(shown): GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO the user (\(message))")
+            return .notReady("\(endpoint.user ?? "the user") may not read the binlog at \(shown): GRANT REPLICATION SLAVE, BINLOG MONITOR ON *.* TO the user (\(message))")
         case 2006, 2013, 2026, 2055:
             return .connectionFailed(endpoint: shown, reason: "the binlog stream broke: \(message)")
         default:
@@ -227,7 +227,7 @@ final class MySQLBinlogFeed: ChangeFeed {
                 if transaction?.standalone ?? true { commit(e.pointee) }
             }
         case START_ENCRYPTION_EVENT:
-            throw FerryError.invalidOption("\(endpoint.redacted) encrypts its binlog (encrypt_binlog): Ferry cannot read it; replicate from a server without binlog encryption")
+            throw FerryError.notReady("\(endpoint.redacted) encrypts its binlog (encrypt_binlog): Ferry cannot read it; replicate from a server without binlog encryption")
         default:
             break  // format description, heartbeats, checkpoints, GTID lists, annotations, …
         }
@@ -302,7 +302,7 @@ final class MySQLBinlogFeed: ChangeFeed {
         if count < t.columns.count {
             let now = try columnsNow(t.name)
             if let gone = t.columns.first(where: { !now.contains($0.name) }) {
-                throw FerryError.invalidOption(
+                throw FerryError.notReady(
                     "the column \(gone.name) of \(t.name) was dropped or renamed at the source while Ferry followed it: replication stops here; change \(t.name) at the target alike, then run again with --resync")
             }
         }
@@ -360,7 +360,7 @@ final class MySQLBinlogFeed: ChangeFeed {
             case .truncated: throw malformed("a row of \(d.table.name) past its event")
             case .unsupported(let i, let type): throw FerryError.invalidValue(table: d.table.name, column: d.table.columns[i].name, key: nil, message: "binlog type \(type) cannot be read")
             case .absent(let i):
-                throw FerryError.invalidOption(
+                throw FerryError.notReady(
                     "the binlog left the column \(d.table.columns[i].name) of \(d.table.name) out of a row: the source writes binlog_row_image other than FULL (in this session?); set binlog_row_image = FULL")
             }
         }

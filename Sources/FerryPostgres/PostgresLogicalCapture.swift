@@ -30,12 +30,12 @@ public final class PostgresLogicalCapture: ChangeCapture {
     /// Refuses a server that cannot decode (version, `wal_level`), in one line saying what to set.
     func checkServer() throws {
         guard PQserverVersion(admin.conn) >= 140_000 else {
-            throw FerryError.invalidOption(
+            throw FerryError.notReady(
                 "\(endpoint.redacted): replication needs PostgreSQL 14 or later (its logical decoding sends values in binary from 14 on); this server is \(PQserverVersion(admin.conn) / 10000)")
         }
         let level = try admin.rows("SHOW wal_level").first?.first ?? nil
         guard level == "logical" else {
-            throw FerryError.invalidOption(
+            throw FerryError.notReady(
                 "\(endpoint.redacted) has wal_level = \(level ?? "?"); replication needs wal_level = logical: set it (ALTER SYSTEM SET wal_level = logical, or postgresql.conf) and restart the server")
         }
     }
@@ -58,7 +58,7 @@ public final class PostgresLogicalCapture: ChangeCapture {
             case "f":
                 throw FerryError.noKey(table: t.name)
             default:
-                throw FerryError.invalidOption(
+                throw FerryError.notReady(
                     "\(t.name) has no primary key: replicating it would add it to a publication, where the application's own UPDATE and DELETE on it fail "
                         + "without a replica identity; give it a primary key (or REPLICA IDENTITY FULL and --key); nothing was created at the source")
             }
@@ -111,7 +111,7 @@ public final class PostgresLogicalCapture: ChangeCapture {
 
     public func currentPosition(name: String) throws -> ChangePosition {
         guard let lsn = try admin.rows("SELECT pg_current_wal_lsn()::text").first?.first ?? nil else {
-            throw FerryError.invalidOption("\(endpoint.redacted) did not tell its WAL position")
+            throw FerryError.notReady("\(endpoint.redacted) did not tell its WAL position")
         }
         return ChangePosition(lsn)
     }
@@ -122,7 +122,7 @@ public final class PostgresLogicalCapture: ChangeCapture {
             "SELECT pg_current_wal_lsn()::text, pg_wal_lsn_diff(pg_current_wal_lsn(), $1::pg_lsn)::bigint, "
                 + "(SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), restart_lsn)::bigint FROM pg_replication_slots WHERE slot_name = $2)",
             [position.text, name])
-        guard r.count == 1 else { throw FerryError.invalidOption("\(endpoint.redacted) did not tell its WAL position") }
+        guard r.count == 1 else { throw FerryError.notReady("\(endpoint.redacted) did not tell its WAL position") }
         return ChangeLag(sourcePosition: r.string(0, 0), behind: max(0, Int64(r.string(0, 1)) ?? 0), unit: "bytes of WAL",
                          retainedBytes: r.value(0, 2).flatMap { Int64($0) })
     }
@@ -138,7 +138,7 @@ public final class PostgresLogicalCapture: ChangeCapture {
         }
         if slots.count == 1 {
             if let pid = slots.value(0, 0) {
-                throw FerryError.invalidOption(
+                throw FerryError.notReady(
                     "the replication slot \(name) is in use by the server process \(pid) (a `ferry replicate` still following?); stop it first")
             }
             try admin.query("SELECT pg_drop_replication_slot($1)", [name])
@@ -230,7 +230,7 @@ final class PostgresCaptureStart: CaptureStart {
     }
 
     func follow() throws -> any ChangeFeed {
-        guard !used else { throw FerryError.invalidOption("a capture's start can be followed once") }
+        guard !used else { throw FerryError.notReady("a capture's start can be followed once") }
         used = true
         return try PostgresLogicalFeed(replication: replication, name: name, tables: tables, from: lsn, columnsNow: capture.columnsNow)
     }

@@ -68,7 +68,7 @@ final class PostgresLogicalFeed: ChangeFeed {
         guard r.status == PGRES_COPY_BOTH else {
             let e = replication.error(r.handle, sql: sql)
             if e.sqlState == "42704" {
-                throw FerryError.invalidOption(
+                throw FerryError.notReady(
                     "\(replication.endpoint.redacted) has no replication slot \(name) any more (dropped?): the position Ferry recorded cannot be followed; start again with --resync")
             }
             throw e
@@ -337,7 +337,7 @@ final class PostgresLogicalFeed: ChangeFeed {
             _ = try r.int32()
         }
         guard let t = tables[Self.key(schema, table)] else {
-            throw FerryError.invalidOption("the replication stream describes \(schema).\(table), which this replica does not follow (was the publication \(name) changed?)")
+            throw FerryError.notReady("the replication stream describes \(schema).\(table), which this replica does not follow (was the publication \(name) changed?)")
         }
         var slots: [Int] = []
         var kinds: [PostgresBinaryField.Kind] = []
@@ -349,7 +349,7 @@ final class PostgresLogicalFeed: ChangeFeed {
         if !missing.isEmpty {
             let now = try columnsNow(t.name)
             if let gone = missing.first(where: { !now.contains($0.name) }) {
-                throw FerryError.invalidOption(
+                throw FerryError.notReady(
                     "the column \(gone.name) of \(t.name) was dropped or renamed at the source while Ferry followed it: replication stops here; change \(t.name) at the target alike, then run again with --resync")
             }
         }

@@ -39,11 +39,11 @@ public final class SQLiteChangeCapture: ChangeCapture {
 
     func key(_ t: TableSchema) throws -> [String] {
         guard t.name.schema == nil || t.name.schema == "main" else {
-            throw FerryError.invalidOption("\(t.name) is in an attached database; replication follows the tables of the main database")
+            throw FerryError.notReady("\(t.name) is in an attached database; replication follows the tables of the main database")
         }
         guard let key = t.preferredKey?.columns else { throw FerryError.noKey(table: t.name) }
         guard key.count <= Self.maxKeyColumns else {
-            throw FerryError.invalidOption("\(t.name)'s key has \(key.count) columns; replication follows keys of at most \(Self.maxKeyColumns)")
+            throw FerryError.notReady("\(t.name)'s key has \(key.count) columns; replication follows keys of at most \(Self.maxKeyColumns)")
         }
         return key
     }
@@ -93,7 +93,7 @@ public final class SQLiteChangeCapture: ChangeCapture {
             throw FerryError.invalidOption("'\(position)' is not a SQLite change log position (a sequence number)")
         }
         guard try db.tableExists(TableName(log)) else {
-            throw FerryError.invalidOption("\(endpoint.redacted) has no change log \(log) any more: the position Ferry recorded cannot be followed; start again with --resync")
+            throw FerryError.notReady("\(endpoint.redacted) has no change log \(log) any more: the position Ferry recorded cannot be followed; start again with --resync")
         }
         return try SQLiteChangeFeed(endpoint: endpoint, log: log, tables: tables, keys: tables.map(key), from: seq)
     }
@@ -124,7 +124,7 @@ public final class SQLiteChangeCapture: ChangeCapture {
         let log = try Self.names(name).log
         let q = db.dialect.quote(log)
         guard try db.tableExists(TableName(log)) else {
-            throw FerryError.invalidOption("\(endpoint.redacted) has no change log \(log) any more: the position Ferry recorded cannot be followed; start again with --resync")
+            throw FerryError.notReady("\(endpoint.redacted) has no change log \(log) any more: the position Ferry recorded cannot be followed; start again with --resync")
         }
         var behind: Int64 = 0
         if case .int(let n) = try db.query("SELECT count(*) FROM \(q) WHERE seq > ?1", [.int(seq)]).first?.first ?? .null { behind = n }
@@ -163,7 +163,7 @@ final class SQLiteCaptureStart: CaptureStart {
 
     func beginSnapshot(on connection: any Connection) throws -> (position: ChangePosition, shared: String?) {
         guard let c = connection as? SQLiteConnection else {
-            throw FerryError.invalidOption("a SQLite capture's snapshot is read through a SQLite connection")
+            throw FerryError.notReady("a SQLite capture's snapshot is read through a SQLite connection")
         }
         try c.beginSnapshot()
         let seq = try SQLiteChangeCapture.last(c, log: log)
@@ -172,7 +172,7 @@ final class SQLiteCaptureStart: CaptureStart {
     }
 
     func follow() throws -> any ChangeFeed {
-        guard let position else { throw FerryError.invalidOption("a capture is followed after its snapshot began") }
+        guard let position else { throw FerryError.notReady("a capture is followed after its snapshot began") }
         return try SQLiteChangeFeed(endpoint: capture.endpoint, log: log, tables: tables, keys: tables.map(capture.key), from: position)
     }
 
@@ -344,7 +344,7 @@ final class SQLiteChangeFeed: ChangeFeed {
                     return nil
                 }
                 if let gone = t.columns.first(where: { !now.contains($0.name) }) {
-                    throw FerryError.invalidOption(
+                    throw FerryError.notReady(
                         "the column \(gone.name) of \(t.name) was dropped or renamed at the source while Ferry followed it: replication stops here; change \(t.name) at the target alike, then run again with --resync")
                 }
                 if now.count > t.columns.count { throw ColumnsAdded(table: t.name) }

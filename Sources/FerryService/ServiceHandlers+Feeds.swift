@@ -58,8 +58,13 @@ extension ServiceHandlers {
         do {
             return try await Offload.run(body)
         } catch let e as FerryError {
-            guard case .invalidOption(let message) = e else { throw e }
-            throw ServiceError.badRequest(message.replacingOccurrences(of: shown, with: "the served database"))
+            // A capture the database cannot make or follow (a setting, a lost position, a keyless
+            // table) is the client's to act on: 400 with the line, the address left out.
+            switch e {
+            case .invalidOption(let message), .notReady(let message):
+                throw ServiceError.badRequest(message.replacingOccurrences(of: shown, with: "the served database"))
+            default: throw e
+            }
         }
     }
 

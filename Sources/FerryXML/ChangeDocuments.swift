@@ -285,7 +285,7 @@ public enum ChangeDocuments {
     /// (in the order a delete's batch holds them).
     public static func feedEvent(_ event: ChangeEvent, columns: [TableName: [Column]], keys: [TableName: [Column]], into out: inout [UInt8]) throws {
         func cols(_ t: TableName) throws -> [Column] {
-            guard let c = columns[t] else { throw FerryError.invalidOption("the change feed has no columns of \(t)") }
+            guard let c = columns[t] else { throw FerryError.notReady("the change feed has no columns of \(t)") }
             return c
         }
         func subset(_ t: TableName, _ names: [String]) throws -> [Column] {

@@ -68,7 +68,7 @@ final class HTTPChangeCapture: ChangeCapture {
         let decoded = XMLDocuments.decodeError(reply.body)
         if reply.status == 409, decoded?.code == "columns_added", let t = decoded?.table { return ColumnsAdded(table: TableName(parsing: t)) }
         if [400, 403, 501].contains(reply.status), let message = decoded?.message {
-            return FerryError.invalidOption("\(client.transport.peer) (\(endpoint.redacted)): \(message)")
+            return FerryError.notReady("\(client.transport.peer) (\(endpoint.redacted)): \(message)")
         }
         return client.error(reply, table: nil)
     }
@@ -98,7 +98,7 @@ final class HTTPCaptureStart: CaptureStart {
     }
 
     func follow() throws -> any ChangeFeed {
-        guard let started, !done else { throw FerryError.invalidOption("a capture's start is followed once, after its snapshot began") }
+        guard let started, !done else { throw FerryError.notReady("a capture's start is followed once, after its snapshot began") }
         done = true
         // The snapshot's end lets the service follow the capture from its start.
         _ = try? capture.client.send("DELETE", ProtocolRoute.releaseSnapshot.target(id: started.snapshot))
@@ -152,7 +152,7 @@ final class HTTPChangeFeed: ChangeFeed {
         do {
             page = try ChangeDocuments.decodeFeed(reply.body, columns: { [columns] table, names in
                 guard let all = columns[table] else {
-                    throw FerryError.invalidOption("the service's feed sent changes of \(table), which this replica does not follow")
+                    throw FerryError.notReady("the service's feed sent changes of \(table), which this replica does not follow")
                 }
                 return try names.map { n in
                     guard let c = all.first(where: { $0.name == n }) else { throw ColumnsAdded(table: table) }

@@ -40,7 +40,7 @@ extension HTTPConnection {
 
     public func updateColumns(of table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws {
         guard inReplicaTransaction else {
-            throw FerryError.invalidOption("\(endpoint.redacted): a replica's update of some columns is applied inside its transaction")
+            throw FerryError.notReady("\(endpoint.redacted): a replica's update of some columns is applied inside its transaction")
         }
         try replicaSection("update", table, columns: columns, key: key, rows: rows)
     }
@@ -89,7 +89,7 @@ extension HTTPConnection {
         replica = r
         guard body.count > ChangeDocuments.beginTransaction(repeatingCascades: r.repeatingCascades).count || r.state != nil else { return }
         guard let name = r.state?.name ?? r.name else {
-            throw FerryError.invalidOption("\(endpoint.redacted): a replica's transaction names no replica (its record is written with it)")
+            throw FerryError.notReady("\(endpoint.redacted): a replica's transaction names no replica (its record is written with it)")
         }
         ChangeDocuments.endTransaction(state: r.state, into: &body)
         do {

@@ -387,9 +387,9 @@ public final class HTTPConnection: Connection {
     /// moves it in that transaction, only if it still holds `move.from`.
     public func stageWatermark(_ move: WatermarkMove, with table: TableSchema, key: [String]) throws {
         try capabilities.require(.applyWatermark, for: "--incremental into it (the watermark moves with the rows)", endpoint: endpoint.redacted)
-        guard inTransaction else { throw FerryError.invalidOption("\(endpoint.redacted): a watermark moves inside the rows' transaction") }
+        guard inTransaction else { throw FerryError.notReady("\(endpoint.redacted): a watermark moves inside the rows' transaction") }
         var pending = pendingApplies[table.name] ?? PendingApply(key: key)
-        guard pending.key == key else { throw FerryError.invalidOption("one transaction writes \(table.name) by one key") }
+        guard pending.key == key else { throw FerryError.notReady("one transaction writes \(table.name) by one key") }
         pending.watermark = move
         pendingApplies[table.name] = pending
     }
@@ -403,7 +403,7 @@ public final class HTTPConnection: Connection {
             return nil
         }
         var pending = pendingApplies[table.name] ?? PendingApply(key: key)
-        guard pending.key == key, pending.upserts == nil else { throw FerryError.invalidOption("one transaction writes \(table.name) by one key") }
+        guard pending.key == key, pending.upserts == nil else { throw FerryError.notReady("one transaction writes \(table.name) by one key") }
         pending.upserts = staging
         pendingApplies[table.name] = pending
         return nil
@@ -416,7 +416,7 @@ public final class HTTPConnection: Connection {
         as slot: WritableKeyPath<PendingApply, TableName?>, prefix: String
     ) throws {
         var pending = pendingApplies[table.name] ?? PendingApply(key: key)
-        guard pending.key == key else { throw FerryError.invalidOption("one transaction writes \(table.name) by one key") }
+        guard pending.key == key else { throw FerryError.notReady("one transaction writes \(table.name) by one key") }
         let staging: TableName
         if let s = pending[keyPath: slot] {
             staging = s

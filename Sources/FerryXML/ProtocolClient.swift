@@ -51,7 +51,7 @@ extension ProtocolExchange {
         var body = Data()
         while let piece = try next() {
             guard body.count + piece.count <= limit else {
-                throw HTTPTransportError(FerryError.invalidOption("an answer of more than \(limit) bytes where a short document was expected"), beforeResponse: false)
+                throw HTTPTransportError(FerryError.notReady("an answer of more than \(limit) bytes where a short document was expected"), beforeResponse: false)
             }
             body.append(piece)
         }

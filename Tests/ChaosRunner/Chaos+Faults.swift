@@ -127,6 +127,9 @@ extension Chaos {
                     problems.append("exit \(ended.status) after \(fault.rawValue), not \(wanted): \(ended.err.prefix(400))")
                 } else if signal == nil && ended.status >= 128 {
                     problems.append("exit \(ended.status) (128 or more) for a fault not sent to ferry")
+                } else if ended.status == 2 {
+                    // The suite's command lines are right: a fault is a failure (1), never usage.
+                    problems.append("exit 2 (a usage error) after \(fault.rawValue): \(ended.err.prefix(400))")
                 }
                 let errors = ended.err.split(separator: "\n").filter { $0.hasPrefix("ferry: error") }
                 if errors.count != 1 { problems.append("\(errors.count) error lines, not one: \(ended.err.prefix(600))") }

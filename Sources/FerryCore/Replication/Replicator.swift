@@ -152,7 +152,7 @@ public struct Replicator {
                 let into = try target.describe(t.target)
                 for (i, c) in t.targetSchema.columns.enumerated() where into.column(named: c.name) == nil {
                     guard options.addColumns else {
-                        throw FerryError.invalidOption(
+                        throw FerryError.notReady(
                             "the column \(c.name) was added to \(t.source) at the source, and --on-schema-change fail stops here: add it to \(t.target) yourself and run again, or run without it (an added column is then added)")
                     }
                     let sourceColumn = i < t.columns.count ? t.columns[i] : c
@@ -165,7 +165,7 @@ public struct Replicator {
                     alone.foreignKeys = []
                     alone.checks = []
                     guard let planned = try target.planTable(alone, named: t.target).schema.columns.first else {
-                        throw FerryError.invalidOption("\(target.endpoint.redacted) has no type for the column \(c.name) that \(t.source) gained: add it to \(t.target) yourself and run again")
+                        throw FerryError.notReady("\(target.endpoint.redacted) has no type for the column \(c.name) that \(t.source) gained: add it to \(t.target) yourself and run again")
                     }
                     try target.addColumn(planned, default: sourceColumn.defaultValue, to: t.target)
                     var note = "\(t.source): the source added the column \(c.name); added it to \(t.target) as \(planned.nativeType)"
@@ -273,7 +273,7 @@ public struct Replicator {
                 plans[t.source] = (t, into, key, Self.conversions(t, of: keyAt))
             }
             func planned(_ name: TableName) throws -> (plan: TablePlan, into: TableSchema, key: [Column], keyConversions: [ColumnConversion]) {
-                guard let p = plans[name] else { throw FerryError.invalidOption("the source's stream changed \(name), which this replica does not follow") }
+                guard let p = plans[name] else { throw FerryError.notReady("the source's stream changed \(name), which this replica does not follow") }
                 return p
             }
 
@@ -345,7 +345,7 @@ public struct Replicator {
             /// replication with one line rather than being written wrong.
             func checkShape(_ t: TableName, _ batch: RowBatch, _ expected: Int, _ what: String) throws {
                 guard batch.columns.count == expected else {
-                    throw FerryError.invalidOption(
+                    throw FerryError.notReady(
                         "the source's stream sent changes of \(t) with \(batch.columns.count) \(what) where this replica has \(expected); replication stopped before them (run again; --resync if it repeats)")
                 }
             }
