@@ -128,7 +128,7 @@ extension Worker {
         let worker = Worker(name: "ferry-both") { box.value.0 = Result { try box.value.1() } }
         let right = Result { try b() }
         worker.join()
-        guard let left = box.value.0 else { throw FerryError.invalidOption("a concurrent read did not run") }
+        guard let left = box.value.0 else { throw FerryError.notReady("a concurrent read did not run") }
         return (try left.get(), try right.get())
     }
 }
