@@ -133,36 +133,50 @@ extension ServiceHandlers {
                 e.feed.close()
                 entry = nil
             }
-            if entry == nil {
-                let tables = try feedTables(r, in: c)
-                let feed: any ChangeFeed
-                if let start = feeds.takePending(name, at: after) {
-                    do { feed = try start.follow() } catch {
-                        start.close()
-                        throw error
-                    }
-                } else {
-                    feed = try capture(c).follow(name: name, tables: tables, from: ChangePosition(after))
+            // A feed kept from the last page may have lost its database connection since (the
+            // database restarted): it is followed again from `after`, once, rather than failing
+            // the first page after every restart.
+            var reused = entry != nil
+            while true {
+                if entry == nil { entry = try openFeed(name, names, after: after, shape: r.value("shape"), r, c) }
+                guard let open = entry else { throw ServiceError.internalFailure("no feed", table: nil) }
+                do {
+                    if let confirm { try open.feed.confirm(ChangePosition(confirm)) }
+                    let (page, position) = try Self.page(open, goal: goal, wait: wait, pageBytes: pageBytes)
+                    open.position = position
+                    feeds.put(name, open)
+                    kept = true
+                    return page
+                } catch {
+                    open.feed.close()
+                    guard reused else { throw error }
+                    r.logger.notice("change feed \(name): the feed kept from its last page failed (\("\(error)".split(whereSeparator: \.isNewline).joined(separator: " "))); following it again from \(after)")
+                    reused = false
+                    entry = nil
                 }
-                var keys: [TableName: [Column]] = [:]
-                for t in tables { keys[t.name] = t.preferredKey?.columns.compactMap { t.column(named: $0) } ?? [] }
-                entry = FeedStore.Open(feed: feed, position: after, tables: names, keys: keys)
-                entry?.shape = r.value("shape")
-            }
-            guard let entry else { throw ServiceError.internalFailure("no feed", table: nil) }
-            do {
-                if let confirm { try entry.feed.confirm(ChangePosition(confirm)) }
-                let (page, position) = try Self.page(entry, goal: goal, wait: wait, pageBytes: pageBytes)
-                entry.position = position
-                feeds.put(name, entry)
-                kept = true
-                return page
-            } catch {
-                entry.feed.close()
-                throw error
             }
         }
         return .xml(answer)
+    }
+
+    /// A feed of `name` from `after` (the start a capture left pending there, or the capture
+    /// followed anew).
+    func openFeed(_ name: String, _ names: [TableName], after: String, shape: String?, _ r: ServiceRequest, _ c: any Connection) throws -> FeedStore.Open {
+        let tables = try feedTables(r, in: c)
+        let feed: any ChangeFeed
+        if let start = feeds.takePending(name, at: after) {
+            do { feed = try start.follow() } catch {
+                start.close()
+                throw error
+            }
+        } else {
+            feed = try capture(c).follow(name: name, tables: tables, from: ChangePosition(after))
+        }
+        var keys: [TableName: [Column]] = [:]
+        for t in tables { keys[t.name] = t.preferredKey?.columns.compactMap { t.column(named: $0) } ?? [] }
+        let open = FeedStore.Open(feed: feed, position: after, tables: names, keys: keys)
+        open.shape = shape
+        return open
     }
 
     /// One page of `entry`'s feed: whole transactions, ended at a commit once nothing more is

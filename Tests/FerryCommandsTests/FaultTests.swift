@@ -235,6 +235,41 @@ final class FaultTests: XCTestCase {
         print("stalled replication stream: the follower ended after \(String(format: "%.1f", seconds)) s: \(said)")
     }
 
+    /// A served PostgreSQL source keeps a follower's feed open between its pages (and runs):
+    /// when that feed's replication connection dies under it (here its walsender is
+    /// terminated, as a database restart does), the next page follows again from the client's
+    /// position instead of answering 503 — the first run after every restart failed (found by
+    /// scripts/chaos).
+    func testAServedFeedWhoseConnectionDiedIsFollowedAgain() throws {
+        let tag = UUID().uuidString.prefix(8).lowercased()
+        let pg = try fixture.postgres("feedlost_\(tag)")
+        _ = try pg.query("CREATE TABLE t (id INT PRIMARY KEY, v TEXT); INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 1000) g")
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let tokens = folder.path("manage.txt")
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let serve = try ServeProcess(pg.url, ["--token-file", tokens], log: folder.path("serve.log"))
+        defer { serve.stop() }
+        let source = "http://:\(token)@127.0.0.1:\(serve.port)/"
+        let target = "sqlite:" + folder.path("follower.db")
+        defer { _ = try? ferry(["replicate", source, target, "--drop"]) }
+        func count() throws -> String { try fixture.sqlite(folder.path("follower.db")).query("SELECT count(*) FROM t").trimmingCharacters(in: .whitespacesAndNewlines) }
+        let first = try ferry(["replicate", source, target, "--until-caught-up", "-q"])
+        XCTAssertEqual(first.code, 0, first.err)
+        _ = try pg.query("INSERT INTO t VALUES (1001, 'a')")
+        let second = try ferry(["replicate", source, target, "--until-caught-up", "-q"])
+        XCTAssertEqual(second.code, 0, second.err)
+        XCTAssertEqual(try count(), "1001")
+        // The service keeps the feed; its connection ends under it.
+        let ended = try pg.query("SELECT count(pg_terminate_backend(active_pid)) FROM pg_replication_slots WHERE active_pid IS NOT NULL AND database = current_database()")
+        XCTAssertEqual(ended.trimmingCharacters(in: .whitespacesAndNewlines), "1", "no walsender of the kept feed was found")
+        _ = try pg.query("INSERT INTO t VALUES (1002, 'b')")
+        let third = try ferry(["replicate", source, target, "--until-caught-up", "-q"])
+        XCTAssertEqual(third.code, 0, third.err)
+        XCTAssertEqual(try count(), "1002")
+        let log = (try? String(contentsOfFile: folder.path("serve.log"), encoding: .utf8)) ?? ""
+        XCTAssertTrue(log.contains("following it again from"), "the service did not say it followed the feed again")
+    }
+
     /// `--resume` through the service, whose chunks' rows and records commit in two steps: a
     /// load killed after its first chunk's rows arrived and before that chunk's record (no chunk
     /// recorded) is resumed from the start with those rows removed — they made the resumed load
