@@ -37,7 +37,10 @@ final class HTTPChangeCapture: ChangeCapture {
         // The served database's stream, and whether it carries cascades: asked once.
         let answer = try ChangeDocuments.decodeFeedPosition(try expect("GET", ProtocolRoute.feedPosition.target(id: name)))
         streamsCascadedChanges = answer.streamsCascades
-        return HTTPChangeFeed(capture: self, name: name, tables: tables, after: position.text)
+        // Followed from what the target recorded, which it committed: confirmed with the first
+        // page. A feed the service kept from a run that ended before its last confirm went out
+        // would otherwise wait for one that never comes, and never report the goal reached.
+        return HTTPChangeFeed(capture: self, name: name, tables: tables, after: position.text, confirmed: position.text)
     }
 
     func drop(name: String) throws -> [String] {
@@ -126,7 +129,7 @@ final class HTTPChangeFeed: ChangeFeed {
     private var goal: String?
     private var reachedGoal: String?
 
-    init(capture: HTTPChangeCapture, name: String, tables: [TableSchema], after: String) {
+    init(capture: HTTPChangeCapture, name: String, tables: [TableSchema], after: String, confirmed: String? = nil) {
         self.capture = capture
         self.name = name
         var columns: [TableName: [Column]] = [:]
@@ -134,6 +137,7 @@ final class HTTPChangeFeed: ChangeFeed {
         self.columns = columns
         tableItems = HTTPChangeCapture.tableItems(tables)
         self.after = after
+        self.confirmed = confirmed
     }
 
     func next(timeout: TimeInterval) throws -> ChangeEvent? {
