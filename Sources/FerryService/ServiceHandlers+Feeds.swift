@@ -138,8 +138,7 @@ extension ServiceHandlers {
             // the first page after every restart.
             var reused = entry != nil
             while true {
-                if entry == nil { entry = try openFeed(name, names, after: after, shape: r.value("shape"), r, c) }
-                guard let open = entry else { throw ServiceError.internalFailure("no feed", table: nil) }
+                let open = try entry ?? openFeed(name, names, after: after, shape: r.value("shape"), r, c)
                 do {
                     if let confirm { try open.feed.confirm(ChangePosition(confirm)) }
                     let (page, position) = try Self.page(open, goal: goal, wait: wait, pageBytes: pageBytes)

@@ -11,6 +11,14 @@ final class FaultTests: XCTestCase {
 
     func ferry(_ args: [String]) throws -> CLITests.Result { try CLITests.run(CLITests.binaryURL, args) }
 
+    /// A token of its own, written alone into the file `name` of the test's folder.
+    func tokenFile(_ name: String) throws -> (token: String, path: String) {
+        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
+        let path = folder.path(name)
+        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: path))
+        return (token, path)
+    }
+
     /// A SQLite target whose file may not grow past 4 MB (`ulimit -f`): the copy fails in one
     /// line with an error exit — not a death by SIGXFSZ (153) — and leaves the file whole and
     /// without the table; with room the same copy goes in.
@@ -56,9 +64,7 @@ final class FaultTests: XCTestCase {
         let src = try fixture.source(rows: 60_000)
         let db = folder.path("served-small.db")
         _ = try fixture.sqlite(db).query("CREATE TABLE kept (id INTEGER PRIMARY KEY, v TEXT); INSERT INTO kept VALUES (1, 'before')")
-        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let tokens = folder.path("tokens.txt")
-        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let (token, tokens) = try tokenFile("tokens.txt")
         let log = folder.path("serve-small.log")
         guard FileManager.default.createFile(atPath: log, contents: nil), let handle = FileHandle(forWritingAtPath: log) else {
             return XCTFail("cannot write \(log)")
@@ -244,9 +250,7 @@ final class FaultTests: XCTestCase {
         let tag = UUID().uuidString.prefix(8).lowercased()
         let pg = try fixture.postgres("feedlost_\(tag)")
         _ = try pg.query("CREATE TABLE t (id INT PRIMARY KEY, v TEXT); INSERT INTO t SELECT g, 'v' || g FROM generate_series(1, 1000) g")
-        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let tokens = folder.path("manage.txt")
-        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let (token, tokens) = try tokenFile("manage.txt")
         let serve = try ServeProcess(pg.url, ["--token-file", tokens], log: folder.path("serve.log"))
         defer { serve.stop() }
         let source = "http://:\(token)@127.0.0.1:\(serve.port)/"
@@ -307,9 +311,7 @@ final class FaultTests: XCTestCase {
     func testANameWithANulByteIsNoTable() throws {
         let db = folder.path("served.db")
         _ = try fixture.sqlite(db).query("CREATE TABLE Artist (id INTEGER PRIMARY KEY, name TEXT); INSERT INTO Artist VALUES (1, 'a')")
-        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let tokens = folder.path("manage.txt")
-        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let (token, tokens) = try tokenFile("manage.txt")
         let serve = try ServeProcess("sqlite:" + db, ["--token-file", tokens], log: folder.path("serve.log"))
         defer { serve.stop() }
         let base = "http://127.0.0.1:\(serve.port)/v1/tables/"
@@ -354,9 +356,7 @@ final class FaultTests: XCTestCase {
     /// created under a shortened name), and a copy that would create one fails in one line.
     func testNamesTheEngineCannotKeepAreRefusedBeforeAnySQL() throws {
         let pg = try Fixture(folder: folder).postgres("names\(UInt32.random(in: 0...UInt32.max))")
-        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let tokens = folder.path("manage.txt")
-        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let (token, tokens) = try tokenFile("manage.txt")
         let serve = try ServeProcess(pg.url, ["--token-file", tokens], log: folder.path("serve.log"))
         defer { serve.stop() }
         let long = String(repeating: "a", count: 70)
@@ -528,9 +528,7 @@ final class FaultTests: XCTestCase {
         let src = try fixture.source(rows: 200_000)
         let pg = try fixture.postgres("drain\(UInt32.random(in: 0...UInt32.max))")
         _ = try pg.query("CREATE TABLE bench_orders (id bigint PRIMARY KEY); INSERT INTO bench_orders VALUES (1)")
-        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let tokens = folder.path("manage.txt")
-        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let (token, tokens) = try tokenFile("manage.txt")
         let serve = try ServeProcess(pg.url, ["--token-file", tokens], log: folder.path("serve.log"))
         defer { serve.stop() }
         let copy = Process()
@@ -566,9 +564,7 @@ final class FaultTests: XCTestCase {
     func testHalfRequestsAreClosedAfterTheIdleTimeout() throws {
         let db = folder.path("served.db")
         try FileManager.default.copyItem(atPath: CLITests.chinookPath, toPath: db)
-        let token = UUID().uuidString.replacingOccurrences(of: "-", with: "").lowercased()
-        let tokens = folder.path("read.txt")
-        try Data((token + "\n").utf8).write(to: URL(fileURLWithPath: tokens))
+        let (token, tokens) = try tokenFile("read.txt")
         let serve = try ServeProcess("sqlite:" + db, ["--read-only-token-file", tokens, "--idle-timeout", "2"], log: folder.path("serve.log"))
         defer { serve.stop() }
         let script = """
