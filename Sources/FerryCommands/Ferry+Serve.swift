@@ -68,12 +68,12 @@ extension Ferry {
         @Option(name: .long, help: "TLS private key (PEM).")
         var tlsKey: String?
 
-        @Option(name: .long, help: "Largest request body the service holds whole (a change set, a push), in MB.")
+        @Option(name: .long, help: "Largest request document the service takes whole (a change set, a push, a replica's transaction), in MB.")
         var maxBodyMb: Int = 64
 
         @Option(name: .long, help: ArgumentHelp(
-            "Request bodies held whole by all requests together, in MB (at least --max-body-mb).",
-            discussion: "Bounds the memory many clients sending change sets or pushes at once can make the service use; past it a request is answered 503 busy (nothing done; clients with --retries ask again). Rows loads are streamed and not counted."))
+            "Request documents kept by all requests together, in MB (at least --max-body-mb).",
+            discussion: "Bounds what many clients sending documents at once can make the service keep: change sets and pushes in temporary files (TMPDIR, read where they lie, a batch at a time), replica transactions and digest requests in memory. Past it a request is answered 503 busy (nothing done; clients with --retries ask again). Rows loads are streamed and not counted."))
         var maxBodiesMb: Int = 64
 
         @Option(name: .long, help: ArgumentHelp(

@@ -11,7 +11,8 @@ extension ServiceHandlers {
         let wanted = r.values("columns")
         let keyNames = r.values("key")
         let native = r.values("native")
-        let data = try await body(r)
+        // Kept in a temporary file and read where it lies, applied a batch at a time.
+        let body = try await spooledBody(r)
         let counts = try await Offload.run { [self] () -> [(String, Int)] in
             let c = try open(write: true)
             defer { close(c) }
@@ -27,21 +28,45 @@ extension ServiceHandlers {
                 guard let col = schema.column(named: k) else { throw FerryError.columnNotFound(table: t, column: k) }
                 return try requested(col, native: native, table: t)
             }
-            let set = try ChangeSet.decode(data, columns: columns, key: keyColumns)
-            return try Self.transaction(c) {
-                if !set.inserts.isEmpty {
-                    let w = try c.writer(into: schema, columns: columns)
-                    do {
-                        try w.write(set.inserts)
-                        try w.finish()
-                    } catch {
-                        w.abort()
-                        throw error
+            return try body.withBytes { raw in
+                let passed: (Range<Int>) -> Void = { body.release($0) }
+                try XMLGuard.check(raw, limits: XMLLimits(), passed: passed)
+                let set = try ChangeSetRows(raw, columns: columns, key: keyColumns, passed: passed)
+                return try Self.transaction(c) {
+                    // Inserts, then upserts, then deletes, as the rows of each come in the document.
+                    if set.count(.insert) > 0 {
+                        let w = try c.writer(into: schema, columns: columns)
+                        do {
+                            var writes = LocatedWrites(w)
+                            try set.forEach(.insert, batchSize: 10_000) { try writes.write($0) }
+                            try writes.finish()
+                        } catch {
+                            w.abort()
+                            throw error
+                        }
                     }
+                    var upserted = 0
+                    var deleted = 0
+                    var before = 0
+                    /// A refused row by its place among the section's rows.
+                    func located(_ body: () throws -> Int, _ batch: RowBatch) throws -> Int {
+                        do {
+                            let n = try body()
+                            before += batch.count
+                            return n
+                        } catch let e as BatchRowError where e.batch == nil && e.rowsBefore == nil {
+                            throw BatchRowError(row: before + e.row, error: e.error)
+                        }
+                    }
+                    try set.forEach(.upsert, batchSize: 10_000) { batch in
+                        upserted += try located({ try c.upsertRows(into: schema, columns: columns, key: key, rows: batch) }, batch)
+                    }
+                    before = 0
+                    try set.forEach(.delete, batchSize: 10_000) { batch in
+                        deleted += try located({ try c.deleteRows(from: schema, key: keyColumns, keys: batch) }, batch)
+                    }
+                    return [("inserted", set.count(.insert)), ("upserted", upserted), ("deleted", deleted)]
                 }
-                let upserted = set.upserts.isEmpty ? 0 : try c.upsertRows(into: schema, columns: columns, key: key, rows: set.upserts)
-                let deleted = set.deletes.isEmpty ? 0 : try c.deleteRows(from: schema, key: keyColumns, keys: set.deletes)
-                return [("inserted", set.inserts.count), ("upserted", upserted), ("deleted", deleted)]
             }
         }
         return .xml(XMLDocuments.applied(counts))

@@ -65,19 +65,20 @@ extension ServiceHandlers {
                 try self.staging.check(staging, principal, doing: "apply")
                 return try c.describe(try served(staging, in: c), rowEstimate: false)
             }
-            // Staged rows are read before the transaction begins: a reader open on the file while
-            // the transaction writes would hold SQLite's lock against its commit.
-            var stagedBatches: [[RowBatch]] = []
-            if !staged.isEmpty {
-                // On the request's own connection, outside any transaction yet.
-                let reading = c
-                for table in staged {
-                    let reader = try reading.reader(table: table, columns: movedColumns(table.columns), keyRange: nil, batchSize: 10_000)
-                    defer { reader.close() }
-                    var batches: [RowBatch] = []
-                    while let b = try reader.next() { batches.append(b) }
-                    stagedBatches.append(batches)
-                }
+            // Staged rows are read before the transaction begins (a reader open on the file while
+            // the transaction writes would hold SQLite's lock against its commit), on the
+            // request's own connection, into temporary files read back a batch at a time: the
+            // service holds one batch of a staged section, not the section.
+            var spools: [RowsSpool] = []
+            defer { for s in spools { s.discard() } }
+            for table in staged {
+                let columns = movedColumns(table.columns)
+                let spool = try RowsSpool(table: table.name, columns: columns)
+                spools.append(spool)
+                let reader = try c.reader(table: table, columns: columns, keyRange: nil, batchSize: 10_000)
+                defer { reader.close() }
+                while let b = try reader.next() { try spool.append(b) }
+                try spool.finish()
             }
             // Made before the transaction: on MySQL a CREATE TABLE commits.
             if transaction.state != nil { _ = try ReplicationState.schema(c, create: true) }
@@ -101,7 +102,7 @@ extension ServiceHandlers {
                     do {
                         if s.staged != nil, stagedAt < staged.count {
                             let table = staged[stagedAt]
-                            let batches = stagedBatches[stagedAt]
+                            let spool = spools[stagedAt]
                             stagedAt += 1
                             // As the staging table holds them: the served table's columns of those
                             // names, typed as the staging table reads them (as `apply` merges).
@@ -109,7 +110,7 @@ extension ServiceHandlers {
                                 guard let col = s.columns.first(where: { $0.name == sc.name }) else { throw FerryError.columnNotFound(table: s.table, column: sc.name) }
                                 return Column(name: col.name, nativeType: col.nativeType, logicalType: sc.logicalType, isNullable: true)
                             })
-                            for b in batches { try apply(b, columns) }
+                            try spool.forEachBatch(batchSize: 10_000) { try apply($0, columns) }
                         } else {
                             try apply(s.rows, s.columns)
                         }

@@ -135,30 +135,43 @@ extension ServiceHandlers {
     /// batch of the request it was in.
     static func load(from pipe: BodyPipe, into writer: any BatchWriter, columns: [Column]) throws -> Int {
         let decoder = XMLRowsStreamDecoder(columns: columns, batchSize: 10_000)
-        // Rows of the request before the batch being written, and before the one written before it.
-        var current = 0
-        var previous = 0
-        func located(_ e: BatchRowError) -> BatchRowError {
-            // Where the writer says, else a row of the batch it was given, or of the one before
-            // (`batch` set).
-            if let before = e.rowsBefore { return BatchRowError(row: before + e.row, error: e.error) }
-            return BatchRowError(row: (e.batch == nil ? current : previous) + e.row, error: e.error)
-        }
-        func write(_ batch: RowBatch) throws {
-            do { try writer.write(batch) } catch let e as BatchRowError { throw located(e) }
-            previous = current
-            current += batch.count
-        }
+        var writes = LocatedWrites(writer)
         while let piece = try pipe.take() {
             piece.withUnsafeBytes { decoder.append($0) }
-            while let batch = try decoder.next() { try write(batch) }
+            while let batch = try decoder.next() { try writes.write(batch) }
         }
-        while let batch = try decoder.next(final: true) { try write(batch) }
+        while let batch = try decoder.next(final: true) { try writes.write(batch) }
+        try writes.finish()
+        return decoder.rows
+    }
+}
+
+/// Batches of one request written in turn, a refused row reported by its place among all the
+/// request's rows (whichever batch it was in).
+struct LocatedWrites {
+    let writer: any BatchWriter
+    /// Rows of the request before the batch being written, and before the one written before it.
+    private var current = 0
+    private var previous = 0
+
+    init(_ writer: any BatchWriter) { self.writer = writer }
+
+    mutating func write(_ batch: RowBatch) throws {
+        do { try writer.write(batch) } catch let e as BatchRowError {
+            // Where the writer says, else a row of the batch it was given, or of the one before
+            // (`batch` set).
+            if let before = e.rowsBefore { throw BatchRowError(row: before + e.row, error: e.error) }
+            throw BatchRowError(row: (e.batch == nil ? current : previous) + e.row, error: e.error)
+        }
+        previous = current
+        current += batch.count
+    }
+
+    func finish() throws {
         do { try writer.finish() } catch let e as BatchRowError {
             // Where the writer says, else whatever it still held belongs to the last batch.
             throw BatchRowError(row: (e.rowsBefore ?? previous) + e.row, error: e.error)
         }
-        return decoder.rows
     }
 }
 

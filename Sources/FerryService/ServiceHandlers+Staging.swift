@@ -111,12 +111,17 @@ extension ServiceHandlers {
                 try self.staging.check(staging, principal, doing: "apply")
                 return try c.describe(staging, rowEstimate: false)
             } }
-            /// Every batch of a staging table, read on `r`; a refused row named by its key.
-            func each(_ staging: TableSchema, _ body: (RowBatch, [Column]) throws -> Void) throws {
-                let columns = movedColumns(try staging.columns.map { s in
+            /// A staging table's rows as the target's columns of those names, typed as the staging
+            /// table reads them.
+            func layout(_ staging: TableSchema) throws -> [Column] {
+                movedColumns(try staging.columns.map { s in
                     guard let col = schema.column(named: s.name) else { throw FerryError.columnNotFound(table: t, column: s.name) }
                     return Column(name: col.name, nativeType: col.nativeType, logicalType: s.logicalType, isNullable: true)
                 })
+            }
+            /// Every batch of a staging table, read on `r`; a refused row named by its key.
+            func each(_ staging: TableSchema, _ body: (RowBatch, [Column]) throws -> Void) throws {
+                let columns = try layout(staging)
                 let reader = try reading.reader(table: staging, columns: movedColumns(staging.columns), keyRange: nil, batchSize: 10_000)
                 defer { reader.close() }
                 while let batch = try reader.next() {
@@ -139,10 +144,18 @@ extension ServiceHandlers {
             // Made before the transaction: on MySQL a CREATE TABLE commits.
             let marks = try watermark.map { _ in try Watermarks.schema(c) }
             // Where `c` reads the staging tables itself (SQLite in a rollback journal), nothing
-            // is read while it writes: the keys to delete are read first, the upserts move
-            // inside the database (`moveRows`, which drops their staging table).
-            var deleteBatches: [(RowBatch, [Column])] = []
-            if !separate, let d = staged[0] { try each(d) { batch, columns in deleteBatches.append((batch, columns)) } }
+            // is read while it writes: the keys to delete are read first, into a temporary file
+            // read back a batch at a time, and the upserts move inside the database
+            // (`moveRows`, which drops their staging table).
+            var deleteSpool: (spool: RowsSpool, columns: [Column])?
+            defer { deleteSpool?.spool.discard() }
+            if !separate, let d = staged[0] {
+                let columns = try layout(d)
+                let spool = try RowsSpool(table: t, columns: columns)
+                deleteSpool = (spool, columns)
+                try each(d) { batch, _ in try spool.append(batch) }
+                try spool.finish()
+            }
             let applied = try Self.transaction(c) { () -> MergeCounts in
                 var counts = MergeCounts()
                 // Deletes first: a row going away may free a unique value an upsert takes.
@@ -151,8 +164,10 @@ extension ServiceHandlers {
                         try each(d) { batch, columns in
                             counts.deleted += Int64(try c.deleteRows(from: schema, key: columns, keys: batch))
                         }
-                    } else {
-                        for (batch, columns) in deleteBatches { counts.deleted += Int64(try c.deleteRows(from: schema, key: columns, keys: batch)) }
+                    } else if let d = deleteSpool {
+                        try d.spool.forEachBatch(batchSize: 10_000) { batch in
+                            counts.deleted += Int64(try c.deleteRows(from: schema, key: d.columns, keys: batch))
+                        }
                     }
                 }
                 if let u = staged[1] {

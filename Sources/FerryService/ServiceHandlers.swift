@@ -220,6 +220,22 @@ public final class ServiceHandlers: Sendable {
     /// it is answered 503 busy (nothing done; clients with --retries ask again), so that many
     /// clients sending large documents at once cannot make the service hold them all.
     func body(_ request: ServiceRequest) async throws -> Data {
+        var out = Data()
+        try await collect(request) { out.append(contentsOf: $0) }
+        return out
+    }
+
+    /// The whole body of a request in a temporary file, mapped when it is read: bounded and
+    /// counted as `body` is, but not held in memory (a push, which is read more than once).
+    func spooledBody(_ request: ServiceRequest) async throws -> SpooledBody {
+        let out = try SpooledBody()
+        try await collect(request) { try out.append($0) }
+        return out
+    }
+
+    /// Reads a request's body piece by piece into `keep`, within `maxBodyBytes` and the bytes
+    /// all requests may hold at once.
+    private func collect(_ request: ServiceRequest, into keep: ([UInt8]) throws -> Void) async throws {
         // A body that says it is too large is refused before a byte of it is held.
         let declared = request.headers["content-length"].flatMap { Int($0) }
         if let declared, declared > configuration.maxBodyBytes {
@@ -243,14 +259,14 @@ public final class ServiceHandlers: Sendable {
             reserved = total
         }
         try reserve(declared ?? 0)
-        var out = Data()
+        var count = 0
         while let piece = try await request.body.next() {
-            guard out.count + piece.count <= configuration.maxBodyBytes else { throw ServiceError.tooLarge(configuration.maxBodyBytes) }
+            guard count + piece.count <= configuration.maxBodyBytes else { throw ServiceError.tooLarge(configuration.maxBodyBytes) }
             // A body of no declared length is counted as it comes, in steps of at least 1 MiB.
-            if out.count + piece.count > reserved { try reserve(min(configuration.maxBodyBytes, max(out.count + piece.count, reserved + (1 << 20)))) }
-            out.append(contentsOf: piece)
+            if count + piece.count > reserved { try reserve(min(configuration.maxBodyBytes, max(count + piece.count, reserved + (1 << 20)))) }
+            try keep(piece)
+            count += piece.count
         }
-        return out
     }
 
     /// Refuses unless the caller may write into `table`: any served table for a write token,

@@ -508,8 +508,9 @@ public final class HTTPConnection: Connection {
     }
 
     /// Sent whole (`POST /v1/push`): the service applies it in one transaction of its database.
-    public func applyGuardedPush(_ push: GuardedPush) throws -> GuardedPushOutcome {
-        try PushDocument.decodeOutcome(client.expect("POST", ProtocolRoute.push.target(), body: try PushDocument.encode(push)))
+    public func applyGuardedPush(_ push: any GuardedPushRows) throws -> GuardedPushOutcome {
+        let whole = try (push as? GuardedPush) ?? GuardedPush(collecting: push)
+        return try PushDocument.decodeOutcome(client.expect("POST", ProtocolRoute.push.target(), body: try PushDocument.encode(whole)))
     }
 
     public func pushCommitted(_ id: String) throws -> Bool {

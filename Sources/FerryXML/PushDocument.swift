@@ -53,92 +53,15 @@ public enum PushDocument {
         return Data(out)
     }
 
-    /// Decodes a push; `columns(table, names)` gives the served table's columns of those names
-    /// (and refuses a table that is not served or a column it does not have).
+    /// Decodes a push whole; `columns(table, names)` gives the served table's columns of those
+    /// names (and refuses a table that is not served or a column it does not have).
     public static func decode(
         _ data: Data, limits: XMLLimits = XMLLimits(), columns resolve: (TableName, [String]) throws -> [Column]
     ) throws -> GuardedPush {
         try XMLGuard.check(data, limits: limits)
-        var push = GuardedPush(id: "", tables: [])
-        try data.withUnsafeBytes { raw in
-            var p = RowsParser(raw, limits: limits)
-            var text: [UInt8] = []
-            var index = 0
-            let open = try p.start(root: "<push")
-            guard let id = p.rootAttributes["id"], !id.isEmpty, id.utf8.count <= 64 else {
-                throw XMLWireError.unexpected("<push> needs an id of 1 to 64 characters")
-            }
-            push.id = id
-            guard open else { return }
-            while true {
-                try p.skipMisc()
-                if p.eat("</push>") {
-                    try p.skipMisc()
-                    guard p.i == raw.count else { throw p.error("content after </push>") }
-                    return
-                }
-                guard p.eat("<table") else { throw p.error("expected <table> or </push>") }
-                let (attrs, selfClosing) = try p.attributes()
-                guard let name = attrs["name"], !name.isEmpty else { throw p.error("<table> needs a name") }
-                let table = TableName(schema: attrs["schema"], name)
-                var names: [String] = []
-                var key: [String] = []
-                var changes: GuardedTableChanges?
-                var types: [LogicalType] = []
-                if selfClosing {
-                    push.tables.append(GuardedTableChanges(table: table, columns: try resolve(table, []), key: []))
-                    continue
-                }
-                func resolved() throws -> GuardedTableChanges {
-                    if let changes { return changes }
-                    guard !names.isEmpty, !key.isEmpty else { throw p.error("<table name=\"\(name)\"> needs its <column> and <key> elements first") }
-                    guard Set(key).isSubset(of: names) else { throw p.error("a <key> of \(name) is not one of its <column> elements") }
-                    guard Set(names).count == names.count else { throw p.error("a <column> of \(name) is given twice") }
-                    let cols = try resolve(table, names)
-                    types = cols.map(\.logicalType)
-                    return GuardedTableChanges(table: table, columns: cols, key: key, resetSerial: attrs["reset-serial"] == "1")
-                }
-                while true {
-                    try p.skipMisc()
-                    if p.eat("</table>") { break }
-                    let isColumn = p.eat("<column")
-                    if isColumn || p.eat("<key") {
-                        guard changes == nil else { throw p.error("<column> and <key> come before the rows") }
-                        let (a, closed) = try p.attributes()
-                        guard closed, let n = a["name"], !n.isEmpty else { throw p.error("expected <column name=\"…\"/> or <key name=\"…\"/>") }
-                        if isColumn { names.append(n) } else { key.append(n) }
-                        continue
-                    }
-                    let closing: StaticString
-                    let kind: Int
-                    if p.eat("<insert>") { (closing, kind) = ("</insert>", 0) } else if p.eat("<update>") { (closing, kind) = ("</update>", 1) } else if p.eat("<delete>") {
-                        (closing, kind) = ("</delete>", 2)
-                    } else {
-                        throw p.error("expected <column>, <key>, <insert>, <update>, <delete> or </table>")
-                    }
-                    var t = try resolved()
-                    var batch = RowBatch(types: types, capacity: 0)
-                    while true {
-                        try p.skipMisc()
-                        if p.eat(closing) { break }
-                        guard p.eat("<r>") else { throw p.error("expected <r>") }
-                        try XMLRowsDecoder.row(&p, closing: "</r>", types: types, names: t.columns.map(\.name), index: index, text: &text, into: &batch)
-                        index += 1
-                    }
-                    let rows = (0..<batch.count).map { batch.row($0, types: types) }
-                    switch kind {
-                    case 0: t.inserts += rows
-                    case 1:
-                        guard rows.count % 2 == 0 else { throw p.error("<update> holds pairs of rows (expected, new)") }
-                        for i in stride(from: 0, to: rows.count, by: 2) { t.updates.append(.init(expected: rows[i], row: rows[i + 1])) }
-                    default: t.deletes += rows
-                    }
-                    changes = t
-                }
-                push.tables.append(try resolved())
-            }
+        return try data.withUnsafeBytes { raw in
+            try GuardedPush(collecting: PushDocumentRows(raw, limits: limits, columns: resolve))
         }
-        return push
     }
 
     /// The answer to a push.
@@ -193,6 +116,147 @@ public enum PushDocument {
             return .changed(root.children("changed").map { ChangedRow(table: table($0, "table"), key: $0.attributes["key"] ?? "") })
         case let other:
             throw XMLWireError.unexpected("<push> answered with status \(other ?? "(none)")")
+        }
+    }
+}
+
+/// A push document read where it lies (a request body mapped from its file): indexed once — its
+/// tables, and where each section's rows are, every value decoded and checked on the way — then
+/// decoded again, a batch at a time, each time the applier asks for a part of a table
+/// (`GuardedPushRows`). Its rows are never held whole. `bytes` must stay valid while it is used;
+/// `passed` is told the bytes each pass has gone through (pages the owner may give back).
+public final class PushDocumentRows: GuardedPushRows {
+    public let id: String
+    public let tables: [GuardedTableChanges]
+    /// One `<insert>`, `<update>` or `<delete>` of a table: where its first row starts.
+    struct Section {
+        var kind: Kind
+        var start: Int
+        var rows: Int
+    }
+
+    enum Kind {
+        case insert, update, delete
+        var closing: StaticString {
+            switch self {
+            case .insert: return "</insert>"
+            case .update: return "</update>"
+            case .delete: return "</delete>"
+            }
+        }
+    }
+
+    let sections: [[Section]]
+    let bytes: UnsafeRawBufferPointer
+    let limits: XMLLimits
+    let passed: ((Range<Int>) -> Void)?
+
+    /// Indexes the document in `bytes` (already through `XMLGuard`); `resolve(table, names)`
+    /// gives the served table's columns of those names.
+    public init(
+        _ bytes: UnsafeRawBufferPointer, limits: XMLLimits = XMLLimits(), passed: ((Range<Int>) -> Void)? = nil,
+        columns resolve: (TableName, [String]) throws -> [Column]
+    ) throws {
+        self.bytes = bytes
+        self.limits = limits
+        self.passed = passed
+        var p = RowsParser(bytes, limits: limits)
+        var tables: [GuardedTableChanges] = []
+        var sections: [[Section]] = []
+        var index = 0
+        let open = try p.start(root: "<push")
+        guard let id = p.rootAttributes["id"], !id.isEmpty, id.utf8.count <= 64 else {
+            throw XMLWireError.unexpected("<push> needs an id of 1 to 64 characters")
+        }
+        self.id = id
+        if open {
+            reading: while true {
+                try p.skipMisc()
+                if p.eat("</push>") {
+                    try p.skipMisc()
+                    guard p.i == bytes.count else { throw p.error("content after </push>") }
+                    break reading
+                }
+                guard p.eat("<table") else { throw p.error("expected <table> or </push>") }
+                let (attrs, selfClosing) = try p.attributes()
+                guard let name = attrs["name"], !name.isEmpty else { throw p.error("<table> needs a name") }
+                let table = TableName(schema: attrs["schema"], name)
+                if selfClosing {
+                    tables.append(GuardedTableChanges(table: table, columns: try resolve(table, []), key: []))
+                    sections.append([])
+                    continue
+                }
+                var names: [String] = []
+                var key: [String] = []
+                var header: GuardedTableChanges?
+                var found: [Section] = []
+                func resolved() throws -> GuardedTableChanges {
+                    if let header { return header }
+                    guard !names.isEmpty, !key.isEmpty else { throw p.error("<table name=\"\(name)\"> needs its <column> and <key> elements first") }
+                    guard Set(key).isSubset(of: names) else { throw p.error("a <key> of \(name) is not one of its <column> elements") }
+                    guard Set(names).count == names.count else { throw p.error("a <column> of \(name) is given twice") }
+                    let t = GuardedTableChanges(table: table, columns: try resolve(table, names), key: key, resetSerial: attrs["reset-serial"] == "1")
+                    header = t
+                    return t
+                }
+                while true {
+                    try p.skipMisc()
+                    if p.eat("</table>") { break }
+                    let isColumn = p.eat("<column")
+                    if isColumn || p.eat("<key") {
+                        guard header == nil else { throw p.error("<column> and <key> come before the rows") }
+                        let (a, closed) = try p.attributes()
+                        guard closed, let n = a["name"], !n.isEmpty else { throw p.error("expected <column name=\"…\"/> or <key name=\"…\"/>") }
+                        if isColumn { names.append(n) } else { key.append(n) }
+                        continue
+                    }
+                    let kind: Kind
+                    if p.eat("<insert>") { kind = .insert } else if p.eat("<update>") { kind = .update } else if p.eat("<delete>") {
+                        kind = .delete
+                    } else {
+                        throw p.error("expected <column>, <key>, <insert>, <update>, <delete> or </table>")
+                    }
+                    let t = try resolved()
+                    // Every value decoded once here, so that a malformed one is refused before
+                    // anything is written; the rows are let go of as they are checked.
+                    let start = p.i
+                    let rows = try p.sectionRows(
+                        closing: kind.closing, types: t.columns.map(\.logicalType), names: t.columns.map(\.name), index: &index, batchSize: 1_000,
+                        passed: passed) { _ in }
+                    let section = Section(kind: kind, start: start, rows: rows)
+                    guard kind != .update || section.rows % 2 == 0 else { throw p.error("<update> holds pairs of rows (expected, new)") }
+                    found.append(section)
+                }
+                tables.append(try resolved())
+                sections.append(found)
+            }
+        }
+        self.tables = tables
+        self.sections = sections
+    }
+
+    public func hasRows(table index: Int) -> Bool { sections[index].contains { $0.rows > 0 } }
+
+    public func forEach(_ part: GuardedPart, ofTable index: Int, batchSize: Int, _ body: (RowBatch) throws -> Void) throws {
+        let t = tables[index]
+        let types = t.columns.map(\.logicalType)
+        let names = t.columns.map(\.name)
+        let kind: Kind
+        // Of an update's pairs, the first (expected) or the second (new) row.
+        var pairs: Int?
+        switch part {
+        case .inserts: kind = .insert
+        case .expected: (kind, pairs) = (.update, 0)
+        case .updates: (kind, pairs) = (.update, 1)
+        case .deletes: kind = .delete
+        }
+        var row = 0
+        for s in sections[index] where s.kind == kind && s.rows > 0 {
+            var p = RowsParser(bytes, limits: limits)
+            p.i = s.start
+            _ = try p.sectionRows(
+                closing: kind.closing, types: types, names: names, index: &row, batchSize: batchSize,
+                keep: pairs.map { half in { $0 % 2 == half } }, passed: passed, body)
         }
     }
 }

@@ -234,3 +234,44 @@ struct RowsParser {
         out.append(contentsOf: String(Character(scalar)).utf8)
     }
 }
+
+extension RowsParser {
+    /// The `<r>` rows of a section (its start tag just read) up to `closing`, decoded as `types`:
+    /// those `keep` wants (all, without it) handed to `body` in batches of at most `batchSize`
+    /// rows, and each stretch of the document behind a handed-out batch told to `passed` (a
+    /// mapped body's owner gives those pages back). `index` numbers the rows for messages.
+    /// Returns the rows the section holds. How push documents and change sets are read where
+    /// they lie, a batch at a time.
+    mutating func sectionRows(
+        closing: StaticString, types: [LogicalType], names: [String], index: inout Int, batchSize: Int,
+        keep: ((Int) -> Bool)? = nil, passed: ((Range<Int>) -> Void)?, _ body: (RowBatch) throws -> Void
+    ) throws -> Int {
+        var batch = RowBatch(types: types, capacity: 0)
+        var skipped = RowBatch(types: types, capacity: 0)
+        var text: [UInt8] = []
+        var from = i
+        var n = 0
+        while true {
+            try skipMisc()
+            if eat(closing) { break }
+            guard eat("<r>") else { throw error("expected <r> or the end of the section") }
+            if let keep, !keep(n) {
+                try XMLRowsDecoder.row(&self, closing: "</r>", types: types, names: names, index: index, text: &text, into: &skipped)
+                if skipped.count >= 1_000 { skipped = RowBatch(types: types, capacity: 0) }
+            } else {
+                try XMLRowsDecoder.row(&self, closing: "</r>", types: types, names: names, index: index, text: &text, into: &batch)
+            }
+            n += 1
+            index += 1
+            if batch.isFull(rows: batch.count, limit: max(batchSize, 1)) {
+                try body(batch)
+                batch = RowBatch(types: types, capacity: 0)
+                passed?(from..<i)
+                from = i
+            }
+        }
+        if !batch.isEmpty { try body(batch) }
+        passed?(from..<i)
+        return n
+    }
+}

@@ -18,22 +18,33 @@ public struct XMLElementNode: Sendable, Equatable {
 
 /// Checks done before any parser sees a document: size and no DOCTYPE/ENTITY declarations
 /// (so no external entity is ever resolved and no entity is ever expanded).
-enum XMLGuard {
+public enum XMLGuard {
     static func check(_ data: Data, limits: XMLLimits) throws {
-        if data.count > limits.maxValueBytes * 4 { throw XMLWireError.limitExceeded("\(data.count) bytes is more than allowed") }
-        try data.withUnsafeBytes { raw in
-            // `<!D…`, `<!d…` (DOCTYPE) and `<!E…` (ENTITY): one pass over the bytes. Also `<?`
-            // (a processing instruction) anywhere but the XML declaration at the start: no
-            // document of the protocol has one, and Foundation's XMLParser on Linux crashes on
-            // one without data (`<?x?>`: strlen of a null pointer — found by scripts/fuzz-serve).
-            var i = 0
-            let n = raw.count
-            let declaration = n >= 3 && raw[0] == 0xEF && raw[1] == 0xBB && raw[2] == 0xBF ? 3 : 0
-            while i + 2 < n {
-                if raw[i] == 60 && raw[i + 1] == 33 {
+        try data.withUnsafeBytes { raw in try check(raw, limits: limits) }
+    }
+
+    /// The checks on a document where it lies; `passed` is told each stretch of it the checks
+    /// have gone through (a mapped body's owner gives those pages back).
+    public static func check(_ raw: UnsafeRawBufferPointer, limits: XMLLimits, passed: ((Range<Int>) -> Void)? = nil) throws {
+        if raw.count > limits.maxValueBytes * 4 { throw XMLWireError.limitExceeded("\(raw.count) bytes is more than allowed") }
+        // `<!D…`, `<!d…` (DOCTYPE) and `<!E…` (ENTITY): one pass over the bytes. Also `<?`
+        // (a processing instruction) anywhere but the XML declaration at the start: no
+        // document of the protocol has one, and Foundation's XMLParser on Linux crashes on
+        // one without data (`<?x?>`: strlen of a null pointer — found by scripts/fuzz-serve).
+        var i = 0
+        let n = raw.count
+        let declaration = n >= 3 && raw[0] == 0xEF && raw[1] == 0xBB && raw[2] == 0xBF ? 3 : 0
+        // In stretches of about 1 MiB, each ending before an ASCII byte (never inside a UTF-8
+        // sequence), so that each is checked for UTF-8 on its own and then let go of.
+        var from = 0
+        while from < n {
+            var end = min(from + (1 << 20), n)
+            while end < n && raw[end] >= 0x80 { end += 1 }
+            while i < end {
+                if i + 2 < n && raw[i] == 60 && raw[i + 1] == 33 {
                     let c = raw[i + 2]
                     if c == 68 || c == 100 || c == 69 { throw XMLWireError.forbiddenDeclaration }
-                } else if raw[i] == 60 && raw[i + 1] == 63 {
+                } else if i + 1 < n && raw[i] == 60 && raw[i + 1] == 63 {
                     let isDeclaration = i == declaration && i + 5 < n && raw[i + 2] == 120 && raw[i + 3] == 109 && raw[i + 4] == 108
                         && (raw[i + 5] == 32 || raw[i + 5] == 9 || raw[i + 5] == 10 || raw[i + 5] == 13)
                     if !isDeclaration {
@@ -44,9 +55,11 @@ enum XMLGuard {
             }
             // Foundation's XMLParser on Linux traps on invalid UTF-8 in element and attribute
             // names (found by the fuzz test): only valid UTF-8 reaches it.
-            guard XMLText.isValidUTF8(raw) else {
+            guard XMLText.isValidUTF8(UnsafeRawBufferPointer(rebasing: raw[from..<end])) else {
                 throw XMLWireError.malformed("the document is not valid UTF-8", line: 0)
             }
+            passed?(from..<end)
+            from = end
         }
     }
 }
@@ -229,47 +242,16 @@ public struct ChangeSet {
     /// sections are optional and may repeat.
     public static func decode(_ data: Data, columns: [Column], key: [Column], limits: XMLLimits = XMLLimits()) throws -> ChangeSet {
         try XMLGuard.check(data, limits: limits)
-        let types = columns.map(\.logicalType)
-        let names = columns.map(\.name)
-        let keyTypes = key.map(\.logicalType)
-        let keyNames = key.map(\.name)
-        var set = ChangeSet(
-            inserts: RowBatch(types: types, capacity: 0), upserts: RowBatch(types: types, capacity: 0),
-            deletes: RowBatch(types: keyTypes, capacity: 0))
-        try data.withUnsafeBytes { raw in
-            var p = RowsParser(raw, limits: limits)
-            var text: [UInt8] = []
-            var index = 0
-            guard try p.start(root: "<changes") else { return }
-            while true {
-                try p.skipMisc()
-                if p.eat("</changes>") {
-                    try p.skipMisc()
-                    guard p.i == raw.count else { throw p.error("content after </changes>") }
-                    return
-                }
-                let section: (StaticString, Int)
-                if p.eat("<insert>") { section = ("</insert>", 0) } else if p.eat("<upsert>") { section = ("</upsert>", 1) } else if p.eat("<delete>") {
-                    section = ("</delete>", 2)
-                } else if p.eat("<insert/>") || p.eat("<upsert/>") || p.eat("<delete/>") {
-                    continue
-                } else {
-                    throw p.error("expected <insert>, <upsert>, <delete> or </changes>")
-                }
-                while true {
-                    try p.skipMisc()
-                    if p.eat(section.0) { break }
-                    guard p.eat("<r>") else { throw p.error("expected <r> in a change section") }
-                    switch section.1 {
-                    case 0: try XMLRowsDecoder.row(&p, closing: "</r>", types: types, names: names, index: index, text: &text, into: &set.inserts)
-                    case 1: try XMLRowsDecoder.row(&p, closing: "</r>", types: types, names: names, index: index, text: &text, into: &set.upserts)
-                    default: try XMLRowsDecoder.row(&p, closing: "</r>", types: keyTypes, names: keyNames, index: index, text: &text, into: &set.deletes)
-                    }
-                    index += 1
-                }
-            }
+        return try data.withUnsafeBytes { raw in
+            let rows = try ChangeSetRows(raw, columns: columns, key: key, limits: limits)
+            var set = ChangeSet(
+                inserts: RowBatch(types: columns.map(\.logicalType), capacity: 0), upserts: RowBatch(types: columns.map(\.logicalType), capacity: 0),
+                deletes: RowBatch(types: key.map(\.logicalType), capacity: 0))
+            try rows.forEach(.insert, batchSize: 10_000) { set.inserts.append(contentsOf: $0) }
+            try rows.forEach(.upsert, batchSize: 10_000) { set.upserts.append(contentsOf: $0) }
+            try rows.forEach(.delete, batchSize: 10_000) { set.deletes.append(contentsOf: $0) }
+            return set
         }
-        return set
     }
 
     /// Encodes a change set for `columns` (inserts, upserts) and `key` (deletes).
@@ -288,5 +270,96 @@ public struct ChangeSet {
         }
         out += Array("</changes>\n".utf8)
         return Data(out)
+    }
+}
+
+/// A change set read where it lies (a request body mapped from its file): indexed once — where
+/// each section's rows are, every value decoded and checked on the way — then each kind of
+/// change decoded again a batch at a time (`forEach`): never held whole. `bytes` must stay valid
+/// while it is used; `passed` is told the bytes each pass has gone through (pages the owner may
+/// give back).
+public final class ChangeSetRows {
+    public enum Kind: Sendable {
+        case insert, upsert, delete
+        var closing: StaticString {
+            switch self {
+            case .insert: return "</insert>"
+            case .upsert: return "</upsert>"
+            case .delete: return "</delete>"
+            }
+        }
+    }
+
+    struct Section {
+        var kind: Kind
+        var start: Int
+        var rows: Int
+    }
+
+    let sections: [Section]
+    let bytes: UnsafeRawBufferPointer
+    let limits: XMLLimits
+    let passed: ((Range<Int>) -> Void)?
+    /// Rows to insert and upsert carry `columns`, rows to delete `key`.
+    public let columns: [Column]
+    public let key: [Column]
+
+    /// Indexes the change set in `bytes` (already through `XMLGuard`).
+    public init(
+        _ bytes: UnsafeRawBufferPointer, columns: [Column], key: [Column], limits: XMLLimits = XMLLimits(),
+        passed: ((Range<Int>) -> Void)? = nil
+    ) throws {
+        self.bytes = bytes
+        self.limits = limits
+        self.passed = passed
+        self.columns = columns
+        self.key = key
+        var p = RowsParser(bytes, limits: limits)
+        var index = 0
+        var sections: [Section] = []
+        if try p.start(root: "<changes") {
+            while true {
+                try p.skipMisc()
+                if p.eat("</changes>") {
+                    try p.skipMisc()
+                    guard p.i == bytes.count else { throw p.error("content after </changes>") }
+                    break
+                }
+                let kind: Kind
+                if p.eat("<insert>") { kind = .insert } else if p.eat("<upsert>") { kind = .upsert } else if p.eat("<delete>") {
+                    kind = .delete
+                } else if p.eat("<insert/>") || p.eat("<upsert/>") || p.eat("<delete/>") {
+                    continue
+                } else {
+                    throw p.error("expected <insert>, <upsert>, <delete> or </changes>")
+                }
+                let cols = kind == .delete ? key : columns
+                // Every value decoded once here, so that a malformed one is refused before
+                // anything is written; the rows are let go of as they are checked.
+                let start = p.i
+                let rows = try p.sectionRows(
+                    closing: kind.closing, types: cols.map(\.logicalType), names: cols.map(\.name), index: &index, batchSize: 1_000,
+                    passed: passed) { _ in }
+                let section = Section(kind: kind, start: start, rows: rows)
+                sections.append(section)
+            }
+        }
+        self.sections = sections
+    }
+
+    /// Rows of that kind.
+    public func count(_ kind: Kind) -> Int { sections.filter { $0.kind == kind }.reduce(0) { $0 + $1.rows } }
+
+    /// Hands the rows of `kind` to `body` in document order, in batches of at most `batchSize`.
+    public func forEach(_ kind: Kind, batchSize: Int, _ body: (RowBatch) throws -> Void) throws {
+        let cols = kind == .delete ? key : columns
+        let types = cols.map(\.logicalType)
+        let names = cols.map(\.name)
+        var row = 0
+        for s in sections where s.kind == kind && s.rows > 0 {
+            var p = RowsParser(bytes, limits: limits)
+            p.i = s.start
+            _ = try p.sectionRows(closing: kind.closing, types: types, names: names, index: &row, batchSize: batchSize, passed: passed, body)
+        }
     }
 }

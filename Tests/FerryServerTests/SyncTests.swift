@@ -382,6 +382,65 @@ final class SyncTests: XCTestCase {
         }
     }
 
+    /// A guarded push of more rows of every part than two batches (the applier checks and
+    /// writes 1,000 rows a statement batch; through `ferry serve` the document is kept in a
+    /// temporary file and read again for each part): one stale expectation in its last batch
+    /// applies nothing and is named alone; as expected, every insert, update and delete lands,
+    /// value by value, directly and through the service, on every engine.
+    func testALargeGuardedPushIsCheckedAndWrittenABatchAtATime() async throws {
+        for origin in try SyncOrigin.all(folder: folder) {
+            try origin.reset(rows: 2_500)
+            let service = try await RunningService(database: origin.url, drivers: SyncOrigin.drivers)
+            defer { service.stop() }
+            for (via, url) in [("direct", origin.url), ("service", service.url(token: service.write))] {
+                let what = "\(origin.name) \(via)"
+                try origin.refill(rows: 2_500)
+                let c = try origin.registry.connect(try Endpoint(parsing: url), role: .target)
+                defer { c.close() }
+                let s = try c.describe(TableName("s")), p = try c.describe(TableName("p")), ch = try c.describe(TableName("ch"))
+                func images(_ table: String, _ schema: TableSchema) throws -> [[Value]] {
+                    try origin.rows(table).map { row in schema.columns.map { row[$0.name] ?? .null } }
+                        .sorted { $0[0].description.count != $1[0].description.count ? $0[0].description.count < $1[0].description.count : $0[0].description < $1[0].description }
+                }
+                let sBefore = try images("s", s), pBefore = try images("p", p), chBefore = try images("ch", ch)
+                XCTAssertEqual(sBefore.count, 2_500, what)
+                guard let v = s.columns.firstIndex(where: { $0.name == "v" }), let sId = s.columns.firstIndex(where: { $0.name == "id" }) else { return XCTFail(what) }
+                let updated = sBefore.map { row -> [Value] in
+                    var r = row
+                    r[v] = .text("pushed \(row[sId])")
+                    return r
+                }
+                let inserted: [[Value]] = (0..<2_200).map { i in [.int(Int64(10_000 + i)), .text("big-p\(i)"), .text("x"), .int(Int64(i))] }
+                let deleted = Array(chBefore.prefix(1_100))
+                func push(_ id: String, staleAt stale: Int?) -> GuardedPush {
+                    var st = GuardedTableChanges(table: s.name, columns: s.columns, key: ["id"])
+                    st.updates = zip(sBefore, updated).enumerated().map { i, pair in
+                        var expected = pair.0
+                        if i == stale { expected[v] = .text("not what it is") }
+                        return .init(expected: expected, row: pair.1)
+                    }
+                    return GuardedPush(id: id, tables: [
+                        GuardedTableChanges(table: p.name, columns: p.columns, key: ["id"], inserts: inserted), st,
+                        GuardedTableChanges(table: ch.name, columns: ch.columns, key: ["id"], deletes: deleted),
+                    ])
+                }
+                let refused = try c.applyGuardedPush(push("big-1", staleAt: 2_400))
+                XCTAssertEqual(refused, .changed([ChangedRow(table: s.name, key: "id=\(sBefore[2_400][sId])")]), what)
+                XCTAssertEqual(try images("s", s), sBefore, "\(what): nothing applied")
+                XCTAssertEqual(try images("p", p), pBefore, "\(what): nothing applied")
+                XCTAssertEqual(try images("ch", ch), chBefore, "\(what): nothing applied")
+                guard case .applied(let counts) = try c.applyGuardedPush(push("big-2", staleAt: nil)) else { return XCTFail(what) }
+                XCTAssertEqual(counts[p.name], MergeCounts(inserted: 2_200), what)
+                XCTAssertEqual(counts[s.name], MergeCounts(updated: 2_500), what)
+                XCTAssertEqual(counts[ch.name], MergeCounts(deleted: 1_100), what)
+                XCTAssertEqual(try images("s", s), updated, what)
+                XCTAssertEqual(try images("p", p), pBefore + inserted, what)
+                XCTAssertEqual(try images("ch", ch), Array(chBefore.dropFirst(1_100)), what)
+                XCTAssertTrue(try c.pushCommitted("big-2"), what)
+            }
+        }
+    }
+
     /// Snapshot and origin hold the same rows (every column of every table).
     func assertEqual(_ origin: SyncOrigin, _ file: SyncFile, file f: StaticString = #filePath, line: UInt = #line) throws {
         for t in SyncOrigin.tables {

@@ -337,6 +337,61 @@ final class XMLServiceTests: XCTestCase {
         }
     }
 
+    /// A change set of more rows of each kind than three batches, which the service keeps in a
+    /// temporary file and applies a batch at a time: applied whole, inserts then upserts then
+    /// deletes, every value as sent; a duplicate key in the last batch of its inserts applies
+    /// nothing and names the row by its place in the request.
+    func testALargeChangeSetIsAppliedABatchAtATime() async throws {
+        var urls = ["sqlite:" + folder.path("large-changes.db")]
+        urls.append(try TestDatabases.serverURL("FERRY_TEST_POSTGRES_URL"))
+        urls.append(try TestDatabases.serverURL("FERRY_TEST_MYSQL_URL"))
+        for url in urls {
+            let db = try harness.registry.connect(url, role: .target)
+            defer { db.close() }
+            let table = TableName("ferry_large_changes")
+            try db.begin()
+            try db.dropTable(table)
+            try db.createTable(TableSchema(name: table, engine: Engine("test"), columns: [
+                Column(name: "id", nativeType: "", logicalType: .int64, isNullable: false),
+                Column(name: "name", nativeType: "", logicalType: .text(maxLength: 40, fixed: false))], primaryKey: ["id"]), named: table)
+            try db.commit()
+            let service = try await RunningService(database: url, drivers: drivers)
+            defer { service.stop() }
+            func section(_ tag: String, _ ids: [Int], _ name: ((Int) -> String)?) -> String {
+                "<\(tag)>\n" + ids.map { id in "<r><v>\(id)</v>" + (name.map { "<v>\($0(id))</v>" } ?? "") + "</r>\n" }.joined() + "</\(tag)>\n"
+            }
+            // 32,000 inserts; 31,000 upserts, 7,000 of them of rows just inserted; 21,000 deletes.
+            let document = "<changes>\n" + section("insert", Array(0..<32_000)) { "n\($0) &amp; &lt;x&gt;" }
+                + section("upsert", Array(25_000..<56_000)) { "u\($0)" } + section("delete", Array(0..<21_000), nil) + "</changes>\n"
+            var (status, body) = try service.request("POST", "v1/tables/ferry_large_changes/changes", token: service.readWrite, body: Data(document.utf8))
+            XCTAssertEqual(status, 200, "\(url.prefix(8)): \(body)")
+            XCTAssertTrue(body.contains("inserted=\"32000\" upserted=\"31000\" deleted=\"21000\""), "\(url.prefix(8)): \(body)")
+            var expected: [Int64: String] = [:]
+            for id in 21_000..<25_000 { expected[Int64(id)] = "n\(id) & <x>" }
+            for id in 25_000..<56_000 { expected[Int64(id)] = "u\(id)" }
+            func rows() throws -> [Int64: String] {
+                var out: [Int64: String] = [:]
+                for row in try DriverConformance.readAll(db, table) {
+                    guard case .int(let id) = row[0], case .text(let name) = row[1] else {
+                        XCTFail("\(url.prefix(8)): an unexpected row \(row)")
+                        continue
+                    }
+                    out[id] = name
+                }
+                return out
+            }
+            XCTAssertEqual(try rows().count, expected.count, "\(url.prefix(8))")
+            XCTAssertTrue(try rows() == expected, "\(url.prefix(8)): every value as sent")
+            // A key taken, in the last batch of 25,000 inserts: nothing of it or of the upserts applied.
+            let taken = "<changes>\n" + section("insert", Array(100_000..<124_999) + [30_000]) { "late\($0)" }
+                + section("upsert", [21_000]) { _ in "changed" } + "</changes>\n"
+            (status, body) = try service.request("POST", "v1/tables/ferry_large_changes/changes", token: service.readWrite, body: Data(taken.utf8))
+            XCTAssertEqual(status, 422, "\(url.prefix(8)): \(body)")
+            XCTAssertTrue(try rows() == expected, "\(url.prefix(8)): nothing applied")
+            try db.begin(); try db.dropTable(table); try db.commit()
+        }
+    }
+
     /// Token scopes: read tokens read (and hold read snapshots); write tokens write rows,
     /// change sets and pushes, and create, fill and drop only their own loads' staging tables;
     /// only manage tokens create, drop or replace served tables.

@@ -23,7 +23,7 @@ public final class KeyedHashSpill: @unchecked Sendable {
     public static let maxRows: Int64 = 1 << 26
     static let pairsPerPiece = 1 << 16
 
-    private var fd: Int32
+    private let file: TemporaryFile
     /// Pairs waiting to be written (key, hash, key, hash, …): raw memory, as the accumulator's.
     @exclusivity(unchecked) private var buffer: UnsafeMutablePointer<Int64>
     @exclusivity(unchecked) private var buffered = 0
@@ -40,19 +40,12 @@ public final class KeyedHashSpill: @unchecked Sendable {
     /// (for `sortedPairs`; `forEach` then hands them on in that order).
     public init?(sortingPieces: Bool = false) {
         sortsPieces = sortingPieces
-        let dir = ProcessInfo.processInfo.environment["TMPDIR"].flatMap { $0.isEmpty ? nil : $0 } ?? "/tmp"
-        var template = Array((dir.hasSuffix("/") ? dir : dir + "/").utf8CString.dropLast()) + Array("ferry-digest-XXXXXX".utf8CString)
-        let fd = template.withUnsafeMutableBufferPointer { mkstemp($0.baseAddress!) }
-        guard fd >= 0 else { return nil }
-        template.withUnsafeBufferPointer { _ = unlink($0.baseAddress!) }
-        self.fd = fd
+        guard let file = TemporaryFile(prefix: "ferry-digest") else { return nil }
+        self.file = file
         buffer = .allocate(capacity: 2 * Self.pairsPerPiece)
     }
 
-    deinit {
-        if fd >= 0 { close(fd) }
-        buffer.deallocate()
-    }
+    deinit { buffer.deallocate() }
 
     /// Adds one row's key and row hash.
     @inline(__always)
@@ -83,18 +76,7 @@ public final class KeyedHashSpill: @unchecked Sendable {
                 pairs.sort { $0.key < $1.key }
             }
         }
-        let bytes = buffered * 8
-        var offset = 0
-        var ok = true
-        while offset < bytes {
-            let n = write(fd, UnsafeRawPointer(buffer) + offset, bytes - offset)
-            if n < 0 && errno == EINTR { continue }
-            guard n > 0 else {
-                ok = false
-                break
-            }
-            offset += n
-        }
+        let ok = file.write(UnsafeRawBufferPointer(start: buffer, count: buffered * 8)) == nil
         buffered = 0
         if !ok || rows > Self.maxRows { giveUp() }
     }
@@ -104,8 +86,7 @@ public final class KeyedHashSpill: @unchecked Sendable {
         failed = true
         isComplete = false
         buffered = 0
-        if fd >= 0 { close(fd) }
-        fd = -1
+        file.close()
     }
 
     /// Hands every row's key and hash to `body`, in the order they were appended. Throws when
@@ -132,9 +113,7 @@ public final class KeyedHashSpill: @unchecked Sendable {
         let want = count * 16
         var filled = 0
         while filled < want {
-            let n = pread(fd, into + filled, want - filled, off_t(first * 16) + off_t(filled))
-            if n < 0 && errno == EINTR { continue }
-            if n <= 0 { return false }
+            guard let n = file.read(at: Int(first * 16) + filled, count: want - filled, into: into + filled), n > 0 else { return false }
             filled += n
         }
         return true

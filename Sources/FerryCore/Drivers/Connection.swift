@@ -202,7 +202,7 @@ public protocol Connection: AnyObject {
     /// Applies `push` all together or not at all, each change guarded by the image it expects
     /// (see `GuardedPush`); recorded under the push's id in the same transaction. Default:
     /// `GuardedPushApplier` on this connection (the XML service's driver sends it whole).
-    func applyGuardedPush(_ push: GuardedPush) throws -> GuardedPushOutcome
+    func applyGuardedPush(_ push: any GuardedPushRows) throws -> GuardedPushOutcome
     /// True when a guarded push with this id was committed here.
     func pushCommitted(_ id: String) throws -> Bool
 
@@ -296,7 +296,7 @@ extension Connection {
     public var committedCounts: MergeCounts? { nil }
     public var stagesKeyedWrites: Bool { false }
 
-    public func applyGuardedPush(_ push: GuardedPush) throws -> GuardedPushOutcome {
+    public func applyGuardedPush(_ push: any GuardedPushRows) throws -> GuardedPushOutcome {
         try GuardedPushApplier.apply(push, on: self)
     }
 

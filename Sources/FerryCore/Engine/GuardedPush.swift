@@ -17,6 +17,78 @@ public struct GuardedPush: Sendable {
     }
 }
 
+/// The rows of a guarded push, handed out a part of a table at a time in batches: held
+/// (`GuardedPush`), or decoded from a document where it lies each time they are asked for (the
+/// service's `POST /v1/push`, which checks every row before it writes one and so reads them
+/// twice, and does not hold a large push whole).
+public protocol GuardedPushRows {
+    var id: String { get }
+    /// Parents first: each table's name, columns, key and `resetSerial` (its row lists may be
+    /// empty here: `forEach` hands them out).
+    var tables: [GuardedTableChanges] { get }
+    /// True when table `index` has rows in any part.
+    func hasRows(table index: Int) -> Bool
+    /// Hands table `index`'s rows of `part` to `body` in order, in batches of at most `batchSize`
+    /// rows laid out as the table's `columns`.
+    func forEach(_ part: GuardedPart, ofTable index: Int, batchSize: Int, _ body: (RowBatch) throws -> Void) throws
+}
+
+/// A part of one table's changes in a guarded push.
+public enum GuardedPart: Sendable {
+    /// Rows whose keys must be free.
+    case inserts
+    /// The rows updates expect (the first of each pair).
+    case expected
+    /// The rows updates write (the second of each pair), in the order of `expected`.
+    case updates
+    /// The images of the rows to delete.
+    case deletes
+}
+
+extension GuardedPush: GuardedPushRows {
+    public func hasRows(table index: Int) -> Bool { !tables[index].isEmpty }
+
+    public func forEach(_ part: GuardedPart, ofTable index: Int, batchSize: Int, _ body: (RowBatch) throws -> Void) throws {
+        let t = tables[index]
+        let rows: [[Value]]
+        switch part {
+        case .inserts: rows = t.inserts
+        case .expected: rows = t.updates.map(\.expected)
+        case .updates: rows = t.updates.map(\.row)
+        case .deletes: rows = t.deletes
+        }
+        let types = t.columns.map(\.logicalType)
+        for start in stride(from: 0, to: rows.count, by: max(batchSize, 1)) {
+            try body(try RowBatch(rows: Array(rows[start..<min(start + max(batchSize, 1), rows.count)]), types: types))
+        }
+    }
+
+    /// Every row of `rows`, held (a client that sends a push whole).
+    public init(collecting rows: any GuardedPushRows) throws {
+        self.init(id: rows.id, tables: [])
+        for (i, header) in rows.tables.enumerated() {
+            var t = GuardedTableChanges(table: header.table, columns: header.columns, key: header.key, resetSerial: header.resetSerial)
+            let types = t.columns.map(\.logicalType)
+            func all(_ part: GuardedPart) throws -> [[Value]] {
+                var out: [[Value]] = []
+                try rows.forEach(part, ofTable: i, batchSize: 10_000) { b in
+                    for r in 0..<b.count { out.append(b.row(r, types: types)) }
+                }
+                return out
+            }
+            t.inserts = try all(.inserts)
+            let expected = try all(.expected)
+            let new = try all(.updates)
+            guard expected.count == new.count else {
+                throw FerryError.invalidOption("a guarded push's updates of \(t.table) have \(expected.count) expected rows and \(new.count) new ones")
+            }
+            t.updates = zip(expected, new).map { GuardedTableChanges.Update(expected: $0, row: $1) }
+            t.deletes = try all(.deletes)
+            tables.append(t)
+        }
+    }
+}
+
 /// One table's part of a guarded push. Every image holds `columns` in order, key included.
 public struct GuardedTableChanges: Sendable {
     public struct Update: Sendable {
@@ -196,13 +268,22 @@ public enum PushLedger {
     }
 }
 
-/// Applies a `GuardedPush` through any SQL connection, in one transaction: the rows of every
+/// Applies a guarded push through any SQL connection, in one transaction: the rows of every
 /// key are read first and locked, and checked against what the push expects; then inserts
 /// and updates (parents first), deletes (children first), the ledger row, and the serial
 /// counters. A row that changed in between — even between the check and the write (a key
-/// taken by a concurrent insert) — applies nothing.
+/// taken by a concurrent insert) — applies nothing. Rows are taken a batch at a time
+/// (`GuardedPushRows`): the check and the writes each read them once.
 public enum GuardedPushApplier {
-    public static func apply(_ push: GuardedPush, on c: any Connection) throws -> GuardedPushOutcome {
+    /// Rows checked, and written, per statement batch.
+    static let batchRows = 1_000
+
+    /// A write that found a row not as checked: nothing is applied.
+    private struct Moved: Error {
+        var row: ChangedRow
+    }
+
+    public static func apply(_ push: any GuardedPushRows, on c: any Connection) throws -> GuardedPushOutcome {
         guard let ledger = try PushLedger.schema(c, create: true) else { throw FerryError.tableNotFound(table: PushLedger.table, endpoint: c.endpoint.redacted) }
         var schemas: [TableSchema] = []
         for t in push.tables {
@@ -210,6 +291,7 @@ public enum GuardedPushApplier {
             for col in t.columns where schema.column(named: col.name) == nil { throw FerryError.columnNotFound(table: t.table, column: col.name) }
             schemas.append(schema)
         }
+        let tables = Array(zip(push.tables, schemas).enumerated()).filter { push.hasRows(table: $0.offset) }
         var resets: [TableSchema] = []
         var counts: [TableName: MergeCounts] = [:]
         try c.begin()
@@ -220,63 +302,60 @@ public enum GuardedPushApplier {
                 return .alreadyApplied
             }
             var changed: [ChangedRow] = []
-            for (t, schema) in zip(push.tables, schemas) where !t.isEmpty {
+            for (i, (t, schema)) in tables {
                 let idx = try t.keyIndexes()
-                func key(_ row: [Value]) -> [Value] { idx.map { row[$0] } }
-                var expected: [([Value], [Value]?)] = []
-                for row in t.inserts { expected.append((key(row), nil)) }
-                for u in t.updates { expected.append((key(u.row), u.expected)) }
-                for row in t.deletes { expected.append((key(row), row)) }
-                let now = try RowValues.rows(c, schema, columns: t.columns, keyIndexes: idx, keys: expected.map(\.0), lock: true)
-                for (key, image) in expected where !RowValues.same(now[key], image) {
-                    changed.append(ChangedRow(table: t.table, key: RowValues.keyText(t.key, key)))
+                let types = t.columns.map(\.logicalType)
+                /// Reads and locks the rows of `batch`'s keys; notes each that is not as expected
+                /// (absent for an insert, else equal to the batch's row).
+                func check(_ batch: RowBatch, free: Bool) throws {
+                    let rows = (0..<batch.count).map { batch.row($0, types: types) }
+                    let keys = rows.map { row in idx.map { row[$0] } }
+                    let now = try RowValues.rows(c, schema, columns: t.columns, keyIndexes: idx, keys: keys, lock: true)
+                    for (key, row) in zip(keys, rows) where !RowValues.same(now[key], free ? nil : row) {
+                        changed.append(ChangedRow(table: t.table, key: RowValues.keyText(t.key, key)))
+                    }
                 }
+                try push.forEach(.inserts, ofTable: i, batchSize: batchRows) { try check($0, free: true) }
+                try push.forEach(.expected, ofTable: i, batchSize: batchRows) { try check($0, free: false) }
+                try push.forEach(.deletes, ofTable: i, batchSize: batchRows) { try check($0, free: false) }
             }
             if !changed.isEmpty {
                 try c.rollback()
                 return .changed(changed)
             }
-            for (t, schema) in zip(push.tables, schemas) where !t.isEmpty {
+            for (i, (t, schema)) in tables {
                 var n = MergeCounts()
-                let types = t.columns.map(\.logicalType)
-                for chunk in stride(from: 0, to: t.inserts.count, by: 1_000) {
-                    let rows = Array(t.inserts[chunk..<min(chunk + 1_000, t.inserts.count)])
-                    let m = try c.mergeRows(into: schema, columns: t.columns, key: t.key, rows: try RowBatch(rows: rows, types: types))
+                try push.forEach(.inserts, ofTable: i, batchSize: batchRows) { batch in
+                    let m = try c.mergeRows(into: schema, columns: t.columns, key: t.key, rows: batch)
                     // A key taken since the check (a concurrent insert): the write met a row.
-                    guard m.inserted == Int64(rows.count) else {
-                        try c.rollback()
-                        return .changed([ChangedRow(table: t.table, key: "a key inserted meanwhile")])
-                    }
+                    guard m.inserted == Int64(batch.count) else { throw Moved(row: ChangedRow(table: t.table, key: "a key inserted meanwhile")) }
                     n.inserted += m.inserted
                 }
-                for chunk in stride(from: 0, to: t.updates.count, by: 1_000) {
-                    let rows = t.updates[chunk..<min(chunk + 1_000, t.updates.count)].map(\.row)
-                    let m = try c.mergeRows(into: schema, columns: t.columns, key: t.key, rows: try RowBatch(rows: rows, types: types))
-                    guard m.inserted == 0 else {
-                        try c.rollback()
-                        return .changed([ChangedRow(table: t.table, key: "a row deleted meanwhile")])
-                    }
+                try push.forEach(.updates, ofTable: i, batchSize: batchRows) { batch in
+                    let m = try c.mergeRows(into: schema, columns: t.columns, key: t.key, rows: batch)
+                    guard m.inserted == 0 else { throw Moved(row: ChangedRow(table: t.table, key: "a row deleted meanwhile")) }
                     n.updated += m.updated + m.unchanged
                 }
                 counts[t.table] = n
                 if t.resetSerial, schema.columns.contains(where: \.isSerial) { resets.append(schema) }
             }
-            for (t, schema) in zip(push.tables, schemas).reversed() where !t.deletes.isEmpty {
+            for (i, (t, schema)) in tables.reversed() {
                 let idx = try t.keyIndexes()
                 let keyCols = idx.map { t.columns[$0] }
-                let batch = try RowBatch(rows: t.deletes.map { row in idx.map { row[$0] } }, types: keyCols.map(\.logicalType))
-                let d = try c.deleteRows(from: schema, key: keyCols, keys: batch)
-                guard d == t.deletes.count else {
-                    try c.rollback()
-                    return .changed([ChangedRow(table: t.table, key: "a row deleted meanwhile")])
+                try push.forEach(.deletes, ofTable: i, batchSize: batchRows) { batch in
+                    let d = try c.deleteRows(from: schema, key: keyCols, keys: RowBatch(columns: idx.map { batch.columns[$0] }))
+                    guard d == batch.count else { throw Moved(row: ChangedRow(table: t.table, key: "a row deleted meanwhile")) }
+                    counts[t.table, default: MergeCounts()].deleted += Int64(d)
                 }
-                counts[t.table, default: MergeCounts()].deleted += Int64(d)
             }
             try PushLedger.record(c, ledger, id: push.id, at: Date())
             if c.dialect.supportsTransactionalDDL {
                 for s in resets { try c.resetSerial(s.name, schema: s) }
             }
             try c.commit()
+        } catch let moved as Moved {
+            try c.rollback()
+            return .changed([moved.row])
         } catch {
             try? c.rollback()
             throw error
