@@ -29,7 +29,9 @@ extension ServiceHandlers {
 
     func applyReplica(_ r: ServiceRequest) async throws -> ServiceResponse {
         let name = try Self.feedName(r.parameters["id"])
-        let data = try await body(r)
+        // Kept in a temporary file and decoded where it lies (its rows are held decoded: a
+        // section past half of --max-body-mb comes staged instead).
+        let body = try await spooledBody(r)
         let principal = r.principal
         let logger = r.logger
         let native = configuration.storedForm != nil
@@ -45,14 +47,18 @@ extension ServiceHandlers {
                 schemas[name] = s
                 return s
             }
-            let transaction = try ChangeDocuments.decodeTransaction(data) { table, names, nativeNames in
-                let s = try schema(table)
-                guard native || nativeNames.isEmpty else {
-                    throw ServiceError.badRequest("native columns: this service reads and writes values in no stored form", table: table.description)
-                }
-                return try names.map { n in
-                    guard let col = s.column(named: n), col.logicalType.isSupported, !col.generated else { throw FerryError.columnNotFound(table: table, column: n) }
-                    return nativeNames.contains(n) ? col.storedForm : col
+            let transaction = try body.withBytes { raw in
+                let passed: (Range<Int>) -> Void = { body.release($0) }
+                try XMLGuard.check(raw, limits: XMLLimits(), passed: passed)
+                return try ChangeDocuments.decodeTransaction(raw, passed: passed) { table, names, nativeNames in
+                    let s = try schema(table)
+                    guard native || nativeNames.isEmpty else {
+                        throw ServiceError.badRequest("native columns: this service reads and writes values in no stored form", table: table.description)
+                    }
+                    return try names.map { n in
+                        guard let col = s.column(named: n), col.logicalType.isSupported, !col.generated else { throw FerryError.columnNotFound(table: table, column: n) }
+                        return nativeNames.contains(n) ? col.storedForm : col
+                    }
                 }
             }
             if let state = transaction.state, state.name != name {

@@ -151,39 +151,49 @@ public enum ChangeDocuments {
         _ data: Data, limits: XMLLimits = XMLLimits(), columns resolve: (TableName, [String], Set<String>) throws -> [Column]
     ) throws -> Transaction {
         try XMLGuard.check(data, limits: limits)
+        return try data.withUnsafeBytes { raw in try decodeTransaction(raw, limits: limits, columns: resolve) }
+    }
+
+    /// Decodes a transaction where it lies (already through `XMLGuard`); `passed` is told each
+    /// stretch of the document decoded (a mapped body's owner gives those pages back).
+    public static func decodeTransaction(
+        _ raw: UnsafeRawBufferPointer, limits: XMLLimits = XMLLimits(), passed: ((Range<Int>) -> Void)? = nil,
+        columns resolve: (TableName, [String], Set<String>) throws -> [Column]
+    ) throws -> Transaction {
         var t = Transaction()
-        try data.withUnsafeBytes { raw in
-            var p = RowsParser(raw, limits: limits)
-            var text: [UInt8] = []
-            var index = 0
-            let open = try p.start(root: "<transaction")
-            t.repeatingCascades = p.rootAttributes["cascades"] == "repeat"
-            guard open else { return }
-            while true {
+        var p = RowsParser(raw, limits: limits)
+        var text: [UInt8] = []
+        var index = 0
+        var from = 0
+        defer { passed?(from..<p.i) }
+        let open = try p.start(root: "<transaction")
+        t.repeatingCascades = p.rootAttributes["cascades"] == "repeat"
+        guard open else { return t }
+        while true {
+            try p.skipMisc()
+            if p.eat("</transaction>") {
                 try p.skipMisc()
-                if p.eat("</transaction>") {
-                    try p.skipMisc()
-                    guard p.i == raw.count else { throw p.error("content after </transaction>") }
-                    return
-                }
-                if p.eat("<state") {
-                    let (a, _) = try p.attributes()
-                    t.state = try state(a)
-                    continue
-                }
-                let tag: String
-                if p.eat("<upsert") { tag = "upsert" } else if p.eat("<update") { tag = "update" } else if p.eat("<delete") { tag = "delete" } else {
-                    throw p.error("expected <upsert>, <update>, <delete>, <state> or </transaction>")
-                }
-                guard t.state == nil else { throw p.error("<state> comes after every change") }
-                let (a, closed) = try p.attributes()
-                var s = try readSection(&p, tag: tag, attrs: a, selfClosing: closed, index: &index, text: &text, resolve: resolve)
-                if tag == "delete" { s.key = s.columns.map(\.name) }
-                guard !s.key.isEmpty else { throw p.error("<\(tag) table=\"\(s.table.name)\"> needs its <key> elements") }
-                t.sections.append(s)
+                guard p.i == raw.count else { throw p.error("content after </transaction>") }
+                return t
             }
+            if p.eat("<state") {
+                let (a, _) = try p.attributes()
+                t.state = try state(a)
+                continue
+            }
+            let tag: String
+            if p.eat("<upsert") { tag = "upsert" } else if p.eat("<update") { tag = "update" } else if p.eat("<delete") { tag = "delete" } else {
+                throw p.error("expected <upsert>, <update>, <delete>, <state> or </transaction>")
+            }
+            guard t.state == nil else { throw p.error("<state> comes after every change") }
+            let (a, closed) = try p.attributes()
+            var s = try readSection(&p, tag: tag, attrs: a, selfClosing: closed, index: &index, text: &text, resolve: resolve)
+            if tag == "delete" { s.key = s.columns.map(\.name) }
+            guard !s.key.isEmpty else { throw p.error("<\(tag) table=\"\(s.table.name)\"> needs its <key> elements") }
+            t.sections.append(s)
+            passed?(from..<p.i)
+            from = p.i
         }
-        return t
     }
 
     /// `<replica …/>`: a replica's record (`GET /v1/replicas/NAME`).
