@@ -174,10 +174,14 @@ struct PostgresLSN: Comparable, Hashable, CustomStringConvertible {
 final class PostgresReplicationConnection {
     let conn: OpaquePointer
     let endpoint: Endpoint
+    /// `--timeout`: how long one wait for the answer to a replication command may last (the
+    /// stream itself is read with its own deadline, `PostgresLogicalFeed`). Nil: as long as it takes.
+    let waitLimit: Double?
     private var closed = false
 
     init(endpoint: Endpoint) throws {
         self.endpoint = endpoint
+        waitLimit = endpoint.options["timeout"].flatMap(Double.init).flatMap { $0 > 0 ? $0 : nil }
         do {
             conn = try PostgresConnection.connect(endpoint, extra: [("replication", "database")])
         } catch FerryError.connectionFailed(let e, let reason) where reason.contains("replication") || reason.contains("walsender") {
@@ -195,9 +199,39 @@ final class PostgresReplicationConnection {
         PQfinish(conn)
     }
 
+    /// Sends a command and returns its result (the first failed one, else the last; a COPY's as
+    /// soon as it starts), each answer waited for at most `waitLimit`: PQexec would wait for ever
+    /// on a server that stalls while its kernel still acknowledges (found by scripts/chaos: a
+    /// follower whose source stalled as it asked for the stream never ended).
     func exec(_ sql: String) throws -> PostgresResult {
-        guard let raw = PQexec(conn, sql) else { throw error(nil, sql: sql) }
-        return PostgresResult(raw)
+        guard let limit = waitLimit else {
+            guard let raw = PQexec(conn, sql) else { throw error(nil, sql: sql) }
+            return PostgresResult(raw)
+        }
+        guard PQsendQuery(conn, sql) == 1 else { throw error(nil, sql: sql) }
+        var last: PostgresResult?
+        var failed: PostgresResult?
+        while true {
+            let deadline = Date().addingTimeInterval(limit)
+            while PQisBusy(conn) == 1 {
+                let left = deadline.timeIntervalSinceNow
+                guard left > 0 else {
+                    throw FerryError.connectionLost(
+                        endpoint: endpoint.redacted,
+                        reason: "the server sent nothing for \(PostgresConnection.seconds(limit)) (--timeout): the connection stalled")
+                }
+                var p = pollfd(fd: PQsocket(conn), events: Int16(POLLIN), revents: 0)
+                if poll(&p, 1, Int32(min(left, 3600) * 1000) + 1) < 0 && errno != EINTR { throw error(nil, sql: sql) }
+                guard PQconsumeInput(conn) == 1 else { throw error(nil, sql: sql) }
+            }
+            guard let raw = PQgetResult(conn) else { break }
+            let r = PostgresResult(raw)
+            if r.status == PGRES_COPY_BOTH || r.status == PGRES_COPY_OUT || r.status == PGRES_COPY_IN { return r }
+            if failed == nil && r.status != PGRES_COMMAND_OK && r.status != PGRES_TUPLES_OK && r.status != PGRES_EMPTY_QUERY { failed = r }
+            last = r
+        }
+        guard let result = failed ?? last else { throw error(nil, sql: sql) }
+        return result
     }
 
     func error(_ result: OpaquePointer?, sql: String?) -> PostgresError {

@@ -1,6 +1,6 @@
 import FerryCore
 import FerryDriverTestKit
-import FerryPostgres
+@testable import FerryPostgres
 import Foundation
 import XCTest
 
@@ -58,6 +58,32 @@ final class PostgresLogicalCaptureTests: XCTestCase {
             }
         }
         return out
+    }
+
+    /// A replication command whose answer never comes (the server's side stalls, its kernel
+    /// still acknowledging) ends within `--timeout` with one line: PQexec waited for ever, and a
+    /// follower whose source stalled as it asked for the stream never ended (found by
+    /// scripts/chaos). Without a timeout the command waits as long as it takes.
+    func testAReplicationCommandWhoseAnswerStallsEndsWithinTheTimeout() throws {
+        var endpoint = try Endpoint(parsing: try pg.makeDatabase("stallcmd"))
+        let relay = try FaultRelay(upstreamPort: try XCTUnwrap(endpoint.port))
+        defer { relay.stop() }
+        endpoint.host = "127.0.0.1"
+        endpoint.port = relay.port
+        endpoint.options["timeout"] = "2"
+        let replication = try PostgresReplicationConnection(endpoint: endpoint)
+        defer { replication.close() }
+        XCTAssertNoThrow(try replication.exec("IDENTIFY_SYSTEM"), "answered before the stall")
+        relay.arm(.fromServer, at: 0, stall: true)
+        let started = Date()
+        XCTAssertThrowsError(try replication.exec("IDENTIFY_SYSTEM")) { error in
+            XCTAssertTrue("\(error)".contains("the connection stalled"), "\(error)")
+            XCTAssertTrue("\(error)".contains("--timeout"), "\(error)")
+        }
+        let waited = Date().timeIntervalSince(started)
+        XCTAssertGreaterThanOrEqual(waited, 1.9)
+        XCTAssertLessThan(waited, 10, "the stalled command did not end within the timeout")
+        relay.disarm()
     }
 
     func testTheStreamBeginsWhereTheSnapshotEndsAndCarriesEveryChangeInOrder() throws {
