@@ -87,8 +87,10 @@ final class MySQLBinlogFeed: ChangeFeed {
         }
         if mariadb_rpl_open(rpl) != 0 {
             let e = failure()
-            mariadb_rpl_close(rpl)
-            connection.close()
+            // Once: the feed is whole now, so its deinit runs after this throw and would close
+            // again (a second mariadb_rpl_close freed the handle twice: ferry died of SIGABRT
+            // when the source's connection broke as the stream opened, found by scripts/chaos).
+            close()
             throw e
         }
     }
