@@ -204,15 +204,22 @@ public final class PostgresConnection: Connection {
     /// the last; a COPY's result as soon as it starts.
     private func collect(_ sql: String) throws -> PostgresResult {
         try flushOut()
+        guard let result = try Self.collect(next: awaitResult) else { throw error(nil, sql: sql) }
+        return result
+    }
+
+    /// What `PQexec` returns, from the results `next` hands out until it gives nil: the first
+    /// failed one, else the last; a COPY's as soon as it starts (the replication connection's
+    /// commands are collected the same way).
+    static func collect(next: () throws -> PostgresResult?) throws -> PostgresResult? {
         var last: PostgresResult?
         var failed: PostgresResult?
-        while let r = try awaitResult() {
+        while let r = try next() {
             if r.status == PGRES_COPY_OUT || r.status == PGRES_COPY_IN || r.status == PGRES_COPY_BOTH { return r }
             if failed == nil && r.status != PGRES_COMMAND_OK && r.status != PGRES_TUPLES_OK && r.status != PGRES_EMPTY_QUERY { failed = r }
             last = r
         }
-        guard let result = failed ?? last else { throw error(nil, sql: sql) }
-        return result
+        return failed ?? last
     }
 
     /// Runs a query with text parameters and text results.

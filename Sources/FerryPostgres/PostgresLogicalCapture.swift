@@ -209,9 +209,7 @@ final class PostgresReplicationConnection {
             return PostgresResult(raw)
         }
         guard PQsendQuery(conn, sql) == 1 else { throw error(nil, sql: sql) }
-        var last: PostgresResult?
-        var failed: PostgresResult?
-        while true {
+        let answer = try PostgresConnection.collect {
             let deadline = Date().addingTimeInterval(limit)
             while PQisBusy(conn) == 1 {
                 let left = deadline.timeIntervalSinceNow
@@ -224,14 +222,10 @@ final class PostgresReplicationConnection {
                 if poll(&p, 1, Int32(min(left, 3600) * 1000) + 1) < 0 && errno != EINTR { throw error(nil, sql: sql) }
                 guard PQconsumeInput(conn) == 1 else { throw error(nil, sql: sql) }
             }
-            guard let raw = PQgetResult(conn) else { break }
-            let r = PostgresResult(raw)
-            if r.status == PGRES_COPY_BOTH || r.status == PGRES_COPY_OUT || r.status == PGRES_COPY_IN { return r }
-            if failed == nil && r.status != PGRES_COMMAND_OK && r.status != PGRES_TUPLES_OK && r.status != PGRES_EMPTY_QUERY { failed = r }
-            last = r
+            return PQgetResult(conn).map(PostgresResult.init)
         }
-        guard let result = failed ?? last else { throw error(nil, sql: sql) }
-        return result
+        guard let answer else { throw error(nil, sql: sql) }
+        return answer
     }
 
     func error(_ result: OpaquePointer?, sql: String?) -> PostgresError {
