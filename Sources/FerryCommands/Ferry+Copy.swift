@@ -118,7 +118,7 @@ extension Ferry {
 
         @Option(name: .long, help: ArgumentHelp(
             "What a row the target refuses does: fail (its table fails, nothing of it committed) or reject=FILE (set aside in the SQLite file FILE, the rest loaded; exit 3).",
-            discussion: "A refused row is one the target will not store: a NOT NULL, CHECK, unique or foreign key it enforces, a value out of its range. FILE gets a table of the target table's name and columns holding the refused rows as they were copied, and _ferry_rejects with each row's reason. Fix the rows there, then load them: ferry copy sqlite:FILE TARGET --tables T --mode append. Refused rows are found by rolling a batch back to a savepoint and splitting it, so the rest loads at batch speed. Targets: SQLite, PostgreSQL, MySQL/MariaDB; modes create, replace, append, upsert.",
+            discussion: "A refused row is one the target will not store: a NOT NULL, CHECK, unique or foreign key it enforces, a value out of its range. FILE gets a table of the target table's name and columns holding the refused rows as they were copied, and _ferry_rejects with each row's reason. Fix the rows there, then load them: ferry copy sqlite:FILE TARGET --tables T --mode append. Refused rows are found by rolling a batch back to a savepoint and splitting it, so the rest loads at batch speed. Targets: SQLite, PostgreSQL, MySQL/MariaDB, a ferry serve (it sets the rows aside on its side, also those its merge refuses) and plugins that declare rejects; modes create, replace, append, upsert.",
             valueName: "fail|reject=FILE"))
         var onError: String = "fail"
 
@@ -163,9 +163,9 @@ extension Ferry {
 
         /// Opens the reject file (a SQLite file, created when missing) for a copy into `target`.
         func openRejects(_ path: String, target: any Connection, registry: DriverRegistry) throws -> (any Connection)? {
-            guard target.supportsSavepoints else {
+            guard target.supportsSavepoints || target.setsRefusedRowsAside else {
                 throw FerryError.invalidOption(
-                    "--on-error reject: \(target.endpoint.redacted) cannot roll back part of a transaction (a service or plugin target); load it without --on-error reject, or into a database first")
+                    "--on-error reject: \(target.endpoint.redacted) cannot set refused rows aside (a plugin or service that does not declare rejects); load it without --on-error reject, or into a database first")
             }
             let endpoint = try Endpoint(parsing: "sqlite:" + path)
             let file = try registry.connect(endpoint, role: .target)

@@ -461,15 +461,31 @@ public final class MySQLConnection: Connection {
     /// Counts the keys already there, then one `INSERT … ON DUPLICATE KEY UPDATE`: MySQL
     /// leaves a row whose values are all equal untouched and reports affected rows as 1 per
     /// insert and 2 per update (CLIENT_FOUND_ROWS is off), which gives the three counts.
+    /// ON DUPLICATE KEY UPDATE fires on any unique key, not only `key`: a row with a new key and
+    /// another row's value in a second unique column would rewrite that other row and never
+    /// arrive. So every key written is counted again after: one missing is refused (named),
+    /// and the caller's transaction rolled back — never a row silently rewritten.
     public func mergeRows(into table: TableSchema, columns: [Column], key: [String], rows: RowBatch) throws -> MergeCounts {
         guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
         guard !rows.isEmpty else { return MergeCounts() }
-        let q = { (s: String) in self.dialect.quote(s) }
         let keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k } }
         guard keyIndexes.count == key.count else { throw FerryError.noKey(table: table.name) }
+        let present = try countKeys(of: table, key: key, keyIndexes: keyIndexes, columns: columns, rows: rows)
+        let affected = try upsert(into: table, columns: columns, key: key, rows: rows)
+        if try countKeys(of: table, key: key, keyIndexes: keyIndexes, columns: columns, rows: rows) < rows.count {
+            try refuseRedirected(table, key: key, keyIndexes: keyIndexes, columns: columns, rows: rows)
+        }
+        try checkKeysKeptApart(table, columns: columns, key: key, keyIndexes: keyIndexes, rows: rows)
+        let inserted = Int64(rows.count) - present
+        let updated = (Int64(affected) - inserted) / 2
+        return MergeCounts(inserted: inserted, updated: updated, unchanged: present - updated)
+    }
+
+    /// Rows of `table` whose `key` is one of `rows`' keys, counted 1,000 keys a statement (well
+    /// under max_allowed_packet).
+    private func countKeys(of table: TableSchema, key: [String], keyIndexes: [Int], columns: [Column], rows: RowBatch) throws -> Int64 {
         let types = columns.map(\.logicalType)
         var present: Int64 = 0
-        // In slices, so that the statement stays well under max_allowed_packet.
         var start = 0
         while start < rows.count {
             let end = min(start + 1_000, rows.count)
@@ -477,16 +493,29 @@ public final class MySQLConnection: Connection {
                 let row = rows.row(r, types: types)
                 return "(" + MySQLValueCodec.literals(keyIndexes.map { row[$0] }, self) + ")"
             }
-            let sql = "SELECT count(*) FROM \(dialect.quote(table.name)) WHERE (" + key.map(q).joined(separator: ", ") + ") IN ("
+            let sql = "SELECT count(*) FROM \(dialect.quote(table.name)) WHERE (" + key.map { dialect.quote($0) }.joined(separator: ", ") + ") IN ("
                 + tuples.joined(separator: ", ") + ")"
             present += try query(sql).first?.first.flatMap { $0.flatMap { Int64($0) } } ?? 0
             start = end
         }
-        let affected = try upsert(into: table, columns: columns, key: key, rows: rows)
-        try checkKeysKeptApart(table, columns: columns, key: key, keyIndexes: keyIndexes, rows: rows)
-        let inserted = Int64(rows.count) - present
-        let updated = (Int64(affected) - inserted) / 2
-        return MergeCounts(inserted: inserted, updated: updated, unchanged: present - updated)
+        return present
+    }
+
+    /// After an upsert some key written is not in the table: that row matched another row on a
+    /// second unique key and ON DUPLICATE KEY UPDATE rewrote that row instead. Throws naming the
+    /// first such row (a refused row: `--on-error reject` sets it aside).
+    private func refuseRedirected(_ table: TableSchema, key: [String], keyIndexes: [Int], columns: [Column], rows: RowBatch) throws {
+        let types = columns.map(\.logicalType)
+        for r in 0..<rows.count {
+            let row = rows.row(r, types: types)
+            let condition = zip(key, keyIndexes).map { k, i in "\(dialect.quote(k)) = " + MySQLValueCodec.literals([row[i]], self) }.joined(separator: " AND ")
+            guard try query("SELECT 1 FROM \(dialect.quote(table.name)) WHERE \(condition) LIMIT 1").isEmpty else { continue }
+            let shown = zip(key, keyIndexes).map { k, i in "\(k)=\(row[i].canonicalText ?? "NULL")" }.joined(separator: ", ")
+            throw BatchRowError(row: r, error: .invalidValue(
+                table: table.name, column: nil, key: shown,
+                message: "duplicate value for a unique key other than (\(key.joined(separator: ", "))): the row (\(shown)) matches another row there, which MySQL's upsert would rewrite in its place"))
+        }
+        throw FerryError.copyFailed(table: table.name, endpoint: endpoint.redacted, reason: "after the upsert fewer rows hold the keys written than were written; nothing was applied")
     }
 
     /// After an upsert: every key written must be a row of its own, stored byte for byte. A

@@ -75,6 +75,10 @@ public struct ServiceError: Error, Sendable {
     /// Maps any error from the core, a driver or the wire format to a status and code.
     public static func from(_ error: any Error, table: TableName?) -> ServiceError {
         if let e = error as? ServiceError { return e }
+        if let e = error as? RefusedRowsPastLimit {
+            // A load's `reject=N` ran out: the client names its own table and limit again.
+            return ServiceError(status: 422, code: "too_many_refused", table: table?.description, message: e.last)
+        }
         if let e = error as? ColumnsAdded {
             return ServiceError(status: 409, code: "columns_added", table: e.table.description, message: e.description)
         }

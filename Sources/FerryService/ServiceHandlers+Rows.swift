@@ -88,8 +88,9 @@ extension ServiceHandlers {
         defer { done() }
         let wanted = r.values("columns")
         let native = r.values("native")
+        let rejectLimit = try Self.rejectLimit(r, table: name)
         let pipe = BodyPipe()
-        async let inserted: Int = Offload.run { [self] () -> Int in
+        async let inserted: (rows: Int, refused: [RejectFile.Row], columns: [Column]) = Offload.run { [self] in
             defer { pipe.close() }
             let c = try open(write: true)
             defer { close(c) }
@@ -99,11 +100,19 @@ extension ServiceHandlers {
                 guard let col = schema.column(named: w) else { throw FerryError.columnNotFound(table: t, column: w) }
                 return col
             }).map { try requested($0, native: native, table: t) }
+            if let rejectLimit {
+                // Each batch in a savepoint, refused rows set aside and sent back.
+                let writer = try Self.rejecting(c, table: t, limit: rejectLimit) { try c.writer(into: schema, columns: columns) }
+                return try Self.transaction(c) {
+                    let n = try Self.load(from: pipe, into: writer, columns: columns)
+                    return (n - writer.rejected.count, writer.rejected, columns)
+                }
+            }
             // Written on a thread of its own: the next rows are decoded while these are written.
             let writer = PipelinedWriter(try c.writer(into: schema, columns: columns))
             return try Self.transaction(c) {
                 do {
-                    return try Self.load(from: pipe, into: writer, columns: columns)
+                    return (try Self.load(from: pipe, into: writer, columns: columns), [], columns)
                 } catch {
                     writer.abort()
                     throw error
@@ -127,7 +136,9 @@ extension ServiceHandlers {
         } catch {
             pipe.finish(error: error)
         }
-        return .xml(XMLDocuments.applied([("inserted", try await inserted)]))
+        let loaded = try await inserted
+        if rejectLimit != nil { return refusedAnswer([("inserted", loaded.rows)], refused: loaded.refused, columns: loaded.columns) }
+        return .xml(XMLDocuments.applied([("inserted", loaded.rows)]))
     }
 
     /// Decodes a `<rows>` body from `pipe` as it arrives and writes each batch as it fills.

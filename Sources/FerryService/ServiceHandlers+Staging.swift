@@ -15,7 +15,9 @@ extension ServiceHandlers {
         }
         try staging.check(stagingTable, r.principal, doing: "merge")
         try mayWrite(into, r, doing: "merge into")
-        let moved = try await Offload.run { [self] () -> Int in
+        let limit = try Self.rejectLimit(r, table: into)
+        let native = r.values("native")
+        let merged = try await Offload.run { [self] () -> (rows: Int, refused: [RejectFile.Row], columns: [Column]) in
             // A second connection reads the (committed) staging table while the first writes:
             // batches stream through, memory stays flat whatever the size of the load.
             let (c, reading, separate) = try openTwo()
@@ -25,29 +27,35 @@ extension ServiceHandlers {
             let to = try served(into, in: c)
             let schema = try c.describe(from, rowEstimate: false)
             let target = try c.describe(to, rowEstimate: false)
+            // Moved in the database's stored form where it keeps one (no value rewritten); with
+            // `reject=`, read as the load wrote them, which is how refused rows go back.
+            let columns = try limit == nil ? movedColumns(schema.columns) : schema.columns.map { try requested($0, native: native, table: from) }
+            // With `reject=` on one connection that reads and writes (SQLite in a rollback
+            // journal), the rows are read first: no read stays open across a rollback to a savepoint.
+            let spool = try limit != nil && !separate ? Self.spool(schema, columns: columns, on: c) : nil
+            defer { spool?.discard() }
             return try Self.transaction(c) {
-                let columns = movedColumns(schema.columns)
-                let reader = try reading.reader(table: schema, columns: columns, keyRange: nil, batchSize: 10_000)
-                let writer = try c.writer(into: target, columns: columns)
+                let rejecting = try limit.map { limit in try Self.rejecting(c, table: to, limit: limit) { try c.writer(into: target, columns: columns) } }
+                let writer: any BatchWriter = try rejecting ?? c.writer(into: target, columns: columns)
                 var n = 0
                 do {
-                    while let b = try reader.next() {
-                        try writer.write(b)
-                        n += b.count
+                    try Self.each(schema, columns: columns, spool: spool, on: reading) { batch in
+                        try writer.write(batch)
+                        n += batch.count
                     }
                     try writer.finish()
                 } catch {
-                    reader.close()
                     writer.abort()
                     throw error
                 }
-                reader.close()
                 try c.dropTable(from)
                 staging.forget(from)
-                return n
+                let refused = rejecting?.rejected ?? []
+                return (n - refused.count, refused, columns)
             }
         }
-        return .xml(XMLDocuments.applied([("inserted", moved)]))
+        if limit != nil { return refusedAnswer([("inserted", merged.rows)], refused: merged.refused, columns: merged.columns) }
+        return .xml(XMLDocuments.applied([("inserted", merged.rows)]))
     }
 
     func swap(_ r: ServiceRequest) async throws -> ServiceResponse {
@@ -93,7 +101,9 @@ extension ServiceHandlers {
         guard upserts != nil || deletes != nil || watermark != nil else {
             throw ServiceError.badRequest("apply needs ?upserts=STAGING and/or ?deletes=STAGING", table: name.description)
         }
-        let counts = try await Offload.run { [self] () -> [(String, Int)] in
+        let rejectLimit = try Self.rejectLimit(r, table: name)
+        let native = r.values("native")
+        let (counts, refused) = try await Offload.run { [self] () -> ([(String, Int)], (rows: [RejectFile.Row], columns: [Column])?) in
             // A second connection reads the (committed) staging tables while the first writes.
             let (c, reading, separate) = try openTwo()
             defer { close(c) }
@@ -149,6 +159,11 @@ extension ServiceHandlers {
             // (`moveRows`, which drops their staging table).
             var deleteSpool: (spool: RowsSpool, columns: [Column])?
             defer { deleteSpool?.spool.discard() }
+            // `reject=N`: the upserts merged a batch at a time in savepoints, refused ones kept.
+            let settingAside = try rejectLimit.flatMap { limit in
+                try staged[1].map { try UpsertsSettingAside($0, into: schema, limit: limit, native: native, service: self, spoolOn: separate ? nil : c) }
+            }
+            defer { settingAside?.discard() }
             if !separate, let d = staged[0] {
                 let columns = try layout(d)
                 let spool = try RowsSpool(table: t, columns: columns)
@@ -171,7 +186,9 @@ extension ServiceHandlers {
                     }
                 }
                 if let u = staged[1] {
-                    if separate {
+                    if let settingAside {
+                        counts = counts + (try settingAside.merge(into: schema, key: key, on: c, reading: reading))
+                    } else if separate {
                         try each(u) { batch, columns in
                             counts = counts + (try c.mergeRows(into: schema, columns: columns, key: key, rows: batch))
                         }
@@ -208,9 +225,11 @@ extension ServiceHandlers {
                     logger.warning("could not drop staging table \(s.name): \(error)")
                 }
             }
-            return [("inserted", Int(applied.inserted)), ("updated", Int(applied.updated)),
-                    ("unchanged", Int(applied.unchanged)), ("deleted", Int(applied.deleted))]
+            return ([("inserted", Int(applied.inserted)), ("updated", Int(applied.updated)),
+                     ("unchanged", Int(applied.unchanged)), ("deleted", Int(applied.deleted))],
+                    settingAside.map { ($0.refused, $0.columns) })
         }
+        if rejectLimit != nil { return refusedAnswer(counts, refused: refused?.rows ?? [], columns: refused?.columns ?? []) }
         return .xml(XMLDocuments.applied(counts))
     }
 }

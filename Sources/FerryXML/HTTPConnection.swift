@@ -12,7 +12,7 @@ public final class HTTPConnection: Connection {
     let client: ProtocolClient
     /// Tables created since `begin`, and appends waiting to be merged (staging → target).
     private var created: Set<TableName> = []
-    private var pendingMerges: [(staging: TableName, target: TableName)] = []
+    private var pendingMerges: [(staging: TableName, target: TableName, columns: [Column])] = []
     /// Serial counters to move once the merges are in (a merge applies at commit).
     private var pendingSerials: [TableName] = []
     /// Keyed writes waiting for `commit`, by target table: staged upserts and deletes, applied
@@ -34,6 +34,8 @@ public final class HTTPConnection: Connection {
 
     struct PendingApply {
         var upserts: TableName?
+        /// The columns the upserts were staged in (what refused ones come back in).
+        var upsertColumns: [Column] = []
         var deletes: TableName?
         var key: [String]
         var expect: Int64?
@@ -45,6 +47,8 @@ public final class HTTPConnection: Connection {
     /// bounds memory). Each page is a request, and a reader opened on the service's side: pages
     /// of 50,000 rows of two integers cost a fifth of a copy's time through the service.
     public var pageRows = 1_000_000
+    /// `--on-error reject`: the rows the service set aside for this connection's loads.
+    private var refusals: RefusedRowsKept?
     /// The bytes of a page asked for (`bytes=`) where the transport pauses reading: the service
     /// ends a page there instead of at its own page size, which bounds a client that cannot pause.
     /// Every page is a request, a reader opened on the service's side and, worst, a pipeline
@@ -90,7 +94,7 @@ public final class HTTPConnection: Connection {
             // One request up front: a wrong URL or token fails here, with a clear message.
             let reply = try client.send("GET", ProtocolRoute.capabilities.target())
             if reply.status == 404 && XMLDocuments.decodeError(reply.body)?.message.hasPrefix("no such endpoint") == true {
-                capabilities = Capabilities.all.subtracting([.changeFeed, .replicaApply, .sinceFilter, .applyWatermark])
+                capabilities = Capabilities.all.subtracting([.changeFeed, .replicaApply, .sinceFilter, .applyWatermark, .rejects])
             } else {
                 guard (200..<300).contains(reply.status) else { throw client.error(reply, table: nil) }
                 let report = try XMLDocuments.decodeCapabilities(reply.body)
@@ -347,11 +351,33 @@ public final class HTTPConnection: Connection {
             schema.primaryKey = []
             schema.uniqueKeys = []
             try createTable(schema, named: staging)
-            pendingMerges.append((staging, table))
+            pendingMerges.append((staging, table, columns))
             into = staging
         }
         return HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: into) + ProtocolRoute.query(Self.columnItems(columns)),
-                          table: into, columns: columns, key: target.preferredKey?.columns ?? [], loadLimit: loadLimit)
+                          table: into, columns: columns, key: target.preferredKey?.columns ?? [], loadLimit: loadLimit, refusals: refusals)
+    }
+
+    /// The service sets refused rows aside on its side where it declares `rejects`.
+    public var setsRefusedRowsAside: Bool { capabilities.contains(.rejects) }
+
+    public func setRefusedRowsAside(limit: Int) throws {
+        try capabilities.require(.rejects, for: "--on-error reject (refused rows set aside on its side)", endpoint: endpoint.redacted)
+        refusals = RefusedRowsKept(limit: limit)
+    }
+
+    public var refusedRows: [RefusedRow] { refusals?.rows ?? [] }
+
+    /// `reject=` and `native=` for a merge or apply whose refused rows come back in `columns`.
+    private func refusalItems(_ columns: [Column], path: String) -> String {
+        guard let refusals else { return "" }
+        let native = columns.filter(\.travelsNatively).map { ("native", $0.name) }
+        return refusals.query(after: path) + (native.isEmpty ? "" : "&" + ProtocolRoute.query(native).dropFirst())
+    }
+
+    /// A merge's or an apply's answer: the rows the service set aside, kept.
+    private func keepRefused(_ answer: Data, columns: [Column]) throws {
+        try refusals?.take(answer, columns: columns)
     }
 
     /// Keyed writes through the service: each request is its own transaction, so rows are
@@ -399,12 +425,13 @@ public final class HTTPConnection: Connection {
     public func moveRows(from staging: TableName, into table: TableSchema, columns: [Column], key: [String]?) throws -> MergeCounts? {
         guard inTransaction else { return try alone { _ = try moveRows(from: staging, into: table, columns: columns, key: key) } }
         guard let key else {
-            pendingMerges.append((staging, table.name))
+            pendingMerges.append((staging, table.name, columns))
             return nil
         }
         var pending = pendingApplies[table.name] ?? PendingApply(key: key)
         guard pending.key == key, pending.upserts == nil else { throw FerryError.notReady("one transaction writes \(table.name) by one key") }
         pending.upserts = staging
+        pending.upsertColumns = columns
         pendingApplies[table.name] = pending
         return nil
     }
@@ -424,10 +451,13 @@ public final class HTTPConnection: Connection {
             staging = try freeStaging(TableName(schema: table.name.schema, CopyEngine.internalPrefix + prefix + table.name.name))
             try stage(staging, shapedLike: table, columns: columns)
             pending[keyPath: slot] = staging
+            if slot == \PendingApply.upserts { pending.upsertColumns = columns }
             pendingApplies[table.name] = pending
         }
+        // Upserts refused as they are staged (NOT NULL: the staging table has the target's
+        // columns) are set aside then; the rest when the commit applies them.
         let writer = HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: staging) + ProtocolRoute.query(Self.columnItems(columns)),
-                                table: staging, columns: columns, key: key, loadLimit: loadLimit)
+                                table: staging, columns: columns, key: key, loadLimit: loadLimit, refusals: slot == \PendingApply.upserts ? refusals : nil)
         try writer.write(rows)
         try writer.finish()
     }
@@ -560,11 +590,14 @@ public final class HTTPConnection: Connection {
         }
         for merge in pendingMerges {
             do {
-                _ = try client.expect("POST", ProtocolRoute.merge.target(table: merge.staging) + ProtocolRoute.query([("into", merge.target.description)]), table: merge.target)
+                let path = ProtocolRoute.merge.target(table: merge.staging) + ProtocolRoute.query([("into", merge.target.description)])
+                try keepRefused(client.expect("POST", path + refusalItems(merge.columns, path: path), table: merge.target), columns: merge.columns)
             } catch let e as BatchRowError {
                 // A row of the staging table the target refused (a key already there): its
                 // number counts the staged rows, not the caller's batch.
                 throw e.error
+            } catch let e as RefusedRowsPastLimit {
+                throw refusals?.named(e) ?? e
             }
         }
         pendingMerges = []
@@ -583,7 +616,15 @@ public final class HTTPConnection: Connection {
                 query += [("watermark", w.name), ("watermark-to", w.to), ("watermark-rows", String(w.rows))]
                 if let from = w.from { query.append(("watermark-from", from)) }
             }
-            let applied = try XMLDocuments.decodeApplied(client.expect("POST", ProtocolRoute.apply.target(table: table) + ProtocolRoute.query(query), table: table))
+            let path = ProtocolRoute.apply.target(table: table) + ProtocolRoute.query(query)
+            let answer: Data
+            do {
+                answer = try client.expect("POST", path + (apply.upserts == nil ? "" : refusalItems(apply.upsertColumns, path: path)), table: table)
+            } catch let e as RefusedRowsPastLimit {
+                throw refusals?.named(e) ?? e
+            }
+            if apply.upserts != nil { try keepRefused(answer, columns: apply.upsertColumns) }
+            let applied = try XMLDocuments.decodeApplied(answer)
             func n(_ k: String) -> Int64 { applied[k] ?? 0 }
             counts = (counts ?? MergeCounts()) + MergeCounts(inserted: n("inserted"), updated: n("updated"), unchanged: n("unchanged"), deleted: n("deleted"))
             // Applied: the staging tables are gone.

@@ -16,6 +16,9 @@ extension ProtocolClient {
         case 409:
             // A conflict the service explains (keys a target would merge, an apply's row count).
             return FerryError.copyFailed(table: table ?? TableName(""), endpoint: endpoint.redacted, reason: message)
+        case 422 where decoded?.code == "too_many_refused":
+            // Past a load's `reject=N` (the connection names the copy's limit and table again).
+            return RefusedRowsPastLimit(table: table ?? TableName(""), limit: 0, last: message)
         case 422:
             let e = FerryError.invalidValue(table: table, column: decoded?.column, key: nil, message: message)
             // A value the database refused: the engine names its key from the row.

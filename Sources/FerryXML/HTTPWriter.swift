@@ -14,6 +14,7 @@ final class HTTPWriter: BatchWriter {
     let client: ProtocolClient
     let path: String
     let table: TableName
+    let columns: [Column]
     let types: [LogicalType]
     let stored: [Bool]
     /// Positions of the target's key columns among the written columns (what names a refused row).
@@ -27,6 +28,9 @@ final class HTTPWriter: BatchWriter {
     private var request: Request?
     /// Rows written before the open request.
     private var rowsBefore = 0
+    /// `--on-error reject`: each request asks the service to set refused rows aside (`reject=`,
+    /// what is left of the limit) and they are kept here from its answer.
+    let refusals: RefusedRowsKept?
 
     /// A request also ends once the key columns it keeps hold this much (a table whose key is
     /// most of its row; integer keys in order take about a byte a row, `KeptKeys`).
@@ -45,7 +49,7 @@ final class HTTPWriter: BatchWriter {
     private final class Request: @unchecked Sendable {  // unchecked: `outcome` and `abandoned` under their locks; the rest is the writer's thread's
         let queue = BoundedQueue<RowBatch>(capacity: 1)
         let abandoned = Locked(false)
-        let outcome = Locked<Result<Void, any Error>?>(nil)
+        let outcome = Locked<Result<Data, any Error>?>(nil)
         var source: RowsDocumentSource?
         var worker: Worker?
         /// Each batch's first row in the request, row count and key columns.
@@ -69,10 +73,12 @@ final class HTTPWriter: BatchWriter {
         }
     }
 
-    init(client: ProtocolClient, path: String, table: TableName, columns: [Column], key: [String] = [], loadLimit: Int? = nil) {
+    init(client: ProtocolClient, path: String, table: TableName, columns: [Column], key: [String] = [], loadLimit: Int? = nil, refusals: RefusedRowsKept? = nil) {
         self.client = client
         self.path = path
         self.table = table
+        self.columns = columns
+        self.refusals = refusals
         types = columns.map(\.logicalType)
         stored = columns.map { $0.readHints.contains(.storedForm) }
         keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k } }
@@ -123,7 +129,8 @@ final class HTTPWriter: BatchWriter {
 
     private func open() throws -> Request {
         let r = Request()
-        let (client, path, table) = (client, path, table)
+        let (client, table) = (client, table)
+        let path = refusals.map { self.path + $0.query(after: self.path) } ?? self.path
         let queue = r.queue
         let abandoned = r.abandoned
         let source = RowsDocumentSource(table: table, types: types, stored: stored) {
@@ -135,9 +142,9 @@ final class HTTPWriter: BatchWriter {
         }
         r.source = source
         r.worker = Worker(name: "ferry-upload") {
-            let result = Result<Void, any Error> {
-                guard let source = r.source else { return }
-                _ = try client.expect("POST", path, upload: { source }, table: table)
+            let result = Result<Data, any Error> {
+                guard let source = r.source else { return Data() }
+                return try client.expect("POST", path, upload: { source }, table: table)
             }
             r.outcome.withLock { $0 = result }
             // A caller waiting to hand over a batch learns that no more are taken.
@@ -157,7 +164,10 @@ final class HTTPWriter: BatchWriter {
         rowsBefore += r.rows
         guard let result = r.outcome.withLock({ $0 }) else { return }
         do {
-            try result.get()
+            let answer = try result.get()
+            try refusals?.take(answer, columns: columns)
+        } catch let e as RefusedRowsPastLimit {
+            throw refusals?.named(e) ?? e
         } catch let e as BatchRowError {
             // The service counts the request's rows: a row of one batch, its key columns kept.
             guard let part = r.keys.first(where: { e.row >= $0.first && e.row < $0.first + $0.count }) else { throw e.error }
@@ -182,5 +192,31 @@ final class HTTPWriter: BatchWriter {
             }
         }
         return out
+    }
+}
+
+/// The rows a service set aside for one connection's loads (`--on-error reject`): asked for
+/// with `reject=` (what is left of the copy's limit), kept from each answer.
+final class RefusedRowsKept {
+    let limit: Int
+    private(set) var rows: [RefusedRow] = []
+
+    init(limit: Int) { self.limit = limit }
+
+    /// `reject=N` for a request to `path` (joined to its query).
+    func query(after path: String) -> String {
+        (path.contains("?") ? "&" : "?") + "reject=\(max(0, limit - rows.count))"
+    }
+
+    /// Keeps the refused rows of an answer, decoded as the load's `columns`.
+    func take(_ answer: Data, columns: [Column]) throws {
+        rows += try XMLDocuments.decodeApplied(answer, refusedAs: columns).refused
+    }
+
+    /// The service's "too many" with the copy's own limit (its table is the engine's to name).
+    func named(_ error: RefusedRowsPastLimit) -> RefusedRowsPastLimit {
+        var e = error
+        e.limit = limit
+        return e
     }
 }

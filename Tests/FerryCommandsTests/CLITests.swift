@@ -36,8 +36,9 @@ final class CLITests: XCTestCase {
         try Self.run(binary, args, asUser: user)
     }
 
-    static func run(_ binary: URL, _ args: [String], asUser user: String? = nil) throws -> Result {
+    static func run(_ binary: URL, _ args: [String], asUser user: String? = nil, environment: [String: String] = [:]) throws -> Result {
         let p = Process()
+        if !environment.isEmpty { p.environment = ProcessInfo.processInfo.environment.merging(environment) { $1 } }
         if let user {
             p.executableURL = URL(fileURLWithPath: "/usr/sbin/runuser")
             p.arguments = ["-u", user, "--", binary.path] + args

@@ -144,7 +144,7 @@ final class PluginCommandTests: XCTestCase {
         XCTAssertEqual(rows.first { $0.scheme == "postgres" }?.kind, "built-in")
         let kit = try XCTUnwrap(rows.first { $0.scheme == "sqlitekit" })
         XCTAssertEqual(kit.version, "0.1.0")
-        XCTAssertEqual(kit.capabilities, ["source", "target", "keyed-reads", "digests-2", "snapshots", "keyed-writes", "atomic-push", "change-feed", "replica-apply", "since-filter", "apply-watermark"])
+        XCTAssertEqual(kit.capabilities, ["source", "target", "keyed-reads", "digests-2", "snapshots", "keyed-writes", "atomic-push", "change-feed", "replica-apply", "since-filter", "apply-watermark", "rejects"])
         XCTAssertEqual(rows.first { $0.scheme == "jsonl" }?.capabilities, ["source", "target"])
         XCTAssertTrue(rows.first { $0.scheme == "garbage" }?.refused?.contains("not a frame") == true)
         XCTAssertTrue(rows.first { $0.scheme == "wrongversion" }?.refused?.contains("protocol version 2") == true)

@@ -35,9 +35,13 @@ public struct Capabilities: OptionSet, Sendable, Hashable, CustomStringConvertib
     /// An apply of a table's staged upserts that moves an incremental copy's watermark in the
     /// same transaction, only if it still holds the value the copy read (`watermark=` on `…/apply`).
     public static let applyWatermark = Capabilities(rawValue: 1 << 10)
+    /// Rows the database refuses in a load are set aside on the service's side and sent back
+    /// with their reasons instead of failing it (`reject=N` on `…/rows`, `…/merge` and
+    /// `…/apply`): `ferry copy --on-error reject` into it.
+    public static let rejects = Capabilities(rawValue: 1 << 11)
 
     public static let all: Capabilities = [
-        .source, .target, .keyedReads, .digests, .snapshots, .keyedWrites, .atomicPush, .changeFeed, .replicaApply, .sinceFilter, .applyWatermark,
+        .source, .target, .keyedReads, .digests, .snapshots, .keyedWrites, .atomicPush, .changeFeed, .replicaApply, .sinceFilter, .applyWatermark, .rejects,
     ]
 
     /// Wire names, in documentation order.
@@ -45,6 +49,7 @@ public struct Capabilities: OptionSet, Sendable, Hashable, CustomStringConvertib
         ("source", .source), ("target", .target), ("keyed-reads", .keyedReads), ("digests-2", .digests),
         ("snapshots", .snapshots), ("keyed-writes", .keyedWrites), ("atomic-push", .atomicPush),
         ("change-feed", .changeFeed), ("replica-apply", .replicaApply), ("since-filter", .sinceFilter), ("apply-watermark", .applyWatermark),
+        ("rejects", .rejects),
     ]
 
     /// The wire names of these capabilities.

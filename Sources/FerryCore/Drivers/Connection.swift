@@ -194,6 +194,18 @@ public protocol Connection: AnyObject {
     /// Sets, rolls back to, or releases Ferry's one savepoint in the caller's transaction (a
     /// rollback leaves it set: release it after). Default: refused.
     func savepoint(_ step: SavepointStep) throws
+    /// True where the target sets the rows it refuses aside on its own side when asked
+    /// (`setRefusedRowsAside`): the XML service and plugins that declare `rejects`, whose
+    /// requests are transactions of their own, roll a batch back to a savepoint there and send
+    /// the refused rows back. What `--on-error reject` needs where `supportsSavepoints` is false.
+    var setsRefusedRowsAside: Bool { get }
+    /// From now on, rows the target refuses — when written, or when the commit merges or
+    /// applies what was staged — are set aside (in `refusedRows`) and the rest written; past
+    /// `limit` of them the write fails with `RefusedRowsPastLimit`. Starts `refusedRows` anew.
+    /// Default: refused.
+    func setRefusedRowsAside(limit: Int) throws
+    /// The rows set aside since `setRefusedRowsAside`, each a one-row batch laid out as written.
+    var refusedRows: [RefusedRow] { get }
 
     /// Moves the serial counters of `table` past the largest values now in it, so the next
     /// generated value is max + 1.
@@ -331,6 +343,11 @@ extension Connection {
     public func savepoint(_ step: SavepointStep) throws {
         throw FerryError.invalidOption("\(endpoint.redacted) cannot roll back part of a transaction: load it without --on-error reject")
     }
+    public var setsRefusedRowsAside: Bool { false }
+    public func setRefusedRowsAside(limit: Int) throws {
+        throw FerryError.invalidOption("\(endpoint.redacted) cannot set refused rows aside: load it without --on-error reject")
+    }
+    public var refusedRows: [RefusedRow] { [] }
 
     public func stageWatermark(_ move: WatermarkMove, with table: TableSchema, key: [String]) throws {
         throw FerryError.invalidOption("\(endpoint.redacted) cannot move a watermark with its rows: --incremental into it is not supported")

@@ -75,14 +75,24 @@ extension CopyEngine {
             func createPlanned(_ planned: PlannedTable) throws {
                 if options.rejects == nil { try target.createTableDeferringKeys(planned) } else { try target.createTable(planned) }
             }
-            // Rows the target refused (`--on-error reject`), set aside when the table commits.
+            // Rows the target refused (`--on-error reject`), set aside when the table commits:
+            // found here with savepoints, or by the target on its side (a service), which hands
+            // them back as it takes the rows and as its commit merges what was staged.
             let rejected = RejectedRows()
-            var rejectedInto: TableName?
+            let refusedThere = options.rejects != nil && !target.supportsSavepoints
+            if let file = options.rejects, refusedThere { try target.setRefusedRowsAside(limit: file.limit) }
+            var rejectedInto: (into: TableName, count: Int)?
             func commitTarget() throws {
-                guard let file = options.rejects, !rejected.rows.isEmpty else { return try target.commit() }
+                guard let file = options.rejects, refusedThere || !rejected.rows.isEmpty else { return try target.commit() }
+                let before = target.refusedRows.count
                 rejectedInto = try file.keep(rejected.rows, of: table.target, columns: table.targetSchema.columns, target: target.endpoint.redacted) {
                     try target.commit()
+                    return refusedThere ? target.refusedRows.map { [self] r in
+                        RejectFile.Row(batch: r.row, key: keyDescription(table, batch: r.row, row: 0), reason: r.reason)
+                    } : []
                 }
+                // Rows refused by the commit's merge or apply did not arrive either.
+                rows -= Int64(target.refusedRows.count - before)
             }
             // An append or upsert whose staging table is merged into the existing table at the end.
             var mergeInto: TableSchema?
@@ -149,6 +159,8 @@ extension CopyEngine {
                 }
                 (rows, stored) = try pump(table, source: source, target: target, into: into, options: options, progress: progress,
                                           cancellation: cancellation, writer: merge, chunks: chunks, since: since, rejected: rejected)
+                // Rows the target set aside as it took them are not in it.
+                if refusedThere { rows -= Int64(target.refusedRows.count) }
                 if table.incremental != nil { rowsRead = rows }
                 if direct { try target.begin() }
                 if let staged, staged.resumable {
@@ -232,8 +244,8 @@ extension CopyEngine {
             if let applied = target.committedCounts, mode.isKeyed { result.counts = (result.counts ?? MergeCounts()) + applied }
             result.mirror = mirrored?.stats
             if let rejectedInto {
-                result.rejected = Int64(rejected.rows.count)
-                result.rejectedInto = rejectedInto.name
+                result.rejected = Int64(rejectedInto.count)
+                result.rejectedInto = rejectedInto.into.name
             }
             result.indexes = (table.objects?.indexes.count ?? 0) - declined.count
             result.skippedObjects = table.skippedObjects + declined
@@ -298,7 +310,7 @@ extension CopyEngine {
         var writer: any BatchWriter
         var rejecting: RejectingWriter?
         do {
-            if let rejected, let file = options.rejects {
+            if let rejected, let file = options.rejects, target.supportsSavepoints {
                 // Each batch in a savepoint, refused rows set aside (`--on-error reject`).
                 let columns = table.targetSchema.columns
                 let w = RejectingWriter(target: target, table: table.source, limit: file.limit, describeRow: { [self] b, r in keyDescription(table, batch: b, row: r) }) {
@@ -406,6 +418,11 @@ extension CopyEngine {
     }
 
     static func describe(_ error: any Error, table: TableName) -> String {
+        if var e = error as? RefusedRowsPastLimit {
+            // Named by the copy's table (a service knows only its own).
+            e.table = table
+            return e.description
+        }
         if let e = error as? FerryError {
             switch e {
             case .invalidValue: return e.adding(table: table).description

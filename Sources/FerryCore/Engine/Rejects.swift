@@ -40,54 +40,73 @@ public final class RejectFile: @unchecked Sendable {  // unchecked: the connecti
 
     /// A refused row: its values (laid out as the copy's target columns), its key as text, why.
     public struct Row: Sendable {
-        var batch: RowBatch
-        var key: String
-        var reason: String
+        public var batch: RowBatch
+        public var key: String
+        public var reason: String
+        public init(batch: RowBatch, key: String, reason: String) {
+            self.batch = batch
+            self.key = key
+            self.reason = reason
+        }
     }
 
     /// Writes `rows` (refused by `target` for `table`, laid out for `columns`) into the file,
-    /// then runs `commitTarget`, then commits the file: if the target's commit fails, the file
-    /// is rolled back. Returns the name of the table the rows went to.
-    func keep(_ rows: [Row], of table: TableName, columns: [Column], target: String, commitTarget: () throws -> Void) throws -> TableName {
+    /// then runs `commitTarget` — which returns the rows the target refused as it committed (a
+    /// service merging or applying staged rows sets them aside on its side) — writes those too,
+    /// then commits the file: if the target's commit fails, the file is rolled back. Returns
+    /// the table the rows went to and how many, nil when none was refused.
+    func keep(_ rows: [Row], of table: TableName, columns: [Column], target: String, commitTarget: () throws -> [Row]) throws -> (into: TableName, count: Int)? {
         try lock.withLock {
             let c = connection
             let name = TableName(table.name)
             try c.begin()
             do {
-                let schema = try rejectTable(name, columns: columns)
-                let before = try c.countRows(name)
-                var batch = RowBatch(types: columns.map(\.logicalType), capacity: rows.count)
-                for r in rows { batch.append(contentsOf: r.batch) }
-                // Written as the copy writes its target (a SQLite source's stored forms kept).
-                try write(batch, into: schema, columns: columns)
-                let reasons = try StateTable.schema(c, Self.reasons, columns: Self.reasonColumns, key: ["table_name", "row_number"])
-                let at = ISO8601DateFormatter().string(from: Date())
-                let values: [[Value]] = rows.enumerated().map { i, r in
-                    [.text(name.name), .int(before + Int64(i) + 1), .text(r.key), .text(r.reason), .text(target), .text(at)]
-                }
-                let reasonInto = try StateTable.described(reasons, Self.reasonColumns).enumerated().map { i, col in
-                    Column(name: col.name, nativeType: col.nativeType, logicalType: Self.reasonColumns[i].logicalType, isNullable: col.isNullable)
-                }
-                try write(try RowBatch(rows: values, types: Self.reasonColumns.map(\.logicalType)), into: reasons, columns: reasonInto)
+                try add(rows, to: name, columns: columns, target: target)
             } catch {
                 try? c.rollback()
                 throw FerryError.notReady("cannot set the refused rows of \(table) aside in \(path): \(error); nothing of \(table) was committed")
             }
+            let late: [Row]
             do {
-                try commitTarget()
+                late = try commitTarget()
             } catch {
                 try? c.rollback()
                 throw error
             }
+            let count = rows.count + late.count
             do {
+                try add(late, to: name, columns: columns, target: target)
                 try c.commit()
             } catch {
+                try? c.rollback()
                 throw FerryError.notReady(
-                    "\(table) was loaded but its \(rows.count) refused rows could not be written to \(path) (\(error)): they are in the source only; "
+                    "\(table) was loaded but its \(count) refused rows could not be written to \(path) (\(error)): they are in the source only; "
                         + "free the file's disk and load them with --mode upsert")
             }
-            return name
+            return count == 0 ? nil : (name, count)
         }
+    }
+
+    /// Adds `rows` to the file's table `name` and their reasons to `_ferry_rejects`, in the
+    /// file's open transaction.
+    private func add(_ rows: [Row], to name: TableName, columns: [Column], target: String) throws {
+        guard !rows.isEmpty else { return }
+        let c = connection
+        let schema = try rejectTable(name, columns: columns)
+        let before = try c.countRows(name)
+        var batch = RowBatch(types: columns.map(\.logicalType), capacity: rows.count)
+        for r in rows { batch.append(contentsOf: r.batch) }
+        // Written as the copy writes its target (a SQLite source's stored forms kept).
+        try write(batch, into: schema, columns: columns)
+        let reasons = try StateTable.schema(c, Self.reasons, columns: Self.reasonColumns, key: ["table_name", "row_number"])
+        let at = ISO8601DateFormatter().string(from: Date())
+        let values: [[Value]] = rows.enumerated().map { i, r in
+            [.text(name.name), .int(before + Int64(i) + 1), .text(r.key), .text(r.reason), .text(target), .text(at)]
+        }
+        let reasonInto = try StateTable.described(reasons, Self.reasonColumns).enumerated().map { i, col in
+            Column(name: col.name, nativeType: col.nativeType, logicalType: Self.reasonColumns[i].logicalType, isNullable: col.isNullable)
+        }
+        try write(try RowBatch(rows: values, types: Self.reasonColumns.map(\.logicalType)), into: reasons, columns: reasonInto)
     }
 
     /// The file's table for `name`: created (no key, every column nullable) when missing; one
@@ -120,25 +139,35 @@ extension CopyEngine {
     /// kept in `rejected` (at most `limit`: past it the table fails, the cause likely not in
     /// the rows). Errors that are not about rows (a lost connection, a busy or full database,
     /// a cancel) fail the table as without it.
-    final class RejectingWriter: BatchWriter {
+    ///
+    /// `ferry serve` uses it too, on its side of a load that asks for it (`reject=N`): there a
+    /// request is the transaction, and the refused rows go back in the answer.
+    public final class RejectingWriter: BatchWriter {
         let target: any Connection
         let table: TableName
         let make: () throws -> any BatchWriter
         let limit: Int
         let describeRow: (RowBatch, Int) -> String
-        private(set) var rejected: [RejectFile.Row] = []
+        /// Told of each writer whose batch was kept (its savepoint released): what it counted
+        /// counts; a rolled-back one's does not.
+        let kept: ((any BatchWriter) -> Void)?
+        public private(set) var rejected: [RejectFile.Row] = []
         private(set) var attempts = 0
         private var stored: Int64? = 0
 
-        init(target: any Connection, table: TableName, limit: Int, describeRow: @escaping (RowBatch, Int) -> String, make: @escaping () throws -> any BatchWriter) {
+        public init(
+            target: any Connection, table: TableName, limit: Int, describeRow: @escaping (RowBatch, Int) -> String,
+            kept: ((any BatchWriter) -> Void)? = nil, make: @escaping () throws -> any BatchWriter
+        ) {
             self.target = target
             self.table = table
             self.limit = limit
             self.describeRow = describeRow
+            self.kept = kept
             self.make = make
         }
 
-        func write(_ batch: RowBatch) throws {
+        public func write(_ batch: RowBatch) throws {
             guard !batch.isEmpty else { return }
             try attempt(batch)
         }
@@ -154,6 +183,7 @@ extension CopyEngine {
                 try w.writeWhole(batch)
                 stored = w.rowsStored.flatMap { n in stored.map { $0 + n } }
                 try target.savepoint(.release)
+                kept?(w)
                 return
             } catch {
                 guard Self.refusesRows(error) else { throw error }
@@ -168,10 +198,7 @@ extension CopyEngine {
                 throw failure
             }
             if batch.count == 1 {
-                guard rejected.count < limit else {
-                    throw FerryError.notReady(
-                        "\(table): the target refused more than \(limit) rows (--max-rejects); the last: \(Self.reason(failure)); nothing of this table was committed")
-                }
+                guard rejected.count < limit else { throw RefusedRowsPastLimit(table: table, limit: limit, last: Self.reason(failure)) }
                 rejected.append(RejectFile.Row(batch: batch, key: describeRow(batch, 0), reason: Self.reason(failure)))
                 return
             }
@@ -187,13 +214,13 @@ extension CopyEngine {
             }
         }
 
-        func finish() throws {}
-        func abort() {}
+        public func finish() throws {}
+        public func abort() {}
         /// Rows stored by the batches that were kept, where every writer said.
-        var rowsStored: Int64? { stored }
+        public var rowsStored: Int64? { stored }
 
         /// False for errors that are not about the rows written.
-        static func refusesRows(_ error: any Error) -> Bool {
+        public static func refusesRows(_ error: any Error) -> Bool {
             if let e = error as? FerryError {
                 switch e {
                 case .connectionLost, .connectionFailed, .cancelled, .readOnlyTarget, .tableNotFound, .notReady: return false
@@ -206,9 +233,38 @@ extension CopyEngine {
             return true
         }
 
-        static func reason(_ error: any Error) -> String {
+        public static func reason(_ error: any Error) -> String {
             if let e = error as? BatchRowError { return e.error.description }
             return "\(error)"
         }
+    }
+}
+
+/// More rows refused than `--max-rejects` allows: the table fails whole (the cause is likely
+/// not in the rows). A service answers it as `422 too_many_refused`, the client names its table
+/// and the copy's limit again.
+public struct RefusedRowsPastLimit: Error, CustomStringConvertible {
+    public var table: TableName
+    public var limit: Int
+    /// Why the last row was refused.
+    public var last: String
+    public init(table: TableName, limit: Int, last: String) {
+        self.table = table
+        self.limit = limit
+        self.last = last
+    }
+    public var description: String {
+        "\(table): the target refused more than \(limit) rows (--max-rejects); the last: \(last); nothing of this table was committed"
+    }
+}
+
+/// A row a target set aside on its side (`Connection.setRefusedRowsAside`): its values, laid
+/// out as written, and the target's reason.
+public struct RefusedRow: Sendable {
+    public var row: RowBatch
+    public var reason: String
+    public init(row: RowBatch, reason: String) {
+        self.row = row
+        self.reason = reason
     }
 }
