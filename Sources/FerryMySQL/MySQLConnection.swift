@@ -472,9 +472,7 @@ public final class MySQLConnection: Connection {
         guard keyIndexes.count == key.count else { throw FerryError.noKey(table: table.name) }
         let present = try countKeys(of: table, key: key, keyIndexes: keyIndexes, columns: columns, rows: rows)
         let affected = try upsert(into: table, columns: columns, key: key, rows: rows)
-        if try countKeys(of: table, key: key, keyIndexes: keyIndexes, columns: columns, rows: rows) < rows.count {
-            try refuseRedirected(table, key: key, keyIndexes: keyIndexes, columns: columns, rows: rows)
-        }
+        try checkEveryKeyLanded(table, key: key, keyIndexes: keyIndexes, columns: columns, rows: rows)
         try checkKeysKeptApart(table, columns: columns, key: key, keyIndexes: keyIndexes, rows: rows)
         let inserted = Int64(rows.count) - present
         let updated = (Int64(affected) - inserted) / 2
@@ -501,9 +499,20 @@ public final class MySQLConnection: Connection {
         return present
     }
 
-    /// After an upsert some key written is not in the table: that row matched another row on a
-    /// second unique key and ON DUPLICATE KEY UPDATE rewrote that row instead. Throws naming the
-    /// first such row (a refused row: `--on-error reject` sets it aside).
+    /// After an upsert every key written must be a row of the table. One that is not matched
+    /// another row on a second unique key, and ON DUPLICATE KEY UPDATE rewrote that row instead:
+    /// refused, naming the first such row (`--on-error reject` sets it aside; else the caller's
+    /// transaction rolls back).
+    private func checkEveryKeyLanded(_ table: TableSchema, key: [String], keyIndexes: [Int], columns: [Column], rows: RowBatch) throws {
+        let landed = try countKeys(of: table, key: key, keyIndexes: keyIndexes, columns: columns, rows: rows)
+        guard landed < rows.count else { return }
+        // Keys counted once (a batch of changes may hold a key twice).
+        let types = columns.map(\.logicalType)
+        let distinct = Set((0..<rows.count).map { r in keyIndexes.map { rows.row(r, types: types)[$0].canonicalText ?? "\u{0}NULL" } }).count
+        guard landed < distinct else { return }
+        try refuseRedirected(table, key: key, keyIndexes: keyIndexes, columns: columns, rows: rows)
+    }
+
     private func refuseRedirected(_ table: TableSchema, key: [String], keyIndexes: [Int], columns: [Column], rows: RowBatch) throws {
         let types = columns.map(\.logicalType)
         for r in 0..<rows.count {
@@ -605,6 +614,9 @@ public final class MySQLConnection: Connection {
         guard !key.isEmpty else { throw FerryError.noKey(table: table.name) }
         guard !rows.isEmpty else { return 0 }
         _ = try upsert(into: table, columns: columns, key: key, rows: rows)
+        let keyIndexes = key.compactMap { k in columns.firstIndex { $0.name == k } }
+        guard keyIndexes.count == key.count else { throw FerryError.noKey(table: table.name) }
+        try checkEveryKeyLanded(table, key: key, keyIndexes: keyIndexes, columns: columns, rows: rows)
         return rows.count
     }
 

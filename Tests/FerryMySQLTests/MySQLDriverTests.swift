@@ -340,6 +340,43 @@ final class MySQLDriverTests: XCTestCase {
         XCTAssertEqual(try target.rows("SELECT id, name FROM names"), [["100", "keep"]])
     }
 
+    /// An upsert whose row has a new key and another row's value in a second unique column:
+    /// MariaDB's ON DUPLICATE KEY UPDATE fires on that key and rewrote the other row in its
+    /// place (the row never arrived, the other row took its values). Both upserts — a copy's
+    /// (`mergeRows`) and a replica's (`upsertRows`) — now refuse the row, naming its key, and
+    /// the transaction rolls back with the other row as it was.
+    func testAnUpsertThatMatchesAnotherUniqueKeyIsRefused() throws {
+        let db = try my.connect(try my.makeDatabase("uq"))
+        try db.run("CREATE TABLE items (id BIGINT PRIMARY KEY, code VARCHAR(20) UNIQUE, name TEXT)")
+        try db.run("INSERT INTO items VALUES (1, 'a', 'one'), (2, 'b', 'two')")
+        let schema = try db.describe(TableName("items"))
+        let types: [LogicalType] = schema.columns.map(\.logicalType)
+        // Key 1 updated, key 3 new: its code is key 2's.
+        let rows = try RowBatch(rows: [[.int(1), .text("a"), .text("ONE")], [.int(3), .text("b"), .text("three")]], types: types)
+        for upsert in ["merge", "upsert"] {
+            try db.begin()
+            do {
+                if upsert == "merge" {
+                    _ = try db.mergeRows(into: schema, columns: schema.columns, key: ["id"], rows: rows)
+                } else {
+                    _ = try db.upsertRows(into: schema, columns: schema.columns, key: ["id"], rows: rows)
+                }
+                XCTFail("\(upsert): the row was not refused")
+            } catch let e as BatchRowError {
+                XCTAssertEqual(e.row, 1, upsert)
+                XCTAssertTrue("\(e.error)".contains("id=3") && "\(e.error)".contains("duplicate value for a unique key"), "\(upsert): \(e.error)")
+            }
+            try db.rollback()
+            XCTAssertEqual(try db.rows("SELECT id, code, name FROM items ORDER BY id"), [["1", "a", "one"], ["2", "b", "two"]], upsert)
+        }
+        // Without the conflict both apply, and a batch holding a key twice is not taken for one.
+        let fine = try RowBatch(rows: [[.int(3), .text("c"), .text("three")], [.int(3), .text("c"), .text("THREE")], [.int(2), .text("b"), .text("TWO")]], types: types)
+        try db.begin()
+        _ = try db.upsertRows(into: schema, columns: schema.columns, key: ["id"], rows: fine)
+        try db.commit()
+        XCTAssertEqual(try db.rows("SELECT id, code, name FROM items ORDER BY id"), [["1", "a", "one"], ["2", "b", "TWO"], ["3", "c", "THREE"]])
+    }
+
     func testInsertFallbackWhenLocalInfileIsRefused() throws {
         let admin = try my.connect(my.adminURL)
         try admin.run("SET GLOBAL local_infile = 0")
