@@ -167,6 +167,10 @@ extension Ferry {
                 throw FerryError.invalidOption(
                     "--on-error reject: \(target.endpoint.redacted) cannot set refused rows aside (a plugin or service that does not declare rejects); load it without --on-error reject, or into a database first")
             }
+            if !target.supportsSavepoints && maxRejects > RejectFile.maxSentBack {
+                throw FerryError.invalidOption(
+                    "--max-rejects \(maxRejects): a service or plugin sends at most \(RejectFile.maxSentBack) refused rows back; give at most that, or load into a database first")
+            }
             let endpoint = try Endpoint(parsing: "sqlite:" + path)
             let file = try registry.connect(endpoint, role: .target)
             if let mine = try? file.databaseIdentity(), let theirs = try? target.databaseIdentity(), mine == theirs {

@@ -13,6 +13,13 @@ public protocol DatabaseFullError: Error {
     var isFull: Bool { get }
 }
 
+/// A driver's error in the database's own words, without the statement or the endpoint: why it
+/// refused a row (a constraint, a value out of range), as a reject file and a service's answer
+/// give it.
+public protocol DatabaseRefusal: Error {
+    var refusal: String { get }
+}
+
 /// What can go wrong in Ferry's core, each case rendered as one line a user can act on:
 /// what happened, where (endpoint with the password masked, table, column, key), what to do.
 ///

@@ -40,3 +40,7 @@ extension MySQLError: DatabaseBusyError {
     /// ER_LOCK_WAIT_TIMEOUT, ER_LOCK_DEADLOCK.
     public var isBusy: Bool { code == 1205 || code == 1213 }
 }
+
+extension MySQLError: DatabaseRefusal {
+    public var refusal: String { "MySQL error \(code): \(message)" }
+}

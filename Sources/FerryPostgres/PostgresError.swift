@@ -37,6 +37,12 @@ public struct PostgresError: Error, Sendable, CustomStringConvertible {
     }
 }
 
+extension PostgresError: DatabaseRefusal {
+    public var refusal: String {
+        message + (detail.map { $0.isEmpty ? "" : " (\($0))" } ?? "") + (sqlState.isEmpty ? "" : " (SQLSTATE \(sqlState))")
+    }
+}
+
 extension PostgresError: DatabaseFullError {
     /// disk_full.
     public var isFull: Bool { sqlState == "53100" }

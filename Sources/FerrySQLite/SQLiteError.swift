@@ -61,3 +61,7 @@ extension SQLiteError: DatabaseBusyError {
 extension SQLiteError: DatabaseFullError {
     public var isFull: Bool { noRoom }
 }
+
+extension SQLiteError: DatabaseRefusal {
+    public var refusal: String { message }
+}

@@ -12,8 +12,8 @@ extension ServiceHandlers {
     /// The request's `reject=`: nil when it does not ask.
     static func rejectLimit(_ r: ServiceRequest, table: TableName) throws -> Int? {
         try r.value("reject").map { text in
-            guard let n = Int(text), n >= 0, n <= 1_000_000 else {
-                throw ServiceError.badRequest("reject= is the most refused rows to set aside, 0 to 1000000, not '\(text.prefix(20))'", table: table.description)
+            guard let n = Int(text), n >= 0, n <= RejectFile.maxSentBack else {
+                throw ServiceError.badRequest("reject= is the most refused rows to set aside, 0 to \(RejectFile.maxSentBack), not '\(text.prefix(20))'", table: table.description)
             }
             return n
         }
@@ -29,7 +29,14 @@ extension ServiceHandlers {
                 status: 501, code: "unsupported", table: table.description,
                 message: "this service's database cannot roll back part of a transaction, so refused rows cannot be set aside: load without reject=")
         }
-        return CopyEngine.RejectingWriter(target: c, table: table, limit: limit, describeRow: { _, _ in "" }, kept: kept, make: make)
+        return CopyEngine.RejectingWriter(target: c, table: table, limit: limit, describeRow: { _, _ in "" }, kept: kept, explain: { refusal($0, table: table) }, make: make)
+    }
+
+    /// Why the database refused a row, as an answer may say it: its own words, never the
+    /// statement or where the database is (as every error the service answers).
+    static func refusal(_ error: any Error, table: TableName) -> String {
+        if let e = error as? any DatabaseRefusal { return e.refusal }
+        return ServiceError.from(error, table: table).message
     }
 
     /// The answer of a load that set rows aside: its counts, and the refused rows in `columns`

@@ -355,7 +355,7 @@ public final class HTTPConnection: Connection {
             into = staging
         }
         return HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: into) + ProtocolRoute.query(Self.columnItems(columns)),
-                          table: into, columns: columns, key: target.preferredKey?.columns ?? [], loadLimit: loadLimit, refusals: refusals)
+                          table: into, columns: columns, key: target.preferredKey?.columns ?? [], loadLimit: loadLimit, refusals: refusals, for: table)
     }
 
     /// The service sets refused rows aside on its side where it declares `rejects`.
@@ -457,7 +457,8 @@ public final class HTTPConnection: Connection {
         // Upserts refused as they are staged (NOT NULL: the staging table has the target's
         // columns) are set aside then; the rest when the commit applies them.
         let writer = HTTPWriter(client: client, path: ProtocolRoute.insertRows.target(table: staging) + ProtocolRoute.query(Self.columnItems(columns)),
-                                table: staging, columns: columns, key: key, loadLimit: loadLimit, refusals: slot == \PendingApply.upserts ? refusals : nil)
+                                table: staging, columns: columns, key: key, loadLimit: loadLimit, refusals: slot == \PendingApply.upserts ? refusals : nil,
+                                for: table.name)
         try writer.write(rows)
         try writer.finish()
     }

@@ -31,6 +31,8 @@ final class HTTPWriter: BatchWriter {
     /// `--on-error reject`: each request asks the service to set refused rows aside (`reject=`,
     /// what is left of the limit) and they are kept here from its answer.
     let refusals: RefusedRowsKept?
+    /// The table the rows are for, where `table` is its staging table (what refusals name).
+    let target: TableName
 
     /// A request also ends once the key columns it keeps hold this much (a table whose key is
     /// most of its row; integer keys in order take about a byte a row, `KeptKeys`).
@@ -73,10 +75,14 @@ final class HTTPWriter: BatchWriter {
         }
     }
 
-    init(client: ProtocolClient, path: String, table: TableName, columns: [Column], key: [String] = [], loadLimit: Int? = nil, refusals: RefusedRowsKept? = nil) {
+    init(
+        client: ProtocolClient, path: String, table: TableName, columns: [Column], key: [String] = [], loadLimit: Int? = nil,
+        refusals: RefusedRowsKept? = nil, for target: TableName? = nil
+    ) {
         self.client = client
         self.path = path
         self.table = table
+        self.target = target ?? table
         self.columns = columns
         self.refusals = refusals
         types = columns.map(\.logicalType)
@@ -165,7 +171,7 @@ final class HTTPWriter: BatchWriter {
         guard let result = r.outcome.withLock({ $0 }) else { return }
         do {
             let answer = try result.get()
-            try refusals?.take(answer, columns: columns)
+            try refusals?.take(answer, columns: columns, naming: table == target ? nil : (table, target))
         } catch let e as RefusedRowsPastLimit {
             throw refusals?.named(e) ?? e
         } catch let e as BatchRowError {
@@ -208,9 +214,16 @@ final class RefusedRowsKept {
         (path.contains("?") ? "&" : "?") + "reject=\(max(0, limit - rows.count))"
     }
 
-    /// Keeps the refused rows of an answer, decoded as the load's `columns`.
-    func take(_ answer: Data, columns: [Column]) throws {
-        rows += try XMLDocuments.decodeApplied(answer, refusedAs: columns).refused
+    /// Keeps the refused rows of an answer, decoded as the load's `columns`; a staging table
+    /// the database's reasons name is named as the table it stages (`naming`).
+    func take(_ answer: Data, columns: [Column], naming: (staging: TableName, target: TableName)? = nil) throws {
+        var refused = try XMLDocuments.decodeApplied(answer, refusedAs: columns).refused
+        if let naming {
+            for i in refused.indices {
+                refused[i].reason = refused[i].reason.replacingOccurrences(of: naming.staging.name, with: naming.target.name)
+            }
+        }
+        rows += refused
     }
 
     /// The service's "too many" with the copy's own limit (its table is the engine's to name).

@@ -80,9 +80,9 @@ final class RejectTests: XCTestCase {
         for (n, database) in try targets(tag).enumerated() {
             let (served, serve) = try fixture.served(database, tokens: "--token-file")
             serves.append(serve)
-            try roundTrip(src, into: served, mode: n == 1 ? "upsert" : "append")
+            try roundTrip(src, into: served, mode: n == 1 ? "upsert" : "append", log: serve.log)
             _ = try database.query("DELETE FROM items")
-            try roundTrip(src, into: served, mode: n == 1 ? "append" : "upsert", file: "again")
+            try roundTrip(src, into: served, mode: n == 1 ? "append" : "upsert", file: "again", log: serve.log)
         }
         let kitFile = folder.path("kit.db")
         _ = try fixture.sqlite(kitFile).query(
@@ -98,11 +98,13 @@ final class RejectTests: XCTestCase {
     /// One copy with `--on-error reject` into `target` (whose items table has the constraints
     /// and no rows), then the checks: exit 3, one line, the six rows and their reasons in the
     /// file, the rest in the target; fixed and loaded again, the target equals the fixed source.
-    func roundTrip(_ src: String, into target: Fixture.Target, mode: String, file suffix: String = "") throws {
+    func roundTrip(_ src: String, into target: Fixture.Target, mode: String, file suffix: String = "", log: String? = nil) throws {
         let label = "\(target.name), \(mode)"
         let rejects = folder.path("refused-\(target.name.replacingOccurrences(of: " ", with: "-"))\(suffix).db")
         let r = try ferry(["copy", "sqlite:" + src, target.url, "--mode", mode, "--on-error", "reject=" + rejects, "--batch-size", "1000", "--quiet"])
-        XCTAssertEqual(r.code, 3, "\(label): \(r.err)")
+        // A service's log says why it failed a request.
+        let said = r.code == 3 ? "" : log.flatMap { try? String(contentsOfFile: $0, encoding: .utf8) }.map { "\nservice log:\n" + $0.split(separator: "\n").suffix(30).joined(separator: "\n") } ?? ""
+        XCTAssertEqual(r.code, 3, "\(label): \(r.err)\(said)")
         XCTAssertTrue(r.err.contains("items: 6 rows refused by the target, set aside in \(rejects)"), "\(label): \(r.err)")
         XCTAssertEqual(r.err.split(separator: "\n").count, 1, "\(label): \(r.err)")
         XCTAssertEqual(try target.query("SELECT count(*) FROM items").trimmingCharacters(in: .whitespacesAndNewlines), String(Self.rows - 6), label)
@@ -177,6 +179,10 @@ final class RejectTests: XCTestCase {
         XCTAssertEqual(try target.query("SELECT count(*) FROM items").trimmingCharacters(in: .whitespacesAndNewlines), "0")
         XCTAssertEqual(try target.tables("_ferry_append"), [])
         XCTAssertEqual(try fixture.sqlite(rejects).tables("items"), [])
+        // A service sends at most 10,000 refused rows back: a larger limit is refused up front.
+        let large = try ferry(["copy", "sqlite:" + src, served.url, "--mode", "append", "--on-error", "reject=" + rejects, "--max-rejects", "20000"])
+        XCTAssertEqual(large.code, 2, large.err)
+        XCTAssertTrue(large.err.contains("a service or plugin sends at most 10000 refused rows back"), large.err)
         // A plugin that does not declare rejects (the CSV sample) is refused before anything is written.
         let csv = folder.path("csv")
         try FileManager.default.createDirectory(atPath: csv, withIntermediateDirectories: true)

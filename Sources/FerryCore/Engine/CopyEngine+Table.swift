@@ -85,10 +85,16 @@ extension CopyEngine {
             func commitTarget() throws {
                 guard let file = options.rejects, refusedThere || !rejected.rows.isEmpty else { return try target.commit() }
                 let before = target.refusedRows.count
-                rejectedInto = try file.keep(rejected.rows, of: table.target, columns: table.targetSchema.columns, target: target.endpoint.redacted) {
+                // Reasons name the table, not the staging table it was loaded into.
+                let staging = into.name
+                func named(_ reason: String) -> String {
+                    staging == table.target ? reason : reason.replacingOccurrences(of: staging.name, with: table.target.name)
+                }
+                let here = rejected.rows.map { RejectFile.Row(batch: $0.batch, key: $0.key, reason: named($0.reason)) }
+                rejectedInto = try file.keep(here, of: table.target, columns: table.targetSchema.columns, target: target.endpoint.redacted) {
                     try target.commit()
                     return refusedThere ? target.refusedRows.map { [self] r in
-                        RejectFile.Row(batch: r.row, key: keyDescription(table, batch: r.row, row: 0), reason: r.reason)
+                        RejectFile.Row(batch: r.row, key: keyDescription(table, batch: r.row, row: 0), reason: named(r.reason))
                     } : []
                 }
                 // Rows refused by the commit's merge or apply did not arrive either.

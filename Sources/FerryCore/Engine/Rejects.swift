@@ -23,6 +23,9 @@ public final class RejectFile: @unchecked Sendable {  // unchecked: the connecti
     private let lock = NSLock()
 
     public static let reasons = TableName("_ferry_rejects")
+    /// The most refused rows a service or plugin sets aside for one request and sends back
+    /// (`reject=N`): what bounds its memory for them.
+    public static let maxSentBack = 10_000
     static let reasonColumns: [Column] = [
         Column(name: "table_name", nativeType: "", logicalType: .text(maxLength: 500, fixed: false), isNullable: false),
         Column(name: "row_number", nativeType: "", logicalType: .int64, isNullable: false),
@@ -151,14 +154,18 @@ extension CopyEngine {
         /// Told of each writer whose batch was kept (its savepoint released): what it counted
         /// counts; a rolled-back one's does not.
         let kept: ((any BatchWriter) -> Void)?
+        /// A refused row's reason from the error (default `reason`).
+        let explain: (any Error) -> String
         public private(set) var rejected: [RejectFile.Row] = []
         private(set) var attempts = 0
         private var stored: Int64? = 0
 
         public init(
             target: any Connection, table: TableName, limit: Int, describeRow: @escaping (RowBatch, Int) -> String,
-            kept: ((any BatchWriter) -> Void)? = nil, make: @escaping () throws -> any BatchWriter
+            kept: ((any BatchWriter) -> Void)? = nil, explain: @escaping (any Error) -> String = RejectingWriter.reason,
+            make: @escaping () throws -> any BatchWriter
         ) {
+            self.explain = explain
             self.target = target
             self.table = table
             self.limit = limit
@@ -198,8 +205,8 @@ extension CopyEngine {
                 throw failure
             }
             if batch.count == 1 {
-                guard rejected.count < limit else { throw RefusedRowsPastLimit(table: table, limit: limit, last: Self.reason(failure)) }
-                rejected.append(RejectFile.Row(batch: batch, key: describeRow(batch, 0), reason: Self.reason(failure)))
+                guard rejected.count < limit else { throw RefusedRowsPastLimit(table: table, limit: limit, last: explain(failure)) }
+                rejected.append(RejectFile.Row(batch: batch, key: describeRow(batch, 0), reason: explain(failure)))
                 return
             }
             // Around the row the target named, where it named one of this batch; else in halves.
@@ -233,8 +240,11 @@ extension CopyEngine {
             return true
         }
 
+        /// Why the target refused a row: in the database's own words where the driver gives
+        /// them (`DatabaseRefusal`, without the statement or the endpoint).
         public static func reason(_ error: any Error) -> String {
             if let e = error as? BatchRowError { return e.error.description }
+            if let e = error as? any DatabaseRefusal { return e.refusal }
             return "\(error)"
         }
     }
