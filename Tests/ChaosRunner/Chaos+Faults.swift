@@ -146,7 +146,7 @@ extension Chaos {
     func pluginsLeft() -> [String] {
         var plugins: [Int32] = []
         for _ in 0..<80 {
-            plugins = Self.processes(named: "ferry-driver-sq")
+            plugins = Self.processes(named: "ferry-driver-sq", under: products)
             if plugins.isEmpty { break }
             usleep(100_000)
         }

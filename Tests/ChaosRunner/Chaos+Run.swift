@@ -215,12 +215,19 @@ extension Chaos {
     }
 
     /// Processes whose command name starts with `prefix` (`/proc/PID/comm`, 15 characters).
-    static func processes(named prefix: String, parent: Int32? = nil) -> [Int32] {
+    /// Processes whose name starts with `prefix`: children of `parent` where given, and run
+    /// from the folder `under` where given (another suite's plugins, from another build, are
+    /// not this one's leftovers).
+    static func processes(named prefix: String, parent: Int32? = nil, under folder: URL? = nil) -> [Int32] {
         guard let pids = try? FileManager.default.contentsOfDirectory(atPath: "/proc") else { return [] }
+        let root = folder.map { $0.resolvingSymlinksInPath().path + "/" }
         return pids.compactMap { name -> Int32? in
             guard let pid = Int32(name),
                   let comm = try? String(contentsOfFile: "/proc/\(name)/comm", encoding: .utf8), comm.hasPrefix(prefix)
             else { return nil }
+            if let root {
+                guard let exe = try? FileManager.default.destinationOfSymbolicLink(atPath: "/proc/\(name)/exe"), exe.hasPrefix(root) else { return nil }
+            }
             if let parent {
                 // /proc/PID/stat: "pid (comm) state ppid …"; comm may hold spaces, so read after the last ')'.
                 guard let stat = try? String(contentsOfFile: "/proc/\(name)/stat", encoding: .utf8),
