@@ -375,11 +375,6 @@ public final class HTTPConnection: Connection {
         return refusals.query(after: path) + (native.isEmpty ? "" : "&" + ProtocolRoute.query(native).dropFirst())
     }
 
-    /// A merge's or an apply's answer: the rows the service set aside, kept.
-    private func keepRefused(_ answer: Data, columns: [Column]) throws {
-        try refusals?.take(answer, columns: columns)
-    }
-
     /// Keyed writes through the service: each request is its own transaction, so rows are
     /// staged (`_ferry_upsert_…`, shaped like the written columns) and applied to the table by
     /// one server-side request at `commit` (`POST …/apply`), which counts inserted, updated
@@ -592,7 +587,9 @@ public final class HTTPConnection: Connection {
         for merge in pendingMerges {
             do {
                 let path = ProtocolRoute.merge.target(table: merge.staging) + ProtocolRoute.query([("into", merge.target.description)])
-                try keepRefused(client.expect("POST", path + refusalItems(merge.columns, path: path), table: merge.target), columns: merge.columns)
+                // Sent whether or not refused rows are kept (not inside an optional chain).
+                let answer = try client.expect("POST", path + refusalItems(merge.columns, path: path), table: merge.target)
+                try refusals?.take(answer, columns: merge.columns)
             } catch let e as BatchRowError {
                 // A row of the staging table the target refused (a key already there): its
                 // number counts the staged rows, not the caller's batch.
@@ -624,7 +621,7 @@ public final class HTTPConnection: Connection {
             } catch let e as RefusedRowsPastLimit {
                 throw refusals?.named(e) ?? e
             }
-            if apply.upserts != nil { try keepRefused(answer, columns: apply.upsertColumns) }
+            if apply.upserts != nil { try refusals?.take(answer, columns: apply.upsertColumns) }
             let applied = try XMLDocuments.decodeApplied(answer)
             func n(_ k: String) -> Int64 { applied[k] ?? 0 }
             counts = (counts ?? MergeCounts()) + MergeCounts(inserted: n("inserted"), updated: n("updated"), unchanged: n("unchanged"), deleted: n("deleted"))
