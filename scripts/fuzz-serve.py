@@ -62,9 +62,9 @@ class Generator:
 
     def query(self):
         keys = ["limit", "after", "bits", "keyhash", "snapshot", "columns", "key", "into", "upserts", "deletes", "expect", "bytes",
-                "compress", "filter", "where", "modulus", "level", "native", "wait", "goal", "name", "reset-serial", "watermark", "table"]
+                "compress", "filter", "where", "modulus", "level", "native", "wait", "goal", "name", "reset-serial", "watermark", "table", "reject"]
         vals = ["1", "0", "-1", "99999999999999999999", "integer", "md5", "lookup3", "abc", "%00", "a" * 2000, "", "items", "_ferry_x", "gzip",
-                "none", "1=1", "' OR 1=1 --", "id", "NaN", "1e308", "\u2603", "20", "30"]
+                "none", "1=1", "' OR 1=1 --", "id", "NaN", "1e308", "\u2603", "20", "30", "10000", "10001"]
         n = self.rng.randrange(0, 5)
         return "&".join(f"{self.rng.choice(keys)}={urllib.parse.quote(self.rng.choice(vals))}" for _ in range(n))
 

@@ -2,9 +2,9 @@ import FerryDriverTestKit
 import Foundation
 import XCTest
 
-/// The failure-injection suite's short run (issue 32): `ferry-chaos` breaks 45 runs in flight —
-/// 15 copies (every engine on both sides, the service and a plugin), 15 pushes, pulls and syncs
-/// of offline snapshots, 15 `ferry replicate` runs (servers, ferry, the service and the plugin
+/// The failure-injection suite's short run (issue 32): `ferry-chaos` breaks 36 runs in flight —
+/// 12 copies (every engine on both sides, the service and a plugin), 12 pushes, pulls and syncs
+/// of offline snapshots, 12 `ferry replicate` runs (servers, ferry, the service and the plugin
 /// killed, connections cut and stalled, SQLite files that cannot grow) — and checks each
 /// outcome. `scripts/chaos --runs 1000` is the measured run.
 final class ChaosTests: XCTestCase {
@@ -19,7 +19,7 @@ final class ChaosTests: XCTestCase {
         guard FileManager.default.isExecutableFile(atPath: runner.path) else {
             return XCTFail("no ferry-chaos beside ferry in \(products.path): build it with `swift build --build-tests` (scripts/test does)")
         }
-        var args = ["--runs", "45", "--rows", "60000", "--products", products.path]
+        var args = ["--runs", "36", "--rows", "60000", "--products", products.path]
         if let seed = ProcessInfo.processInfo.environment["FERRY_CHAOS_SEED"] { args += ["--seed", seed] }
         let r = try CLITests.run(runner, args)
         print(r.out)
