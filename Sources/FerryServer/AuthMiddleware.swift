@@ -147,7 +147,7 @@ final class TokenRing: @unchecked Sendable {  // unchecked: the state only under
                         entries = Self.entries(try files.flatMap { f in
                             try ServerConfiguration.labeledTokens(fromFile: f.path).map { ($0.token, f.scope, $0.label) }
                         })
-                        logger?.notice("token files read again: \(entries.count) tokens")
+                        logger?.notice("token files read again: \(entries.count) token\(entries.count == 1 ? "" : "s")")
                     } catch {
                         logger?.warning("token files changed but were not taken (the tokens stay as they were): \(error)")
                     }

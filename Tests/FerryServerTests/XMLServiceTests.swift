@@ -244,7 +244,7 @@ final class XMLServiceTests: XCTestCase {
                              "plain HTTP to the TLS port must fail")
         // Ferry's client verifies the certificate against the machine's CAs: this one is its own.
         XCTAssertThrowsError(try HTTPDriver.standard.connect(Endpoint(parsing: "https://:\(service.readOnly)@127.0.0.1:\(service.port)/"), role: .source)) { e in
-            XCTAssertTrue("\(e)".contains("the TLS handshake failed: the service's certificate is not signed by a CA this machine trusts"), "\(e)")
+            XCTAssertTrue("\(e)".contains("the TLS handshake failed: the service's certificate is not signed by a CA this machine trusts; give the CA that signed it with --ca-file"), "\(e)")
             XCTAssertFalse("\(e)".contains(service.readOnly), "token leaked: \(e)")
         }
         // With the CA that signed it (`--ca-file`, `ca-file=`): verified, and read.
