@@ -29,8 +29,8 @@ extension ServiceHandlers {
 
     func applyReplica(_ r: ServiceRequest) async throws -> ServiceResponse {
         let name = try Self.feedName(r.parameters["id"])
-        // Kept in a temporary file and decoded where it lies (its rows are held decoded: a
-        // section past half of --max-body-mb comes staged instead).
+        // Kept in a temporary file and read where it lies: indexed once (every value checked, no
+        // row held), then each section's rows decoded again a batch at a time as they are written.
         let body = try await spooledBody(r)
         let principal = r.principal
         let logger = r.logger
@@ -47,10 +47,10 @@ extension ServiceHandlers {
                 schemas[name] = s
                 return s
             }
+            let passed: (Range<Int>) -> Void = { body.release($0) }
             let transaction = try body.withBytes { raw in
-                let passed: (Range<Int>) -> Void = { body.release($0) }
                 try XMLGuard.check(raw, limits: XMLLimits(), passed: passed)
-                return try ChangeDocuments.decodeTransaction(raw, passed: passed) { table, names, nativeNames in
+                return try ChangeDocuments.decodeTransaction(raw, holdingRows: false, passed: passed) { table, names, nativeNames in
                     let s = try schema(table)
                     guard native || nativeNames.isEmpty else {
                         throw ServiceError.badRequest("native columns: this service reads and writes values in no stored form", table: table.description)
@@ -94,7 +94,7 @@ extension ServiceHandlers {
                 var stagedAt = 0
                 for s in transaction.sections {
                     let into = try schema(s.table)
-                    var current = s.rows
+                    var current = RowBatch(types: s.columns.map(\.logicalType), capacity: 0)
                     /// Writes `batch`, laid out for `columns` (the section's, or a staging table's).
                     func apply(_ batch: RowBatch, _ columns: [Column]) throws {
                         current = batch
@@ -118,7 +118,9 @@ extension ServiceHandlers {
                             })
                             try spool.forEachBatch(batchSize: 10_000) { try apply($0, columns) }
                         } else {
-                            try apply(s.rows, s.columns)
+                            try body.withBytes { raw in
+                                try ChangeDocuments.forEachBatch(of: s, in: raw, batchSize: 10_000, passed: passed) { try apply($0, s.columns) }
+                            }
                         }
                     } catch let e as BatchRowError {
                         // Named by the row's key: the client's row numbers are not this batch's.

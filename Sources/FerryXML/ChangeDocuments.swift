@@ -17,10 +17,24 @@ public enum ChangeDocuments {
         public var table: TableName
         public var columns: [Column]
         public var key: [String]
-        /// The rows (none when `staged`).
+        /// The rows (none when `staged`, or when the section was indexed: `rowsAt`).
         public var rows: RowBatch
         /// A staging table holding the rows instead (a large transaction's).
         public var staged: TableName?
+        /// Where the section's rows start in the document, when they were checked and let go of
+        /// rather than held (`decodeTransaction(holdingRows: false)`): `forEachBatch` reads them.
+        public var rowsAt: Int?
+        /// The section's rows (held or indexed).
+        public var rowCount = 0
+
+        /// The `</upsert>`, `</update>` or `</delete>` that ends a section of `tag`.
+        static func closing(_ tag: String) -> StaticString {
+            switch tag {
+            case "upsert": return "</upsert>"
+            case "update": return "</update>"
+            default: return "</delete>"
+            }
+        }
     }
 
     /// Appends one section to `out`.
@@ -51,10 +65,11 @@ public enum ChangeDocuments {
     }
 
     /// Reads a section's body after its start tag's attributes (`attrs`): column and key
-    /// elements, then rows typed by `resolve(table, names, native)`.
+    /// elements, then rows typed by `resolve(table, names, native)` — held, or (`holdingRows`
+    /// false) every value decoded and checked, then let go of, and the rows' place kept.
     static func readSection(
         _ p: inout RowsParser, tag: String, attrs: [String: String], selfClosing: Bool, index: inout Int, text: inout [UInt8],
-        resolve: (TableName, [String], Set<String>) throws -> [Column]
+        holdingRows: Bool = true, passed: ((Range<Int>) -> Void)? = nil, resolve: (TableName, [String], Set<String>) throws -> [Column]
     ) throws -> Section {
         guard let name = attrs["table"], !name.isEmpty else { throw p.error("<\(tag)> needs a table") }
         let table = TableName(schema: attrs["schema"], name)
@@ -62,6 +77,8 @@ public enum ChangeDocuments {
         var names: [String] = [], native: Set<String> = [], key: [String] = []
         var columns: [Column]?
         var batch = RowBatch(types: [], capacity: 0)
+        var rowsAt: Int?
+        var rowCount = 0
         func resolved() throws -> [Column] {
             if let columns { return columns }
             guard Set(names).count == names.count else { throw p.error("a <column> of \(name) is given twice") }
@@ -89,16 +106,43 @@ public enum ChangeDocuments {
                     }
                     continue
                 }
-                guard p.eat("<r>") else { throw p.error("expected <column>, <key>, <r> or </\(tag)>") }
+                guard p.peek("<r>") else { throw p.error("expected <column>, <key>, <r> or </\(tag)>") }
                 guard staged == nil else { throw p.error("a staged <\(tag)> holds no rows") }
                 let cols = try resolved()
+                if !holdingRows {
+                    // The rest of the section is rows, up to and with its end tag.
+                    rowsAt = p.i
+                    rowCount = try p.sectionRows(
+                        closing: Section.closing(tag), types: cols.map(\.logicalType), names: names, index: &index, batchSize: 1_000, passed: passed) { _ in }
+                    break
+                }
+                _ = p.eat("<r>")
                 try XMLRowsDecoder.row(&p, closing: "</r>", types: cols.map(\.logicalType), names: names, index: index, text: &text, into: &batch)
                 index += 1
+                rowCount += 1
             }
         }
         let cols = try resolved()
         guard Set(key).isSubset(of: names) || tag == "delete" else { throw p.error("a <key> of \(name) is not one of its <column> elements") }
-        return Section(tag: tag, table: table, columns: cols, key: key, rows: batch, staged: staged)
+        return Section(tag: tag, table: table, columns: cols, key: key, rows: batch, staged: staged, rowsAt: rowsAt, rowCount: rowCount)
+    }
+
+    /// Hands an indexed section's rows (`rowsAt`) to `body` in batches of at most `batchSize`,
+    /// decoded again from `raw`, the document they were indexed in; a held section's rows in one.
+    public static func forEachBatch(
+        of s: Section, in raw: UnsafeRawBufferPointer, limits: XMLLimits = XMLLimits(), batchSize: Int,
+        passed: ((Range<Int>) -> Void)? = nil, _ body: (RowBatch) throws -> Void
+    ) throws {
+        guard let at = s.rowsAt else {
+            if !s.rows.isEmpty { try body(s.rows) }
+            return
+        }
+        var p = RowsParser(raw, limits: limits)
+        p.i = at
+        var index = 0
+        _ = try p.sectionRows(
+            closing: Section.closing(s.tag), types: s.columns.map(\.logicalType), names: s.columns.map(\.name), index: &index, batchSize: batchSize,
+            passed: passed, body)
     }
 
     // MARK: A replica's transaction
@@ -155,9 +199,11 @@ public enum ChangeDocuments {
     }
 
     /// Decodes a transaction where it lies (already through `XMLGuard`); `passed` is told each
-    /// stretch of the document decoded (a mapped body's owner gives those pages back).
+    /// stretch of the document decoded (a mapped body's owner gives those pages back). With
+    /// `holdingRows` false its sections' rows are checked and let go of, their place kept: read
+    /// them with `forEachBatch` from the same bytes.
     public static func decodeTransaction(
-        _ raw: UnsafeRawBufferPointer, limits: XMLLimits = XMLLimits(), passed: ((Range<Int>) -> Void)? = nil,
+        _ raw: UnsafeRawBufferPointer, limits: XMLLimits = XMLLimits(), holdingRows: Bool = true, passed: ((Range<Int>) -> Void)? = nil,
         columns resolve: (TableName, [String], Set<String>) throws -> [Column]
     ) throws -> Transaction {
         var t = Transaction()
@@ -187,7 +233,8 @@ public enum ChangeDocuments {
             }
             guard t.state == nil else { throw p.error("<state> comes after every change") }
             let (a, closed) = try p.attributes()
-            var s = try readSection(&p, tag: tag, attrs: a, selfClosing: closed, index: &index, text: &text, resolve: resolve)
+            var s = try readSection(
+                &p, tag: tag, attrs: a, selfClosing: closed, index: &index, text: &text, holdingRows: holdingRows, passed: passed, resolve: resolve)
             if tag == "delete" { s.key = s.columns.map(\.name) }
             guard !s.key.isEmpty else { throw p.error("<\(tag) table=\"\(s.table.name)\"> needs its <key> elements") }
             t.sections.append(s)

@@ -384,4 +384,63 @@ final class XMLStreamingTests: XCTestCase {
             XCTAssertNil(Data(base64Encoded: bad), "Foundation agrees that \(bad) is not base64")
         }
     }
+
+    /// A replica's transaction as the service reads it: indexed once (every value decoded and
+    /// checked, no row held), then each section's rows decoded again a batch at a time — the same
+    /// rows, in order, as the document held whole; a bad value is refused while indexing, before
+    /// anything would be written.
+    func testAReplicaTransactionIsIndexedThenReadABatchAtATime() throws {
+        let columns = sampleColumns
+        let types = columns.map(\.logicalType)
+        let upserts = (0..<25_000).map { i -> [Value] in
+            let name: Value = i % 97 == 0 ? .null : .text("row \(i) <&> 😀")
+            let bytes: [UInt8] = [UInt8(i % 256), 0, 1]
+            return [.int(Int64(i)), name, .binary(bytes), .double(Double(i) / 3)]
+        }
+        let updates = (0..<12_345).map { i -> [Value] in [.int(Int64(i * 2)), .text("updated \(i)")] }
+        let deletes = (0..<3).map { i -> [Value] in [.int(Int64(24_990 + i))] }
+        var doc = ChangeDocuments.beginTransaction(repeatingCascades: false)
+        ChangeDocuments.section("upsert", table: TableName("t"), columns: columns, key: ["id"], rows: try RowBatch(rows: upserts, types: types), into: &doc)
+        ChangeDocuments.section("update", table: TableName("t"), columns: [columns[0], columns[1]], key: ["id"],
+                                rows: try RowBatch(rows: updates, types: [.int64, .text]), into: &doc)
+        ChangeDocuments.section("upsert", table: TableName("t"), columns: columns, key: ["id"], rows: nil, staged: TableName("_ferry_load_x"), into: &doc)
+        ChangeDocuments.section("delete", table: TableName("t"), columns: [columns[0]], key: [], rows: try RowBatch(rows: deletes, types: [.int64]), into: &doc)
+        let state = ReplicationState.Row(name: "r", phase: "following", position: "0/1", appliedRows: 7, updatedAt: "", source: "sqlite:x")
+        ChangeDocuments.endTransaction(state: state, into: &doc)
+        let resolve = { (_: TableName, names: [String], _: Set<String>) -> [Column] in names.compactMap { n in columns.first { $0.name == n } } }
+
+        let held = try ChangeDocuments.decodeTransaction(Data(doc), columns: resolve)
+        var passedBytes = 0
+        let indexed = try doc.withUnsafeBytes { raw in
+            try ChangeDocuments.decodeTransaction(raw, holdingRows: false, passed: { passedBytes += $0.count }, columns: resolve)
+        }
+        XCTAssertEqual(indexed.state, state)
+        XCTAssertGreaterThanOrEqual(passedBytes, doc.count * 9 / 10, "the pages indexed are given back as they are passed")
+        XCTAssertEqual(indexed.sections.map(\.tag), ["upsert", "update", "upsert", "delete"])
+        XCTAssertEqual(indexed.sections.map(\.rowCount), [25_000, 12_345, 0, 3])
+        XCTAssertEqual(indexed.sections.map(\.staged), [nil, nil, TableName("_ferry_load_x"), nil])
+        XCTAssertEqual(indexed.sections.map(\.key), [["id"], ["id"], ["id"], ["id"]])
+        for (h, s) in zip(held.sections, indexed.sections) {
+            XCTAssertEqual(s.rows.count, 0, "an indexed section holds no rows")
+            var got: [[Value]] = []
+            var batches = 0
+            try doc.withUnsafeBytes { raw in
+                try ChangeDocuments.forEachBatch(of: s, in: raw, batchSize: 10_000) { b in
+                    batches += 1
+                    XCTAssertLessThanOrEqual(b.count, 10_000)
+                    for r in 0..<b.count { got.append(b.row(r, types: s.columns.map(\.logicalType))) }
+                }
+            }
+            let want = (0..<h.rows.count).map { h.rows.row($0, types: h.columns.map(\.logicalType)) }
+            XCTAssertEqual(got, want, "\(s.tag): the rows read a batch at a time are the rows held whole")
+            XCTAssertEqual(batches, (s.rowCount + 9_999) / 10_000, s.tag)
+        }
+
+        // A value that is not a number, in the update section: refused while indexing.
+        let bad = String(decoding: doc, as: UTF8.self).replacingOccurrences(of: "<r><v>24680</v>", with: "<r><v>24x680</v>")
+        XCTAssertNotEqual(Array(bad.utf8), doc)
+        XCTAssertThrowsError(try Array(bad.utf8).withUnsafeBytes { raw in
+            try ChangeDocuments.decodeTransaction(raw, holdingRows: false, columns: resolve)
+        })
+    }
 }
