@@ -231,6 +231,20 @@ extension ReplicateTests {
             XCTAssertEqual(verify.code, 0, "\(s) -> \(t): \(verify.out + verify.err)")
         }
 
+        // And one MariaDB transaction of over 20,000 rows carried in the document into the served
+        // PostgreSQL (default --max-body-mb): checked, then written 10,000 rows at a time.
+        // (The cut-over's row written at the target, taken out again.)
+        try psql(pgDst, "DELETE FROM orders WHERE id = \(sourceMax + 1);")
+        try mariadb(mySrc, "UPDATE orders SET note = REPEAT('m', 200);")
+        let carried = try ferry(["replicate", myToServedPG.0, myToServedPG.1, "--until-caught-up"])
+        XCTAssertEqual(carried.code, 0, carried.err)
+        XCTAssertTrue(liteTarget.logText.contains("_ferry_replica_"), "the served SQLite file's --max-body-mb 1 staged the large transaction")
+        XCTAssertFalse(pgTarget.logText.contains("_ferry_replica_"), "the transaction was staged, not carried in the document")
+        let carriedVerify = try ferry(["verify", myToServedPG.0, myToServedPG.1])
+        XCTAssertEqual(carriedVerify.code, 0, carriedVerify.out + carriedVerify.err)
+        XCTAssertEqual(try psql(pgDst, "SELECT count(*) FROM orders WHERE note = repeat('m', 200);").trimmingCharacters(in: .whitespacesAndNewlines),
+                       try mariadb(mySrc, "SELECT count(*) FROM orders;").trimmingCharacters(in: .whitespacesAndNewlines))
+
         // Status through the service: the source's position and what it keeps.
         let status = try ferry(["replicate", viaPG.0, viaPG.1, "--status"])
         XCTAssertEqual(status.code, 0, status.err)
