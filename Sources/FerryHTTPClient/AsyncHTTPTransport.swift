@@ -24,7 +24,7 @@ public final class AsyncHTTPTransport: ProtocolTransport, @unchecked Sendable { 
     public var endpoint: Endpoint { address.endpoint }
     public var peer: String { "the service" }
     public var unauthorizedAdvice: String { address.unauthorizedAdvice }
-    public func unanswered(_ reason: String) -> FerryError { address.unanswered(reason) }
+    public func unanswered(_ failure: HTTPTransportError?) -> FerryError { address.unanswered(failure) }
     /// `HTTPExchange` stops reading the connection while a MiB of the answer waits.
     public var pausesReading: Bool { true }
 
@@ -279,12 +279,15 @@ final class AsyncHTTPDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
         if let e = error as? NIOSSLError, case .handshakeFailed(let why) = e {
             // BoringSSL's reason, without its source file and line.
             if "\(why)".contains("CERTIFICATE_VERIFY_FAILED") {
-                return TransportFailure("the TLS handshake failed: the service's certificate is not signed by a CA this machine trusts")
+                return TransportFailure(
+                    "the TLS handshake failed: the service's certificate is not signed by a CA this machine trusts",
+                    advice: "give the CA that signed it with --ca-file CA.pem (or add it to this machine's trust store)")
             }
             return TransportFailure("the TLS handshake failed")
         }
         if let e = error as? NIOSSLExtraError, e == .failedToValidateHostname {
-            return TransportFailure("the TLS handshake failed: the service's certificate is not for this host name")
+            return TransportFailure(
+                "the TLS handshake failed: the service's certificate is not for this host name", advice: "connect by a host name the certificate names")
         }
         if let e = error as? IOError {
             // "connection reset (error set): Connection refused (errno: 111)" as NIO prints it.
@@ -295,8 +298,12 @@ final class AsyncHTTPDelegate: HTTPClientResponseDelegate, @unchecked Sendable {
 }
 
 /// A transport failure's text as it is shown.
-struct TransportFailure: Error, CustomStringConvertible {
+struct TransportFailure: AdvisedTransportFailure, CustomStringConvertible {
     var description: String
-    init(_ description: String) { self.description = description }
+    var advice: String?
+    init(_ description: String, advice: String? = nil) {
+        self.description = description
+        self.advice = advice
+    }
 }
 #endif

@@ -25,8 +25,8 @@ final class PluginTransport: ProtocolTransport, @unchecked Sendable {  // unchec
     var pausesReading: Bool { process.windows }
     var unauthorizedAdvice: String { "plugin \(process.name) refused the request (401)" }
 
-    func unanswered(_ reason: String) -> FerryError {
-        FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "plugin \(process.name) did not answer: \(reason)")
+    func unanswered(_ failure: HTTPTransportError?) -> FerryError {
+        FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "plugin \(process.name) did not answer: \(failure?.reason ?? "no response")")
     }
 
     func start(_ method: String, _ target: String, body: Data?, upload: RowsDocumentSource?) throws -> any ProtocolExchange {

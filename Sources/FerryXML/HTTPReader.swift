@@ -189,9 +189,7 @@ final class HTTPReader: BatchReader {
                 lastError = e
             }
         }
-        let reason = lastError?.reason ?? "no response"
-        throw FerryError.connectionFailed(
-            endpoint: connection.endpoint.redacted, reason: "the service did not answer: \(reason); \(ServiceAddress.advice(for: reason))")
+        throw client.transport.unanswered(lastError)
     }
 
     /// A page was read to its `</rows>`: where the next one starts, with the checks that no row

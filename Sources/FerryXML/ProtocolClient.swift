@@ -14,8 +14,9 @@ public protocol ProtocolTransport: AnyObject, Sendable {
     /// rows document as the request body. Throws `HTTPTransportError` when no answer came and
     /// asking again is safe; any other error is final.
     func start(_ method: String, _ target: String, body: Data?, upload: RowsDocumentSource?) throws -> any ProtocolExchange
-    /// What to tell a user whose request got no answer after the retries.
-    func unanswered(_ reason: String) -> FerryError
+    /// What to tell a user whose request got no answer after the retries (`failure`: the last
+    /// try's, if any).
+    func unanswered(_ failure: HTTPTransportError?) -> FerryError
     /// What to tell a user whose credentials were refused (401).
     var unauthorizedAdvice: String { get }
     /// The connection using this transport has ended (a plugin process may stop).
@@ -67,14 +68,23 @@ public struct HTTPReply {
 
 /// A request that got no answer, or whose answer broke off: the connection failed or the
 /// transfer was cut. Safe to retry only for a GET none of whose body reached the caller.
+/// A transport's failure that says what to do about it (`HTTPTransportError.advice`).
+public protocol AdvisedTransportFailure: Error {
+    var advice: String? { get }
+}
+
 public struct HTTPTransportError: Error, CustomStringConvertible {
     public var reason: String
+    /// What the user can do about it, when the transport knows better than "check the URL" (a
+    /// certificate that did not verify).
+    public var advice: String?
     /// True when the failure came before the status line (nothing of the answer arrived).
     public var beforeResponse: Bool
     public var description: String { reason }
 
     public init(_ error: (any Error)?, beforeResponse: Bool) {
         self.beforeResponse = beforeResponse
+        advice = (error as? AdvisedTransportFailure)?.advice
         if let e = error as? URLError {
             reason = "\(e.localizedDescription) (URLError \(e.errorCode))"
         } else {
@@ -145,7 +155,7 @@ final class ProtocolClient: @unchecked Sendable {  // unchecked: immutable after
                 lastError = e
             }
         }
-        throw transport.unanswered(lastError?.reason ?? "no response")
+        throw transport.unanswered(lastError)
     }
 
     /// A request's path as a retry names it: without its query (which may carry key values).
@@ -184,7 +194,7 @@ final class ProtocolClient: @unchecked Sendable {  // unchecked: immutable after
                 lastError = e
             }
         }
-        throw transport.unanswered(lastError?.reason ?? "no response")
+        throw transport.unanswered(lastError)
     }
 
     /// Sends and checks the status, turning the service's `<error>` into Ferry's errors.

@@ -77,19 +77,9 @@ public struct ServiceAddress: Sendable {
         "the service refused the token (401): give it as http://:TOKEN@host/, FERRY_TOKEN or --token-file"
     }
 
-    public func unanswered(_ reason: String) -> FerryError {
-        FerryError.connectionFailed(endpoint: endpoint.redacted, reason: "the service did not answer: \(reason); \(Self.advice(for: reason))")
-    }
-
-    /// What to do when the service did not answer: a certificate that did not verify is not
-    /// fixed by checking that `ferry serve` runs.
-    public static func advice(for reason: String) -> String {
-        if reason.contains("not signed by a CA this machine trusts") {
-            return "give the CA that signed it with --ca-file CA.pem (or add it to this machine's trust store)"
-        }
-        if reason.contains("certificate is not for this host name") {
-            return "connect by a host name the certificate names"
-        }
-        return "check the URL and that `ferry serve` runs"
+    public func unanswered(_ failure: HTTPTransportError?) -> FerryError {
+        FerryError.connectionFailed(
+            endpoint: endpoint.redacted,
+            reason: "the service did not answer: \(failure?.reason ?? "no response"); \(failure?.advice ?? "check the URL and that `ferry serve` runs")")
     }
 }

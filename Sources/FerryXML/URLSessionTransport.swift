@@ -16,7 +16,7 @@ public final class URLSessionTransport: ProtocolTransport, @unchecked Sendable {
     public var peer: String { "the service" }
     public var unauthorizedAdvice: String { address.unauthorizedAdvice }
 
-    public func unanswered(_ reason: String) -> FerryError { address.unanswered(reason) }
+    public func unanswered(_ failure: HTTPTransportError?) -> FerryError { address.unanswered(failure) }
 
     public init(endpoint: Endpoint) throws {
         address = try ServiceAddress(endpoint: endpoint)
